@@ -1,0 +1,125 @@
+#include "cas/digest.h"
+
+#include <openssl/evp.h>
+
+#include <cstdlib>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+
+namespace vault::cas {
+
+struct Sha256::Ctx {
+  struct Free {
+    void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
+  };
+  std::unique_ptr<EVP_MD_CTX, Free> md;
+};
+
+namespace {
+const EVP_MD* Sha256Md() {
+  static const EVP_MD* md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  return md;
+}
+void InitOrDie(EVP_MD_CTX* c) {
+  if (EVP_DigestInit_ex(c, Sha256Md(), nullptr) != 1) std::abort();  // OpenSSL broken
+}
+}  // namespace
+
+Sha256::Sha256() : ctx_(new Ctx{std::unique_ptr<EVP_MD_CTX, Ctx::Free>(EVP_MD_CTX_new())}) {
+  if (ctx_->md == nullptr) std::abort();
+  InitOrDie(ctx_->md.get());
+}
+Sha256::~Sha256() = default;
+Sha256::Sha256(Sha256&&) noexcept = default;
+Sha256& Sha256::operator=(Sha256&&) noexcept = default;
+
+void Sha256::Update(absl::string_view data) {
+  if (EVP_DigestUpdate(ctx_->md.get(), data.data(), data.size()) != 1) std::abort();
+}
+
+std::string Sha256::Finish() {
+  std::string out(kSha256Bytes, '\0');
+  unsigned int len = 0;
+  if (EVP_DigestFinal_ex(ctx_->md.get(), reinterpret_cast<unsigned char*>(out.data()), &len) != 1 ||
+      len != kSha256Bytes) {
+    std::abort();
+  }
+  InitOrDie(ctx_->md.get());
+  return out;
+}
+
+std::string Sha256::Hash(absl::string_view data) {
+  std::string out(kSha256Bytes, '\0');
+  unsigned int len = 0;
+  if (EVP_Digest(data.data(), data.size(), reinterpret_cast<unsigned char*>(out.data()), &len,
+                 Sha256Md(), nullptr) != 1) {
+    std::abort();
+  }
+  return out;
+}
+
+absl::StatusOr<Digest> Digest::FromParts(absl::string_view sha256, uint64_t size) {
+  if (sha256.size() != kSha256Bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("digest hash must be 32 bytes, got ", sha256.size()));
+  }
+  return Digest(std::string(sha256), size);
+}
+
+absl::StatusOr<Digest> Digest::Parse(absl::string_view text) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid digest \"", absl::CEscape(text),
+                                                   "\": ", why,
+                                                   " (expected sha256:<64 hex>/<size>)"));
+  };
+  constexpr absl::string_view kPrefix = "sha256:";
+  if (!absl::StartsWith(text, kPrefix)) return bad("missing sha256: prefix");
+  absl::string_view rest = text.substr(kPrefix.size());
+  size_t slash = rest.find('/');
+  if (slash == absl::string_view::npos) return bad("missing /<size>");
+  absl::string_view hex = rest.substr(0, slash);
+  absl::string_view size_text = rest.substr(slash + 1);
+  if (hex.size() != 2 * kSha256Bytes) return bad("hash must be 64 hex digits");
+  for (char c : hex) {
+    if (!absl::ascii_isdigit(c) && !(c >= 'a' && c <= 'f')) {
+      return bad("hash must be lowercase hex");
+    }
+  }
+  if (size_text.empty()) return bad("empty size");
+  for (char c : size_text) {
+    if (!absl::ascii_isdigit(c)) return bad("size must be a decimal number");
+  }
+  if (size_text.size() > 1 && size_text[0] == '0') return bad("size has leading zeros");
+  uint64_t size = 0;
+  if (!absl::SimpleAtoi(size_text, &size)) return bad("size out of range");
+  return Digest(absl::HexStringToBytes(hex), size);
+}
+
+Digest Digest::Of(absl::string_view content) { return Digest(Sha256::Hash(content), content.size()); }
+
+std::string Digest::hex() const { return absl::BytesToHexString(sha256_); }
+
+std::string Digest::ToString() const { return absl::StrCat("sha256:", hex(), "/", size_); }
+
+std::string Digest::Key() const {
+  std::string key = sha256_;
+  for (int shift = 56; shift >= 0; shift -= 8) key.push_back(static_cast<char>(size_ >> shift));
+  return key;
+}
+
+absl::StatusOr<Digest> Digest::FromKey(absl::string_view key) {
+  if (key.size() != kSha256Bytes + 8) {
+    return absl::DataLossError(absl::StrCat("object key has ", key.size(), " bytes, not 40"));
+  }
+  uint64_t size = 0;
+  for (size_t i = kSha256Bytes; i < key.size(); ++i) {
+    size = (size << 8) | static_cast<uint8_t>(key[i]);
+  }
+  return Digest(std::string(key.substr(0, kSha256Bytes)), size);
+}
+
+}  // namespace vault::cas

@@ -1,0 +1,379 @@
+#include "cas/store.h"
+
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "rocksdb/iterator.h"
+#include "rocksdb/write_batch.h"
+#include "vault/v1/cas_records.pb.h"
+
+namespace vault::cas {
+namespace {
+
+constexpr char kMeta[] = "cas_meta";
+constexpr char kData[] = "cas_data";
+constexpr char kChunks[] = "cas_chunks";
+constexpr char kChunkIndex[] = "cas_chunk_index";
+constexpr char kUploads[] = "cas_uploads";
+constexpr char kFeed[] = "cas_feed";
+constexpr absl::string_view kTotalsKey("\0stats", 6);
+
+std::string BigEndian64(uint64_t v) {
+  std::string out(8, '\0');
+  for (int i = 7; i >= 0; --i, v >>= 8) out[i] = static_cast<char>(v & 0xff);
+  return out;
+}
+
+uint64_t ParseBigEndian64(absl::string_view s) {
+  uint64_t v = 0;
+  for (char c : s.substr(0, 8)) v = (v << 8) | static_cast<uint8_t>(c);
+  return v;
+}
+
+int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
+
+}  // namespace
+
+std::vector<storage::ColumnFamilySpec> Store::ColumnFamilies() {
+  return {
+      {.name = kMeta},
+      {.name = kData, .blob_min_bytes = 64 << 10},
+      {.name = kChunks, .blob_min_bytes = 4 << 10},
+      {.name = kChunkIndex},
+      {.name = kUploads},
+      {.name = kFeed, .point_lookups = false},
+  };
+}
+
+Store::Store(storage::Database* db, const StoreOptions& options, ChunkerParams chunker)
+    : db_(db),
+      options_(options),
+      chunker_params_(chunker),
+      meta_(db->Handle(kMeta)),
+      data_(db->Handle(kData)),
+      chunks_(db->Handle(kChunks)),
+      chunk_index_(db->Handle(kChunkIndex)),
+      uploads_(db->Handle(kUploads)),
+      feed_(db->Handle(kFeed)) {
+  committer_ = std::make_unique<storage::GroupCommitter<CommitOp>>(
+      db, storage::GroupCommitter<CommitOp>::Hooks{
+              .prepare = [this](absl::Span<CommitOp* const> ops,
+                                rocksdb::WriteBatch* batch) { return PrepareGroup(ops, batch); },
+              .finish = [this](absl::Span<CommitOp* const> ops,
+                               const absl::Status& written) { FinishGroup(ops, written); }});
+}
+
+Store::~Store() { Close(); }
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(storage::Database* db,
+                                                   const StoreOptions& options) {
+  VAULT_ASSIGN_OR_RETURN(ChunkerParams chunker, ChunkerParams::ForAverage(options.chunk_avg_bytes));
+  if (options.chunking_threshold < chunker.max_size) {
+    return absl::InvalidArgumentError(absl::StrCat("chunking threshold ", options.chunking_threshold,
+                                                   " is below the largest chunk (",
+                                                   chunker.max_size, ")"));
+  }
+  std::unique_ptr<Store> store(new Store(db, options, chunker));
+  VAULT_RETURN_IF_ERROR(store->Recover());
+  return store;
+}
+
+absl::Status Store::Recover() {
+  // The newest feed entry gives the next sequence number.
+  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), feed_));
+  it->SeekToLast();
+  VAULT_RETURN_IF_ERROR(storage::ToStatus(it->status(), "read change feed"));
+  uint64_t last = 0;
+  if (it->Valid()) {
+    if (it->key().size() != 8) return absl::DataLossError("change feed key is not 8 bytes");
+    last = ParseBigEndian64(storage::View(it->key()));
+  }
+  it.reset();
+  StoreTotals totals;
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), meta_, storage::ToSlice(kTotalsKey), &value);
+  if (s.ok()) {
+    vault::v1::StoreTotals t;
+    if (!t.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+      return absl::DataLossError("store totals record does not parse");
+    }
+    totals = {t.objects(), t.bytes()};
+  } else if (!s.IsNotFound()) {
+    return storage::ToStatus(s, "read store totals");
+  }
+  if (totals.objects != last) {
+    return absl::DataLossError(absl::StrCat("store totals say ", totals.objects,
+                                            " objects but the feed ends at ", last));
+  }
+  next_seq_ = last + 1;
+  leader_totals_ = totals;
+  last_seq_.store(last, std::memory_order_release);
+  {
+    absl::MutexLock lock(&mu_);
+    totals_ = totals;
+  }
+
+  // Forget uploads abandoned longer than the TTL.
+  const int64_t cutoff = NowMs() - absl::ToInt64Milliseconds(options_.upload_ttl);
+  rocksdb::WriteBatch batch;
+  it.reset(db_->db()->NewIterator(rocksdb::ReadOptions(), uploads_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (it->key().size() != kSha256Bytes + 8) continue;  // chunk-list entries
+    vault::v1::UploadRecord rec;
+    if (!rec.ParseFromArray(it->value().data(), static_cast<int>(it->value().size())) ||
+        rec.updated_unix_ms() < cutoff) {
+      DeleteUploadRecords(it->key().ToString(), &batch);
+    }
+  }
+  VAULT_RETURN_IF_ERROR(storage::ToStatus(it->status(), "scan uploads"));
+  if (batch.Count() > 0) VAULT_RETURN_IF_ERROR(db_->Write(&batch));
+  return absl::OkStatus();
+}
+
+absl::Status Store::CheckSize(const Digest& digest) const {
+  if (digest.size() > options_.max_object_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("object ", digest.ToString(), " is larger than ",
+                                                   "the vault's limit of ",
+                                                   options_.max_object_bytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PutOutcome> Store::Put(const Digest& digest, absl::string_view data) {
+  std::vector<absl::StatusOr<PutOutcome>> out = PutMany({PutItem{digest, data}});
+  return std::move(out[0]);
+}
+
+std::vector<absl::StatusOr<PutOutcome>> Store::PutMany(absl::Span<const PutItem> items) {
+  std::vector<absl::StatusOr<PutOutcome>> results(items.size(), PutOutcome{});
+  std::vector<CommitOp> ops;
+  ops.reserve(items.size());
+  std::vector<size_t> op_index;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const PutItem& item = items[i];
+    absl::Status s = CheckSize(item.digest);
+    if (s.ok() && item.data.size() != item.digest.size()) {
+      s = absl::InvalidArgumentError(absl::StrCat("size mismatch: ", item.digest.ToString(),
+                                                  " claims ", item.digest.size(), " bytes, got ",
+                                                  item.data.size()));
+    }
+    if (s.ok() && item.data.size() >= options_.chunking_threshold) {
+      s = absl::InvalidArgumentError(absl::StrCat(
+          "object ", item.digest.ToString(), " is at least the chunking threshold (",
+          options_.chunking_threshold, " bytes): upload it with the streaming Put"));
+    }
+    if (s.ok()) {
+      std::string actual = Sha256::Hash(item.data);
+      if (actual != item.digest.sha256()) {
+        s = absl::InvalidArgumentError(
+            absl::StrCat("digest mismatch: claimed ", item.digest.ToString(), ", content hashes to ",
+                         Digest::Of(item.data).ToString(), "; nothing stored"));
+      }
+    }
+    if (!s.ok()) {
+      results[i] = s;
+      continue;
+    }
+    ops.push_back(CommitOp{.digest = &item.digest, .data = item.data});
+    op_index.push_back(i);
+  }
+  if (ops.empty()) return results;
+  std::vector<CommitOp*> ptrs;
+  ptrs.reserve(ops.size());
+  for (CommitOp& op : ops) ptrs.push_back(&op);
+  absl::Status written = committer_->CommitMany(ptrs);
+  for (size_t k = 0; k < ops.size(); ++k) {
+    if (written.ok()) {
+      results[op_index[k]] = ops[k].outcome;
+    } else {
+      results[op_index[k]] = written;
+    }
+  }
+  return results;
+}
+
+absl::Status Store::PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::WriteBatch* batch) {
+  // Which objects exist already? One MultiGet for the group.
+  std::vector<std::string> keys;
+  keys.reserve(ops.size());
+  for (CommitOp* op : ops) keys.push_back(op->digest->Key());
+  std::vector<rocksdb::Slice> key_slices(keys.begin(), keys.end());
+  std::vector<rocksdb::PinnableSlice> values(keys.size());
+  std::vector<rocksdb::Status> statuses(keys.size());
+  db_->db()->MultiGet(rocksdb::ReadOptions(), meta_, keys.size(), key_slices.data(), values.data(),
+                      statuses.data());
+
+  const int64_t now = NowMs();
+  absl::flat_hash_map<absl::string_view, uint64_t> in_group;
+  StoreTotals totals = leader_totals_;
+  uint64_t seq = next_seq_;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    CommitOp* op = ops[i];
+    op->outcome = PutOutcome{};
+    if (statuses[i].ok()) {
+      vault::v1::ObjectRecord rec;
+      if (!rec.ParseFromArray(values[i].data(), static_cast<int>(values[i].size()))) {
+        return absl::DataLossError(absl::StrCat("object record of ", op->digest->ToString(),
+                                                " does not parse"));
+      }
+      op->outcome = {rec.seq(), true};
+    } else if (!statuses[i].IsNotFound()) {
+      return storage::ToStatus(statuses[i], "look up object");
+    } else if (auto it = in_group.find(keys[i]); it != in_group.end()) {
+      op->outcome = {it->second, true};
+    } else {
+      vault::v1::ObjectRecord rec;
+      rec.set_seq(seq);
+      rec.set_stored_unix_ms(now);
+      rec.set_chunked(op->chunked);
+      rec.set_chunk_count(op->chunk_count);
+      batch->Put(meta_, keys[i], rec.SerializeAsString());
+      batch->Put(data_, keys[i], rocksdb::Slice(op->data.data(), op->data.size()));
+      batch->Put(feed_, BigEndian64(seq), absl::StrCat(keys[i], BigEndian64(now)));
+      in_group[keys[i]] = seq;
+      op->outcome = {seq, false};
+      ++seq;
+      ++totals.objects;
+      totals.bytes += op->digest->size();
+    }
+    if (op->from_upload) DeleteUploadRecords(keys[i], batch);
+  }
+  if (totals.objects != leader_totals_.objects) {
+    vault::v1::StoreTotals t;
+    t.set_objects(totals.objects);
+    t.set_bytes(totals.bytes);
+    batch->Put(meta_, storage::ToSlice(kTotalsKey), t.SerializeAsString());
+  }
+  // Applied to the leader's state only once the write succeeded (FinishGroup).
+  pending_next_seq_ = seq;
+  pending_totals_ = totals;
+  return absl::OkStatus();
+}
+
+void Store::FinishGroup(absl::Span<CommitOp* const> ops, const absl::Status& written) {
+  if (!written.ok()) return;  // nothing was written: sequence numbers are reused
+  next_seq_ = pending_next_seq_;
+  leader_totals_ = pending_totals_;
+  absl::MutexLock lock(&mu_);
+  totals_ = leader_totals_;
+  last_seq_.store(next_seq_ - 1, std::memory_order_release);
+}
+
+void Store::DeleteUploadRecords(const std::string& key, rocksdb::WriteBatch* batch) const {
+  batch->Delete(uploads_, key);
+  // Chunk-list entries: key || index. DeleteRange covers every index.
+  batch->DeleteRange(uploads_, absl::StrCat(key, std::string(4, '\0')),
+                     absl::StrCat(key, std::string(4, '\xff'), std::string(1, '\xff')));
+}
+
+absl::StatusOr<std::vector<Digest>> Store::FindMissing(absl::Span<const Digest> digests) const {
+  std::vector<std::string> keys;
+  keys.reserve(digests.size());
+  absl::flat_hash_set<absl::string_view> seen;
+  std::vector<const Digest*> unique;
+  unique.reserve(digests.size());
+  for (const Digest& d : digests) keys.push_back(d.Key());
+  std::vector<rocksdb::Slice> slices;
+  slices.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!seen.insert(keys[i]).second) continue;
+    slices.emplace_back(keys[i]);
+    unique.push_back(&digests[i]);
+  }
+  std::vector<rocksdb::PinnableSlice> values(slices.size());
+  std::vector<rocksdb::Status> statuses(slices.size());
+  db_->db()->MultiGet(rocksdb::ReadOptions(), meta_, slices.size(), slices.data(), values.data(),
+                      statuses.data(), /*sorted_input=*/false);
+  std::vector<Digest> missing;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    if (statuses[i].IsNotFound()) {
+      missing.push_back(*unique[i]);
+    } else if (!statuses[i].ok()) {
+      return storage::ToStatus(statuses[i], "look up objects");
+    }
+  }
+  return missing;
+}
+
+absl::StatusOr<bool> Store::Contains(const Digest& digest) const {
+  absl::StatusOr<ObjectInfo> info = Stat(digest);
+  if (info.ok()) return true;
+  if (absl::IsNotFound(info.status())) return false;
+  return info.status();
+}
+
+absl::StatusOr<std::string> Store::GetValue(rocksdb::ColumnFamilyHandle* cf, const std::string& key,
+                                            absl::string_view what) const {
+  std::string value;
+  rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), cf, key, &value);
+  if (!s.ok()) return storage::ToStatus(s, what);
+  return value;
+}
+
+absl::StatusOr<ObjectInfo> Store::Stat(const Digest& digest) const {
+  absl::StatusOr<std::string> value = GetValue(meta_, digest.Key(), "look up object");
+  if (absl::IsNotFound(value.status())) {
+    return absl::NotFoundError(absl::StrCat("object ", digest.ToString(), " is not stored"));
+  }
+  if (!value.ok()) return value.status();
+  vault::v1::ObjectRecord rec;
+  if (!rec.ParseFromString(*value)) {
+    return absl::DataLossError(absl::StrCat("object record of ", digest.ToString(),
+                                            " does not parse"));
+  }
+  return ObjectInfo{.digest = digest,
+                    .seq = rec.seq(),
+                    .chunked = rec.chunked(),
+                    .chunk_count = rec.chunk_count(),
+                    .stored_unix_ms = rec.stored_unix_ms()};
+}
+
+absl::StatusOr<uint64_t> Store::UploadOffset(const Digest& digest) const {
+  absl::StatusOr<std::string> value = GetValue(uploads_, digest.Key(), "look up upload");
+  if (absl::IsNotFound(value.status())) return 0;
+  if (!value.ok()) return value.status();
+  vault::v1::UploadRecord rec;
+  if (!rec.ParseFromString(*value)) return absl::DataLossError("upload record does not parse");
+  return rec.committed_offset();
+}
+
+absl::StatusOr<std::vector<FeedItem>> Store::ReadFeed(uint64_t after_seq, size_t limit) const {
+  std::vector<FeedItem> out;
+  const uint64_t last = last_seq();  // never show entries of a group still being written
+  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), feed_));
+  for (it->Seek(BigEndian64(after_seq + 1)); it->Valid(); it->Next()) {
+    if (limit != 0 && out.size() >= limit) break;
+    uint64_t seq = ParseBigEndian64(storage::View(it->key()));
+    if (seq > last) break;
+    absl::string_view v = storage::View(it->value());
+    if (v.size() != kSha256Bytes + 16) return absl::DataLossError("feed entry is malformed");
+    VAULT_ASSIGN_OR_RETURN(Digest d, Digest::FromKey(v.substr(0, kSha256Bytes + 8)));
+    out.push_back(FeedItem{seq, std::move(d),
+                           static_cast<int64_t>(ParseBigEndian64(v.substr(kSha256Bytes + 8)))});
+  }
+  VAULT_RETURN_IF_ERROR(storage::ToStatus(it->status(), "read change feed"));
+  return out;
+}
+
+uint64_t Store::WaitForNewer(uint64_t after_seq, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closed_ || last_seq_.load(std::memory_order_acquire) > after_seq;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  return last_seq_.load(std::memory_order_acquire);
+}
+
+void Store::Close() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+}
+
+StoreTotals Store::totals() const {
+  absl::MutexLock lock(&mu_);
+  return totals_;
+}
+
+}  // namespace vault::cas

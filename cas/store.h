@@ -1,0 +1,221 @@
+// cas: the content-addressed store over the vault's RocksDB.
+//
+// Objects are addressed by Digest (SHA-256 + size). Every byte given to the store is hashed
+// and checked against the claimed digest; a mismatch is refused (INVALID_ARGUMENT) and no
+// object is stored. Objects below the chunking threshold are stored whole (cas_data); larger
+// ones as content-defined chunks (cas_chunks, RocksDB blob files) plus a manifest, so identical
+// chunks are stored once and uploads resume. Every newly stored object gets the next change-feed
+// sequence number (cas_feed), assigned in commit order with no gaps; a write is acknowledged
+// only once durable, and concurrent writes share one RocksDB write (group commit).
+//
+//   VAULT_ASSIGN_OR_RETURN(auto store, cas::Store::Open(db.get(), cas::StoreOptions{}));
+//   VAULT_ASSIGN_OR_RETURN(cas::PutOutcome out, store->Put(Digest::Of(bytes), bytes));
+//   VAULT_ASSIGN_OR_RETURN(std::string back, store->ReadAll(digest));
+//
+//   // Large objects, streamed and resumable:
+//   VAULT_ASSIGN_OR_RETURN(auto upload, store->StartUpload(digest, store->UploadOffset(d)));
+//   VAULT_RETURN_IF_ERROR(upload->Append(piece)); ...
+//   VAULT_ASSIGN_OR_RETURN(cas::PutOutcome out, upload->Finish());
+//
+// Thread-safety: every Store method is thread-safe. An Upload belongs to one thread at a time;
+// only one Upload per object exists at once (a second StartUpload gets ABORTED).
+#ifndef VAULT_CAS_STORE_H_
+#define VAULT_CAS_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "cas/chunker.h"
+#include "cas/digest.h"
+#include "storage/database.h"
+#include "storage/group_commit.h"
+#include "vault/v1/cas_records.pb.h"
+
+namespace vault::cas {
+
+struct StoreOptions {
+  uint64_t max_object_bytes = uint64_t{64} << 30;
+  uint64_t chunking_threshold = uint64_t{4} << 20;
+  size_t chunk_avg_bytes = 512 << 10;
+  absl::Duration upload_ttl = absl::Hours(24);
+};
+
+struct PutOutcome {
+  uint64_t seq = 0;              // the object's feed sequence number
+  bool already_present = false;  // stored before; nothing was written
+};
+
+struct PutItem {
+  Digest digest;
+  absl::string_view data;
+};
+
+struct ObjectInfo {
+  Digest digest;
+  uint64_t seq = 0;
+  bool chunked = false;
+  uint32_t chunk_count = 0;
+  int64_t stored_unix_ms = 0;
+};
+
+struct FeedItem {
+  uint64_t seq = 0;
+  Digest digest;
+  int64_t stored_unix_ms = 0;
+};
+
+struct StoreTotals {
+  uint64_t objects = 0;
+  uint64_t bytes = 0;
+};
+
+class Store;
+
+// A streaming, resumable upload of one object. Destroying it without Finish keeps the durable
+// progress (chunk boundaries) for a later resume.
+class Upload {
+ public:
+  ~Upload();
+  Upload(const Upload&) = delete;
+  Upload& operator=(const Upload&) = delete;
+
+  // Bytes received so far (including those before a resume point).
+  uint64_t offset() const { return offset_; }
+  // Takes the next bytes. INVALID_ARGUMENT past the claimed size.
+  absl::Status Append(absl::string_view data);
+  // Verifies the whole content and stores the object. INVALID_ARGUMENT on a digest mismatch
+  // (the upload is discarded); FAILED_PRECONDITION when fewer bytes than the size arrived (the
+  // durable part stays for a resume).
+  absl::StatusOr<PutOutcome> Finish();
+
+ private:
+  friend class Store;
+  Upload(Store* store, Digest digest);
+  absl::Status FlushChunks(bool eof);
+
+  Store* const store_;
+  const Digest digest_;
+  const std::string key_;
+  uint64_t offset_ = 0;
+  bool present_ = false;        // object already stored: data is discarded
+  PutOutcome present_outcome_;  // for present_
+  bool chunked_ = false;
+  std::string inline_data_;     // !chunked_
+  std::unique_ptr<Chunker> chunker_;
+  std::vector<std::pair<std::string, uint32_t>> chunks_;  // (sha256, size) in order
+  Sha256 hash_;
+  uint64_t committed_offset_ = 0;  // durable bytes (chunk boundaries)
+  uint32_t chunk_count_ = 0;
+  int64_t started_unix_ms_ = 0;
+  bool finished_ = false;
+};
+
+class Store {
+ public:
+  // The column families the store needs; node/ opens the Database with them.
+  static std::vector<storage::ColumnFamilySpec> ColumnFamilies();
+  static absl::StatusOr<std::unique_ptr<Store>> Open(storage::Database* db,
+                                                     const StoreOptions& options);
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+  ~Store();
+
+  // Verifies `data` against `digest` and stores it.
+  absl::StatusOr<PutOutcome> Put(const Digest& digest, absl::string_view data);
+  // Many small objects, each verified; all valid ones are stored by one durable write.
+  std::vector<absl::StatusOr<PutOutcome>> PutMany(absl::Span<const PutItem> items);
+
+  // The digests that are not stored, in input order, without duplicates.
+  absl::StatusOr<std::vector<Digest>> FindMissing(absl::Span<const Digest> digests) const;
+  absl::StatusOr<bool> Contains(const Digest& digest) const;
+  // NOT_FOUND when the object is not stored.
+  absl::StatusOr<ObjectInfo> Stat(const Digest& digest) const;
+  // Durable bytes of an interrupted upload of `digest` (0 when there is none).
+  absl::StatusOr<uint64_t> UploadOffset(const Digest& digest) const;
+
+  // Streams bytes [offset, offset + limit) (limit 0: to the end) to `sink` in pieces of at most
+  // `piece_bytes`. Stored bytes are verified against their hashes as they are read: DATA_LOSS
+  // rather than corrupt bytes. OUT_OF_RANGE when offset > size.
+  absl::Status Read(const Digest& digest, uint64_t offset, uint64_t limit, size_t piece_bytes,
+                    const std::function<absl::Status(uint64_t offset, absl::string_view)>& sink)
+      const;
+  absl::StatusOr<std::string> ReadAll(const Digest& digest) const;
+
+  // Begins (offset 0) or resumes (offset = UploadOffset) a streaming upload.
+  absl::StatusOr<std::unique_ptr<Upload>> StartUpload(const Digest& digest, uint64_t offset);
+
+  // Feed entries with seq > after_seq, at most `limit` (0: no limit).
+  absl::StatusOr<std::vector<FeedItem>> ReadFeed(uint64_t after_seq, size_t limit) const;
+  uint64_t last_seq() const { return last_seq_.load(std::memory_order_acquire); }
+  // Waits until last_seq() > after_seq, or `timeout`, or Close(). Returns last_seq().
+  uint64_t WaitForNewer(uint64_t after_seq, absl::Duration timeout) const;
+  // Wakes every WaitForNewer; later waits return at once.
+  void Close();
+  StoreTotals totals() const;
+
+  const StoreOptions& options() const { return options_; }
+
+ private:
+  friend class Upload;
+  struct CommitOp {
+    const Digest* digest = nullptr;
+    absl::string_view data;  // inline bytes, or the serialized manifest
+    bool chunked = false;
+    uint32_t chunk_count = 0;
+    bool from_upload = false;  // delete the upload's records
+    PutOutcome outcome;
+  };
+
+  Store(storage::Database* db, const StoreOptions& options, ChunkerParams chunker);
+  absl::Status Recover();
+  absl::Status PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::WriteBatch* batch);
+  void FinishGroup(absl::Span<CommitOp* const> ops, const absl::Status& written);
+  absl::Status CheckSize(const Digest& digest) const;
+  void DeleteUploadRecords(const std::string& key, rocksdb::WriteBatch* batch) const;
+  // Stores one chunk (once per content) and appends it to the upload's chunk list.
+  absl::Status PersistChunk(const std::string& upload_key, uint32_t index, absl::string_view chunk,
+                            const std::string& chunk_hash, const vault::v1::UploadRecord& rec);
+  absl::StatusOr<std::string> GetValue(rocksdb::ColumnFamilyHandle* cf, const std::string& key,
+                                       absl::string_view what) const;
+  void ReleaseUpload(const std::string& key);
+
+  storage::Database* const db_;
+  const StoreOptions options_;
+  const ChunkerParams chunker_params_;
+  rocksdb::ColumnFamilyHandle* const meta_;
+  rocksdb::ColumnFamilyHandle* const data_;
+  rocksdb::ColumnFamilyHandle* const chunks_;
+  rocksdb::ColumnFamilyHandle* const chunk_index_;
+  rocksdb::ColumnFamilyHandle* const uploads_;
+  rocksdb::ColumnFamilyHandle* const feed_;
+
+  // Owned by whichever thread is the group-commit leader (serial by construction).
+  uint64_t next_seq_ = 1;
+  StoreTotals leader_totals_;
+  uint64_t pending_next_seq_ = 1;
+  StoreTotals pending_totals_;
+  std::unique_ptr<storage::GroupCommitter<CommitOp>> committer_;
+
+  std::atomic<uint64_t> last_seq_{0};
+  mutable absl::Mutex mu_;
+  StoreTotals totals_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_set<std::string> active_uploads_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace vault::cas
+
+#endif  // VAULT_CAS_STORE_H_

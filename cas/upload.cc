@@ -1,0 +1,279 @@
+// Streaming, resumable uploads and streaming reads of the CAS.
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "cas/store.h"
+#include "common/status_macros.h"
+#include "rocksdb/write_batch.h"
+
+namespace vault::cas {
+namespace {
+
+std::string BigEndian32(uint32_t v) {
+  std::string out(4, '\0');
+  for (int i = 3; i >= 0; --i, v >>= 8) out[i] = static_cast<char>(v & 0xff);
+  return out;
+}
+
+int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
+
+absl::Status VerifyBytes(absl::string_view bytes, absl::string_view sha256, uint64_t size,
+                         absl::string_view what) {
+  if (bytes.size() != size || Sha256::Hash(bytes) != sha256) {
+    return absl::DataLossError(absl::StrCat("stored bytes of ", what,
+                                            " do not match their digest (corrupt storage)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Upload::Upload(Store* store, Digest digest)
+    : store_(store), digest_(std::move(digest)), key_(digest_.Key()) {}
+
+Upload::~Upload() { store_->ReleaseUpload(key_); }
+
+void Store::ReleaseUpload(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  active_uploads_.erase(key);
+}
+
+absl::StatusOr<std::unique_ptr<Upload>> Store::StartUpload(const Digest& digest, uint64_t offset) {
+  VAULT_RETURN_IF_ERROR(CheckSize(digest));
+  const std::string key = digest.Key();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!active_uploads_.insert(key).second) {
+      return absl::AbortedError(
+          absl::StrCat("another upload of ", digest.ToString(), " is in progress"));
+    }
+  }
+  std::unique_ptr<Upload> up(new Upload(this, digest));  // releases the claim when destroyed
+  if (offset > digest.size()) {
+    return absl::OutOfRangeError(absl::StrCat("offset ", offset, " is past the end of ",
+                                              digest.ToString()));
+  }
+  absl::StatusOr<ObjectInfo> info = Stat(digest);
+  if (info.ok()) {
+    up->present_ = true;
+    up->present_outcome_ = {info->seq, true};
+    up->offset_ = offset;
+    return up;
+  }
+  if (!absl::IsNotFound(info.status())) return info.status();
+
+  if (digest.size() < options_.chunking_threshold) {
+    if (offset != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot resume ", digest.ToString(), " at offset ", offset,
+          ": objects below the chunking threshold keep no partial upload; start at offset 0"));
+    }
+    return up;
+  }
+
+  up->chunked_ = true;
+  up->chunker_ = std::make_unique<Chunker>(chunker_params_);
+  up->started_unix_ms_ = NowMs();
+  absl::StatusOr<std::string> rec_value = GetValue(uploads_, key, "look up upload");
+  if (!rec_value.ok() && !absl::IsNotFound(rec_value.status())) return rec_value.status();
+  vault::v1::UploadRecord rec;
+  if (rec_value.ok() && !rec.ParseFromString(*rec_value)) {
+    return absl::DataLossError("upload record does not parse");
+  }
+  if (offset == 0) {
+    if (rec_value.ok()) {  // restart from scratch
+      rocksdb::WriteBatch batch;
+      DeleteUploadRecords(key, &batch);
+      VAULT_RETURN_IF_ERROR(db_->WriteUnsynced(&batch));
+    }
+    return up;
+  }
+  if (!rec_value.ok() || rec.committed_offset() != offset) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot resume ", digest.ToString(), " at offset ", offset, ": durable bytes end at ",
+        rec_value.ok() ? rec.committed_offset() : 0));
+  }
+  // Resume: rebuild the running hash from the durable chunks, verifying each.
+  for (uint32_t i = 0; i < rec.chunk_count(); ++i) {
+    VAULT_ASSIGN_OR_RETURN(std::string ref_value,
+                           GetValue(uploads_, absl::StrCat(key, BigEndian32(i)), "read upload"));
+    vault::v1::ChunkRef ref;
+    if (!ref.ParseFromString(ref_value)) return absl::DataLossError("upload chunk ref is corrupt");
+    VAULT_ASSIGN_OR_RETURN(std::string chunk, GetValue(chunks_, ref.sha256(), "read chunk"));
+    VAULT_RETURN_IF_ERROR(VerifyBytes(chunk, ref.sha256(), ref.size(), "an uploaded chunk"));
+    up->hash_.Update(chunk);
+    up->chunks_.emplace_back(ref.sha256(), ref.size());
+  }
+  up->offset_ = up->committed_offset_ = rec.committed_offset();
+  up->chunk_count_ = rec.chunk_count();
+  up->started_unix_ms_ = rec.started_unix_ms();
+  return up;
+}
+
+absl::Status Store::PersistChunk(const std::string& upload_key, uint32_t index,
+                                 absl::string_view chunk, const std::string& chunk_hash,
+                                 const vault::v1::UploadRecord& rec) {
+  rocksdb::WriteBatch batch;
+  std::string present;
+  rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), chunk_index_, chunk_hash, &present);
+  if (s.IsNotFound()) {
+    batch.Put(chunks_, chunk_hash, rocksdb::Slice(chunk.data(), chunk.size()));
+    batch.Put(chunk_index_, chunk_hash, BigEndian32(static_cast<uint32_t>(chunk.size())));
+  } else if (!s.ok()) {
+    return storage::ToStatus(s, "look up chunk");
+  }
+  vault::v1::ChunkRef ref;
+  ref.set_sha256(chunk_hash);
+  ref.set_size(static_cast<uint32_t>(chunk.size()));
+  batch.Put(uploads_, absl::StrCat(upload_key, BigEndian32(index)), ref.SerializeAsString());
+  batch.Put(uploads_, upload_key, rec.SerializeAsString());
+  // Unsynced: the object's own commit syncs the WAL, which holds these writes before it.
+  return db_->WriteUnsynced(&batch);
+}
+
+absl::Status Upload::Append(absl::string_view data) {
+  if (finished_) return absl::FailedPreconditionError("upload already finished");
+  if (data.size() > digest_.size() - offset_) {
+    return absl::InvalidArgumentError(absl::StrCat("upload of ", digest_.ToString(),
+                                                   " sends more bytes than its size"));
+  }
+  offset_ += data.size();
+  if (present_) return absl::OkStatus();
+  hash_.Update(data);
+  if (!chunked_) {
+    inline_data_.append(data.data(), data.size());
+    return absl::OkStatus();
+  }
+  chunker_->Append(data);
+  return FlushChunks(/*eof=*/false);
+}
+
+absl::Status Upload::FlushChunks(bool eof) {
+  while (std::optional<std::string> chunk = chunker_->Next(eof)) {
+    std::string hash = Sha256::Hash(*chunk);
+    vault::v1::UploadRecord rec;
+    rec.set_committed_offset(committed_offset_ + chunk->size());
+    rec.set_chunk_count(chunk_count_ + 1);
+    rec.set_started_unix_ms(started_unix_ms_);
+    rec.set_updated_unix_ms(NowMs());
+    VAULT_RETURN_IF_ERROR(store_->PersistChunk(key_, chunk_count_, *chunk, hash, rec));
+    committed_offset_ += chunk->size();
+    ++chunk_count_;
+    chunks_.emplace_back(std::move(hash), static_cast<uint32_t>(chunk->size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PutOutcome> Upload::Finish() {
+  if (finished_) return absl::FailedPreconditionError("upload already finished");
+  if (present_) {
+    finished_ = true;
+    return present_outcome_;
+  }
+  if (offset_ != digest_.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "upload of ", digest_.ToString(), " ended after ", offset_, " of ", digest_.size(),
+        " bytes; ", committed_offset_, " bytes are durable and the upload can resume there"));
+  }
+  finished_ = true;
+  std::string actual = hash_.Finish();
+  if (actual != digest_.sha256()) {
+    if (chunked_) {
+      rocksdb::WriteBatch batch;
+      store_->DeleteUploadRecords(key_, &batch);
+      VAULT_RETURN_IF_ERROR(store_->db_->WriteUnsynced(&batch));
+    }
+    VAULT_ASSIGN_OR_RETURN(Digest got, Digest::FromParts(actual, offset_));
+    return absl::InvalidArgumentError(absl::StrCat("digest mismatch: claimed ", digest_.ToString(),
+                                                   ", content hashes to ", got.ToString(),
+                                                   "; nothing stored"));
+  }
+  Store::CommitOp op{.digest = &digest_};
+  std::string manifest_bytes;
+  if (chunked_) {
+    VAULT_RETURN_IF_ERROR(FlushChunks(/*eof=*/true));
+    vault::v1::Manifest manifest;
+    for (const auto& [hash, size] : chunks_) {
+      vault::v1::ChunkRef* ref = manifest.add_chunks();
+      ref->set_sha256(hash);
+      ref->set_size(size);
+    }
+    manifest_bytes = manifest.SerializeAsString();
+    op.data = manifest_bytes;
+    op.chunked = true;
+    op.chunk_count = chunk_count_;
+    op.from_upload = true;
+  } else {
+    op.data = inline_data_;
+  }
+  VAULT_RETURN_IF_ERROR(store_->committer_->Commit(&op));
+  return op.outcome;
+}
+
+absl::Status Store::Read(
+    const Digest& digest, uint64_t offset, uint64_t limit, size_t piece_bytes,
+    const std::function<absl::Status(uint64_t offset, absl::string_view)>& sink) const {
+  VAULT_ASSIGN_OR_RETURN(ObjectInfo info, Stat(digest));
+  if (offset > digest.size()) {
+    return absl::OutOfRangeError(absl::StrCat("offset ", offset, " is past the end of ",
+                                              digest.ToString()));
+  }
+  if (piece_bytes == 0) piece_bytes = 1 << 20;
+  const uint64_t end =
+      (limit == 0 || limit > digest.size() - offset) ? digest.size() : offset + limit;
+  const std::string key = digest.Key();
+  rocksdb::PinnableSlice value;
+  VAULT_RETURN_IF_ERROR(
+      storage::ToStatus(db_->db()->Get(rocksdb::ReadOptions(), data_, key, &value),
+                        absl::StrCat("read ", digest.ToString())));
+  auto emit = [&](absl::string_view bytes, uint64_t at) -> absl::Status {
+    // `bytes` starts at object offset `at`; send its part inside [offset, end).
+    uint64_t from = std::max(offset, at);
+    uint64_t to = std::min<uint64_t>(end, at + bytes.size());
+    for (uint64_t pos = from; pos < to; pos += piece_bytes) {
+      uint64_t n = std::min<uint64_t>(piece_bytes, to - pos);
+      VAULT_RETURN_IF_ERROR(sink(pos, bytes.substr(pos - at, n)));
+    }
+    return absl::OkStatus();
+  };
+  if (!info.chunked) {
+    VAULT_RETURN_IF_ERROR(
+        VerifyBytes(storage::View(value), digest.sha256(), digest.size(), digest.ToString()));
+    return emit(storage::View(value), 0);
+  }
+  vault::v1::Manifest manifest;
+  if (!manifest.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+    return absl::DataLossError(absl::StrCat("manifest of ", digest.ToString(), " is corrupt"));
+  }
+  uint64_t at = 0;
+  for (const vault::v1::ChunkRef& ref : manifest.chunks()) {
+    if (at >= end) break;
+    if (at + ref.size() > offset) {
+      rocksdb::PinnableSlice chunk;
+      VAULT_RETURN_IF_ERROR(storage::ToStatus(
+          db_->db()->Get(rocksdb::ReadOptions(), chunks_, ref.sha256(), &chunk),
+          absl::StrCat("read a chunk of ", digest.ToString())));
+      VAULT_RETURN_IF_ERROR(VerifyBytes(storage::View(chunk), ref.sha256(), ref.size(),
+                                        absl::StrCat("a chunk of ", digest.ToString())));
+      VAULT_RETURN_IF_ERROR(emit(storage::View(chunk), at));
+    }
+    at += ref.size();
+  }
+  if (at != digest.size()) {
+    return absl::DataLossError(absl::StrCat("manifest of ", digest.ToString(), " covers ", at,
+                                            " bytes, not ", digest.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Store::ReadAll(const Digest& digest) const {
+  std::string out;
+  out.reserve(digest.size());
+  VAULT_RETURN_IF_ERROR(Read(digest, 0, 0, 1 << 20, [&](uint64_t, absl::string_view piece) {
+    out.append(piece.data(), piece.size());
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+}  // namespace vault::cas

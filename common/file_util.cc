@@ -1,0 +1,177 @@
+#include "common/file_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+
+namespace vault::common {
+namespace {
+
+absl::StatusCode CodeForErrno(int err) {
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      return absl::StatusCode::kNotFound;
+    case EEXIST:
+      return absl::StatusCode::kAlreadyExists;
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return absl::StatusCode::kPermissionDenied;
+    case ENOSPC:
+    case EDQUOT:
+    case EMFILE:
+    case ENFILE:
+    case ENOMEM:
+      return absl::StatusCode::kResourceExhausted;
+    case EINVAL:
+    case ENAMETOOLONG:
+    case EISDIR:
+      return absl::StatusCode::kInvalidArgument;
+    case EINTR:
+    case EAGAIN:
+      return absl::StatusCode::kUnavailable;
+    default:
+      return absl::StatusCode::kInternal;
+  }
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int get() const { return fd_; }
+  absl::Status Close(absl::string_view what) {
+    int fd = fd_;
+    fd_ = -1;
+    if (close(fd) != 0) return PosixError(errno, what);
+    return absl::OkStatus();
+  }
+
+ private:
+  int fd_;
+};
+
+absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {
+  while (!data.empty()) {
+    ssize_t n = write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return PosixError(errno, absl::StrCat("write ", path));
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SyncDir(const std::string& dir) {
+  Fd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) return PosixError(errno, absl::StrCat("open directory ", dir));
+  if (fsync(fd.get()) != 0) return PosixError(errno, absl::StrCat("fsync ", dir));
+  return absl::OkStatus();
+}
+
+absl::Status WriteAndSync(const std::string& path, absl::string_view data, mode_t mode,
+                          int extra_flags) {
+  Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | extra_flags, mode));
+  if (fd.get() < 0) return PosixError(errno, absl::StrCat("create ", path));
+  // The umask may have removed bits; the caller's mode is what it asked for.
+  if (fchmod(fd.get(), mode) != 0) return PosixError(errno, absl::StrCat("chmod ", path));
+  VAULT_RETURN_IF_ERROR(WriteAll(fd.get(), data, path));
+  if (fsync(fd.get()) != 0) return PosixError(errno, absl::StrCat("fsync ", path));
+  return fd.Close(absl::StrCat("close ", path));
+}
+
+}  // namespace
+
+absl::Status PosixError(int err, absl::string_view what) {
+  return absl::Status(CodeForErrno(err), absl::StrCat(what, ": ", strerror(err)));
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return PosixError(errno, absl::StrCat("open ", path));
+  std::string out;
+  char buf[65536];
+  while (true) {
+    ssize_t n = read(fd.get(), buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return PosixError(errno, absl::StrCat("read ", path));
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+absl::Status WriteFileAtomic(const std::string& path, absl::string_view data, mode_t mode) {
+  std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  absl::Status s = WriteAndSync(tmp, data, mode, O_TRUNC);
+  if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
+    s = PosixError(errno, absl::StrCat("rename ", tmp, " to ", path));
+  }
+  if (!s.ok()) {
+    unlink(tmp.c_str());
+    return s;
+  }
+  return SyncDir(DirName(path));
+}
+
+absl::Status WriteNewFile(const std::string& path, absl::string_view data, mode_t mode) {
+  absl::Status s = WriteAndSync(path, data, mode, O_EXCL);
+  if (!s.ok()) {
+    if (s.code() != absl::StatusCode::kAlreadyExists) unlink(path.c_str());
+    return s;
+  }
+  return SyncDir(DirName(path));
+}
+
+absl::Status MakeDirs(const std::string& path, mode_t mode) {
+  if (path.empty()) return absl::InvalidArgumentError("empty directory path");
+  std::string current = path[0] == '/' ? "/" : "";
+  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    absl::StrAppend(&current, part, "/");
+    if (mkdir(current.c_str(), mode) != 0 && errno != EEXIST) {
+      return PosixError(errno, absl::StrCat("mkdir ", current));
+    }
+  }
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return PosixError(errno, absl::StrCat("stat ", path));
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(path, " exists and is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
+bool PathExists(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0;
+}
+
+std::string ResolvePath(absl::string_view base_dir, absl::string_view path) {
+  if (path.empty() || path[0] == '/' || base_dir.empty()) return std::string(path);
+  if (base_dir.back() == '/') return absl::StrCat(base_dir, path);
+  return absl::StrCat(base_dir, "/", path);
+}
+
+std::string DirName(absl::string_view path) {
+  size_t slash = path.rfind('/');
+  if (slash == absl::string_view::npos) return ".";
+  if (slash == 0) return "/";
+  return std::string(path.substr(0, slash));
+}
+
+}  // namespace vault::common
