@@ -1,0 +1,402 @@
+#include "node/cas_service.h"
+
+#include <grpcpp/alarm.h>
+
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "node/grpc_status.h"
+
+namespace vault::node {
+namespace {
+
+using vault::v1::FeedRequest;
+using vault::v1::FeedResponse;
+using vault::v1::GetRequest;
+using vault::v1::GetResponse;
+using vault::v1::PutRequest;
+using vault::v1::PutResponse;
+
+const grpc::Status kBusy(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                         "vault is busy: storage work queue is full; retry with backoff");
+
+absl::StatusOr<cas::Digest> ParseDigest(const vault::v1::Digest& d, absl::string_view what) {
+  absl::StatusOr<cas::Digest> out = FromProto(d);
+  if (!out.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", out.status().message()));
+  return out;
+}
+
+void FillPutResult(const cas::Digest& digest, const absl::StatusOr<cas::PutOutcome>& outcome,
+                   vault::v1::PutResult* out) {
+  ToProto(digest, out->mutable_digest());
+  SetItemStatus(outcome.status(), out->mutable_status());
+  if (outcome.ok()) {
+    out->set_already_present(outcome->already_present);
+    out->set_seq(outcome->seq);
+  }
+}
+
+// A streaming reactor's finish-once guard: reactors may be finished from an executor thread, an
+// alarm or a cancellation, whichever comes first.
+class FinishOnce {
+ public:
+  bool Claim() {
+    absl::MutexLock lock(&mu_);
+    if (done_) return false;
+    done_ = true;
+    return true;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class PutReactor final : public grpc::ServerReadReactor<PutRequest> {
+ public:
+  PutReactor(grpc::CallbackServerContext* ctx, cas::Store* store, common::Executor* executor,
+             PutResponse* resp)
+      : ctx_(ctx), store_(store), executor_(executor), resp_(resp) {
+    StartRead(&req_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      if (ctx_->IsCancelled()) return Done(grpc::Status::CANCELLED);
+      if (!executor_->Schedule([this] { FinishUpload(); })) Done(kBusy);
+      return;
+    }
+    if (!executor_->Schedule([this] { HandleMessage(); })) Done(kBusy);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void HandleMessage() {
+    if (upload_ == nullptr) {
+      absl::StatusOr<cas::Digest> digest = ParseDigest(req_.digest(), "Put: first message");
+      if (!digest.ok()) return Done(ToGrpc(digest.status()));
+      digest_ = *digest;
+      absl::StatusOr<std::unique_ptr<cas::Upload>> upload =
+          store_->StartUpload(digest_, req_.offset());
+      if (!upload.ok()) return Done(ToGrpc(upload.status()));
+      upload_ = std::move(*upload);
+    } else if (req_.has_digest() || req_.offset() != 0) {
+      return Done(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                               "Put: digest and offset belong in the first message only"));
+    }
+    absl::Status s = upload_->Append(req_.data());
+    if (!s.ok()) return Done(ToGrpc(s));
+    req_.Clear();
+    StartRead(&req_);
+  }
+
+  void FinishUpload() {
+    if (upload_ == nullptr) {
+      return Done(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                               "Put: empty stream; the first message must name the digest"));
+    }
+    absl::StatusOr<cas::PutOutcome> outcome = upload_->Finish();
+    FillPutResult(digest_, outcome, resp_->mutable_result());
+    Done(ToGrpc(outcome.status()));
+  }
+
+  void Done(const grpc::Status& status) {
+    upload_.reset();  // release the object's upload claim before the client can retry
+    Finish(status);
+  }
+
+  grpc::CallbackServerContext* const ctx_;
+  cas::Store* const store_;
+  common::Executor* const executor_;
+  PutResponse* const resp_;
+  PutRequest req_;
+  cas::Digest digest_;
+  std::unique_ptr<cas::Upload> upload_;
+};
+
+class GetReactor final : public grpc::ServerWriteReactor<GetResponse> {
+ public:
+  GetReactor(cas::Store* store, common::Executor* executor, const GetRequest& req,
+             uint32_t piece_bytes)
+      : store_(store), executor_(executor), piece_bytes_(piece_bytes) {
+    absl::StatusOr<cas::Digest> digest = ParseDigest(req.digest(), "Get");
+    if (!digest.ok()) {
+      Finish(ToGrpc(digest.status()));
+      return;
+    }
+    digest_ = *digest;
+    if (req.offset() > digest_.size()) {
+      Finish(grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
+                          absl::StrCat("offset ", req.offset(), " is past the end of ",
+                                       digest_.ToString())));
+      return;
+    }
+    pos_ = req.offset();
+    uint64_t left = digest_.size() - pos_;
+    end_ = (req.limit() == 0 || req.limit() > left) ? digest_.size() : pos_ + req.limit();
+    Next();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) return Finish(grpc::Status::CANCELLED);
+    if (pos_ >= end_) return Finish(grpc::Status::OK);
+    Next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    if (!executor_->Schedule([this] { ReadPiece(); })) Finish(kBusy);
+  }
+  void ReadPiece() {
+    resp_.Clear();
+    uint64_t n = std::min<uint64_t>(piece_bytes_, end_ - pos_);
+    absl::Status s = store_->Read(digest_, pos_, n, piece_bytes_,
+                                  [&](uint64_t offset, absl::string_view piece) {
+                                    if (resp_.data().empty()) resp_.set_offset(offset);
+                                    resp_.mutable_data()->append(piece.data(), piece.size());
+                                    return absl::OkStatus();
+                                  });
+    if (!s.ok()) return Finish(ToGrpc(s));
+    if (first_ && end_ == pos_) return Finish(grpc::Status::OK);  // empty range: object exists
+    first_ = false;
+    pos_ += resp_.data().size();
+    if (resp_.data().empty()) {
+      return Finish(grpc::Status(grpc::StatusCode::DATA_LOSS, "stored object is shorter than its size"));
+    }
+    StartWrite(&resp_);
+  }
+
+  cas::Store* const store_;
+  common::Executor* const executor_;
+  const uint32_t piece_bytes_;
+  cas::Digest digest_;
+  uint64_t pos_ = 0;
+  uint64_t end_ = 0;
+  bool first_ = true;
+  GetResponse resp_;
+};
+
+class FeedReactor final : public grpc::ServerWriteReactor<FeedResponse> {
+ public:
+  FeedReactor(cas::Store* store, common::Executor* executor, const FeedRequest& req,
+              uint32_t page)
+      : store_(store),
+        executor_(executor),
+        page_(page),
+        after_(req.after_seq()),
+        remaining_(req.limit()),
+        limited_(req.limit() != 0),
+        follow_(req.follow()) {
+    Next();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) return Done(grpc::Status::CANCELLED);
+    if (limited_ && remaining_ == 0) return Done(grpc::Status::OK);
+    Next();
+  }
+  void OnCancel() override {
+    cancelled_.store(true);
+    alarm_.Cancel();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    if (!executor_->Schedule([this] { ReadPage(); })) Done(kBusy);
+  }
+  void ReadPage() {
+    if (cancelled_.load()) return Done(grpc::Status::CANCELLED);
+    size_t n = page_;
+    if (limited_ && remaining_ < n) n = remaining_;
+    absl::StatusOr<std::vector<cas::FeedItem>> items = store_->ReadFeed(after_, n);
+    if (!items.ok()) return Done(ToGrpc(items.status()));
+    if (items->empty()) {
+      if (!follow_) return Done(grpc::Status::OK);
+      // Nothing new: look again shortly (an alarm, so no thread waits).
+      alarm_.Set(std::chrono::system_clock::now() + std::chrono::milliseconds(100),
+                 [this](bool fired) {
+                   if (!fired || cancelled_.load()) return Done(grpc::Status::CANCELLED);
+                   Next();
+                 });
+      return;
+    }
+    resp_.Clear();
+    for (const cas::FeedItem& item : *items) {
+      vault::v1::FeedEntry* e = resp_.add_entries();
+      e->set_seq(item.seq);
+      ToProto(item.digest, e->mutable_digest());
+      e->set_stored_unix_ms(item.stored_unix_ms);
+    }
+    after_ = items->back().seq;
+    if (limited_) remaining_ -= items->size();
+    resp_.set_last_seq(store_->last_seq());
+    StartWrite(&resp_);
+  }
+  void Done(const grpc::Status& status) {
+    if (finish_.Claim()) Finish(status);
+  }
+
+  cas::Store* const store_;
+  common::Executor* const executor_;
+  const uint32_t page_;
+  uint64_t after_;
+  uint64_t remaining_;
+  const bool limited_;
+  const bool follow_;
+  std::atomic<bool> cancelled_{false};
+  grpc::Alarm alarm_;
+  FinishOnce finish_;
+  FeedResponse resp_;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* CasService::RunUnary(grpc::CallbackServerContext* ctx,
+                                               std::function<absl::Status()> work) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  bool queued = executor_->Schedule(
+      [reactor, work = std::move(work)] { reactor->Finish(ToGrpc(work())); });
+  if (!queued) reactor->Finish(kBusy);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CasService::FindMissing(grpc::CallbackServerContext* ctx,
+                                                  const vault::v1::FindMissingRequest* req,
+                                                  vault::v1::FindMissingResponse* resp) {
+  return RunUnary(ctx, [this, req, resp]() -> absl::Status {
+    if (static_cast<uint64_t>(req->digests_size()) > limits_.max_find_missing) {
+      return absl::InvalidArgumentError(absl::StrCat("FindMissing: ", req->digests_size(),
+                                                     " digests; the limit is ",
+                                                     limits_.max_find_missing, " per call"));
+    }
+    std::vector<cas::Digest> digests;
+    digests.reserve(req->digests_size());
+    for (int i = 0; i < req->digests_size(); ++i) {
+      absl::StatusOr<cas::Digest> d =
+          ParseDigest(req->digests(i), absl::StrCat("FindMissing: digests[", i, "]"));
+      if (!d.ok()) return d.status();
+      digests.push_back(*std::move(d));
+    }
+    absl::StatusOr<std::vector<cas::Digest>> missing = store_->FindMissing(digests);
+    if (!missing.ok()) return missing.status();
+    for (const cas::Digest& d : *missing) ToProto(d, resp->add_missing());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* CasService::BatchPut(grpc::CallbackServerContext* ctx,
+                                               const vault::v1::BatchPutRequest* req,
+                                               vault::v1::BatchPutResponse* resp) {
+  return RunUnary(ctx, [this, req, resp]() -> absl::Status {
+    uint64_t total = 0;
+    for (const auto& item : req->items()) total += item.data().size();
+    if (total > limits_.max_batch_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "BatchPut: ", total, " bytes of data; the limit is ", limits_.max_batch_bytes,
+          " per call (use several calls, or the streaming Put for large objects)"));
+    }
+    std::vector<cas::Digest> digests(req->items_size());
+    std::vector<absl::Status> parse(req->items_size());
+    std::vector<cas::PutItem> items;
+    std::vector<int> index;
+    for (int i = 0; i < req->items_size(); ++i) {
+      absl::StatusOr<cas::Digest> d =
+          ParseDigest(req->items(i).digest(), absl::StrCat("BatchPut: items[", i, "]"));
+      if (!d.ok()) {
+        parse[i] = d.status();
+        continue;
+      }
+      digests[i] = *std::move(d);
+      items.push_back(cas::PutItem{digests[i], req->items(i).data()});
+      index.push_back(i);
+    }
+    std::vector<absl::StatusOr<cas::PutOutcome>> outcomes = store_->PutMany(items);
+    for (int i = 0; i < req->items_size(); ++i) resp->add_results();
+    for (int i = 0; i < req->items_size(); ++i) {
+      if (!parse[i].ok()) {
+        SetItemStatus(parse[i], resp->mutable_results(i)->mutable_status());
+        *resp->mutable_results(i)->mutable_digest() = req->items(i).digest();
+      }
+    }
+    for (size_t k = 0; k < index.size(); ++k) {
+      FillPutResult(digests[index[k]], outcomes[k], resp->mutable_results(index[k]));
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* CasService::BatchGet(grpc::CallbackServerContext* ctx,
+                                               const vault::v1::BatchGetRequest* req,
+                                               vault::v1::BatchGetResponse* resp) {
+  return RunUnary(ctx, [this, req, resp]() -> absl::Status {
+    uint64_t total = 0;
+    for (int i = 0; i < req->digests_size(); ++i) {
+      vault::v1::BatchGetResponse::Item* item = resp->add_items();
+      *item->mutable_digest() = req->digests(i);
+      absl::StatusOr<cas::Digest> d =
+          ParseDigest(req->digests(i), absl::StrCat("BatchGet: digests[", i, "]"));
+      absl::Status s = d.status();
+      if (s.ok() && total + d->size() > limits_.max_batch_bytes) {
+        s = absl::ResourceExhaustedError(
+            absl::StrCat("BatchGet: ", d->ToString(), " does not fit in this call's limit of ",
+                         limits_.max_batch_bytes, " bytes; fetch it with Get"));
+      }
+      if (s.ok()) {
+        absl::StatusOr<std::string> data = store_->ReadAll(*d);
+        s = data.status();
+        if (s.ok()) {
+          total += data->size();
+          item->set_data(*std::move(data));
+        }
+      }
+      SetItemStatus(s, item->mutable_status());
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerReadReactor<PutRequest>* CasService::Put(grpc::CallbackServerContext* ctx,
+                                                     PutResponse* resp) {
+  return new PutReactor(ctx, store_, executor_, resp);
+}
+
+grpc::ServerWriteReactor<GetResponse>* CasService::Get(grpc::CallbackServerContext* ctx,
+                                                       const GetRequest* req) {
+  return new GetReactor(store_, executor_, *req, limits_.get_piece_bytes);
+}
+
+grpc::ServerUnaryReactor* CasService::Stat(grpc::CallbackServerContext* ctx,
+                                           const vault::v1::StatRequest* req,
+                                           vault::v1::StatResponse* resp) {
+  return RunUnary(ctx, [this, req, resp]() -> absl::Status {
+    absl::StatusOr<cas::Digest> d = ParseDigest(req->digest(), "Stat");
+    if (!d.ok()) return d.status();
+    ToProto(*d, resp->mutable_digest());
+    absl::StatusOr<cas::ObjectInfo> info = store_->Stat(*d);
+    if (info.ok()) {
+      resp->set_present(true);
+      resp->set_seq(info->seq);
+      resp->set_layout(info->chunked ? vault::v1::StatResponse::CHUNKED
+                                     : vault::v1::StatResponse::INLINE);
+      resp->set_chunk_count(info->chunk_count);
+      resp->set_stored_unix_ms(info->stored_unix_ms);
+      return absl::OkStatus();
+    }
+    if (!absl::IsNotFound(info.status())) return info.status();
+    absl::StatusOr<uint64_t> offset = store_->UploadOffset(*d);
+    if (!offset.ok()) return offset.status();
+    resp->set_upload_offset(*offset);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerWriteReactor<FeedResponse>* CasService::Feed(grpc::CallbackServerContext* ctx,
+                                                         const FeedRequest* req) {
+  return new FeedReactor(store_, executor_, *req, limits_.feed_page);
+}
+
+}  // namespace vault::node

@@ -1,0 +1,231 @@
+#include "node/config.h"
+
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/file_util.h"
+#include "common/status_macros.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+
+namespace vault::node {
+namespace {
+
+class Collector : public google::protobuf::io::ErrorCollector {
+ public:
+  explicit Collector(absl::string_view source) : source_(source) {}
+  void AddError(int line, int column, const std::string& message) override {
+    errors_.push_back(absl::StrCat(source_, ":", line + 1, ":", column + 1, ": ", message));
+  }
+  void AddWarning(int line, int column, const std::string& message) override {
+    AddError(line, column, message);
+  }
+  std::string Text() const { return absl::StrJoin(errors_, "\n"); }
+
+ private:
+  std::string source_;
+  std::vector<std::string> errors_;
+};
+
+absl::Status FieldError(absl::string_view source, absl::string_view field,
+                        absl::string_view reason) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ": field ", field, ": ", reason));
+}
+
+// host:port with a numeric port in 1..65535; host may be [v6].
+absl::Status ValidateHostPort(absl::string_view source, absl::string_view field,
+                              absl::string_view value) {
+  size_t colon = value.rfind(':');
+  if (colon == absl::string_view::npos || colon == 0) {
+    return FieldError(source, field, absl::StrCat("\"", value, "\" is not host:port"));
+  }
+  uint32_t port = 0;
+  if (!absl::SimpleAtoi(value.substr(colon + 1), &port) || port == 0 || port > 65535) {
+    return FieldError(source, field, absl::StrCat("\"", value, "\" has no port in 1..65535"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckReadable(absl::string_view source, absl::string_view field,
+                           const std::string& path) {
+  if (path.empty()) return FieldError(source, field, "is required");
+  if (access(path.c_str(), R_OK) != 0) {
+    return FieldError(source, field, common::PosixError(errno, path).message());
+  }
+  return absl::OkStatus();
+}
+
+void ResolveAll(const std::string& base, vault::v1::VaultConfig* c) {
+  auto fix = [&](std::string* p) { *p = common::ResolvePath(base, *p); };
+  fix(c->mutable_data_dir());
+  fix(c->mutable_admin_socket());
+  fix(c->mutable_key_file());
+  fix(c->mutable_tls()->mutable_cert_file());
+  fix(c->mutable_tls()->mutable_key_file());
+  fix(c->mutable_tls()->mutable_ca_file());
+}
+
+}  // namespace
+
+absl::StatusOr<vault::v1::VaultConfig> ParseConfigText(absl::string_view text,
+                                                       absl::string_view source) {
+  vault::v1::VaultConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  Collector errors(source);
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(std::string(text), &config)) {
+    return absl::InvalidArgumentError(absl::StrCat("parse error: ", errors.Text()));
+  }
+  return config;
+}
+
+absl::StatusOr<vault::v1::VaultConfig> LoadConfigFile(const std::string& path) {
+  absl::StatusOr<std::string> text = common::ReadFile(path);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("cannot read config: ", text.status().message()));
+  }
+  VAULT_ASSIGN_OR_RETURN(vault::v1::VaultConfig config, ParseConfigText(*text, path));
+  ResolveAll(common::DirName(path), &config);
+  return config;
+}
+
+absl::Status ValidateVaultName(absl::string_view name) {
+  if (name.empty() || name.size() > 63) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vault name \"", name, "\" must be 1 to 63 characters"));
+  }
+  for (char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "vault name \"", name, "\" may contain only lowercase letters, digits and '-'"));
+    }
+  }
+  if (name.front() == '-' || name.back() == '-') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vault name \"", name, "\" must not start or end with '-'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
+                            bool check_files) {
+  // Defaults.
+  if (c->admin_socket().empty() && !c->data_dir().empty()) {
+    c->set_admin_socket(absl::StrCat(c->data_dir(), "/vault.sock"));
+  }
+  if (c->log_level().empty()) c->set_log_level("info");
+  auto* st = c->mutable_storage();
+  if (!st->has_sync_writes()) st->set_sync_writes(true);
+  if (st->block_cache_mb() == 0) st->set_block_cache_mb(256);
+  auto* cas = c->mutable_cas();
+  if (cas->max_object_bytes() == 0) cas->set_max_object_bytes(uint64_t{64} << 30);
+  if (cas->chunking_threshold_bytes() == 0) cas->set_chunking_threshold_bytes(4 << 20);
+  if (cas->chunk_avg_bytes() == 0) cas->set_chunk_avg_bytes(512 << 10);
+  if (cas->max_batch_bytes() == 0) cas->set_max_batch_bytes(4 << 20);
+  if (cas->max_find_missing() == 0) cas->set_max_find_missing(100000);
+  if (cas->upload_ttl_hours() == 0) cas->set_upload_ttl_hours(24);
+  auto* srv = c->mutable_server();
+  if (srv->worker_threads() == 0) {
+    srv->set_worker_threads(std::max(4u, 2 * std::thread::hardware_concurrency()));
+  }
+  if (srv->drain_timeout_ms() == 0) srv->set_drain_timeout_ms(10000);
+  if (srv->max_message_bytes() == 0) srv->set_max_message_bytes(8 << 20);
+
+  // Validation.
+  if (c->name().empty()) return FieldError(source, "name", "is required");
+  if (absl::Status s = ValidateVaultName(c->name()); !s.ok()) {
+    return FieldError(source, "name", s.message());
+  }
+  if (c->data_dir().empty()) return FieldError(source, "data_dir", "is required");
+  if (c->admin_socket().size() >= sizeof(sockaddr_un::sun_path)) {
+    return FieldError(source, "admin_socket",
+                      absl::StrCat("path is ", c->admin_socket().size(),
+                                   " bytes; Unix socket paths must be shorter than ",
+                                   sizeof(sockaddr_un::sun_path)));
+  }
+  if (c->key_file().empty()) return FieldError(source, "key_file", "is required");
+  const absl::flat_hash_set<std::string> levels = {"trace", "debug", "info",
+                                                   "warn",  "error", "off"};
+  if (!levels.contains(c->log_level())) {
+    return FieldError(source, "log_level",
+                      absl::StrCat("\"", c->log_level(),
+                                   "\" is not one of trace, debug, info, warn, error, off"));
+  }
+  if (!c->listen_address().empty()) {
+    VAULT_RETURN_IF_ERROR(ValidateHostPort(source, "listen_address", c->listen_address()));
+    if (c->tls().cert_file().empty() || c->tls().key_file().empty() ||
+        c->tls().ca_file().empty()) {
+      return FieldError(source, "tls",
+                        "cert_file, key_file and ca_file are required with listen_address");
+    }
+  }
+  absl::flat_hash_set<std::string> names;
+  bool self_listed = false;
+  for (int i = 0; i < c->members_size(); ++i) {
+    const vault::v1::Member& m = c->members(i);
+    std::string field = absl::StrCat("members[", i, "]");
+    if (absl::Status s = ValidateVaultName(m.name()); !s.ok()) {
+      return FieldError(source, absl::StrCat(field, ".name"), s.message());
+    }
+    if (!names.insert(m.name()).second) {
+      return FieldError(source, absl::StrCat(field, ".name"),
+                        absl::StrCat("member \"", m.name(), "\" is listed twice"));
+    }
+    VAULT_RETURN_IF_ERROR(ValidateHostPort(source, absl::StrCat(field, ".address"), m.address()));
+    const std::string& key = m.public_key();
+    bool hex_ok = key.size() == 8 + 64 && key.rfind("ed25519:", 0) == 0;
+    for (size_t k = 8; hex_ok && k < key.size(); ++k) {
+      hex_ok = (key[k] >= '0' && key[k] <= '9') || (key[k] >= 'a' && key[k] <= 'f');
+    }
+    if (!hex_ok) {
+      return FieldError(source, absl::StrCat(field, ".public_key"),
+                        absl::StrCat("\"", key, "\" is not ed25519:<64 lowercase hex>"));
+    }
+    if (m.name() == c->name()) self_listed = true;
+  }
+  if (c->members_size() > 0 && !self_listed) {
+    return FieldError(source, "members",
+                      absl::StrCat("this vault (\"", c->name(), "\") is not among the members"));
+  }
+  uint64_t avg = cas->chunk_avg_bytes();
+  if (avg < (64u << 10) || avg > (4u << 20) || (avg & (avg - 1)) != 0) {
+    return FieldError(source, "cas.chunk_avg_bytes",
+                      "must be a power of two between 65536 and 4194304");
+  }
+  if (cas->chunking_threshold_bytes() < 4 * avg) {
+    return FieldError(source, "cas.chunking_threshold_bytes",
+                      absl::StrCat("must be at least 4 x cas.chunk_avg_bytes (", 4 * avg, ")"));
+  }
+  if (cas->max_batch_bytes() + (64 << 10) > srv->max_message_bytes()) {
+    return FieldError(source, "cas.max_batch_bytes",
+                      "must be at least 64 KiB below server.max_message_bytes");
+  }
+  if (srv->max_message_bytes() < (1 << 20) || srv->max_message_bytes() > (64u << 20)) {
+    return FieldError(source, "server.max_message_bytes", "must be between 1 MiB and 64 MiB");
+  }
+  if (check_files) {
+    VAULT_RETURN_IF_ERROR(CheckReadable(source, "key_file", c->key_file()));
+    if (!c->listen_address().empty()) {
+      VAULT_RETURN_IF_ERROR(CheckReadable(source, "tls.cert_file", c->tls().cert_file()));
+      VAULT_RETURN_IF_ERROR(CheckReadable(source, "tls.key_file", c->tls().key_file()));
+      VAULT_RETURN_IF_ERROR(CheckReadable(source, "tls.ca_file", c->tls().ca_file()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string ConfigToText(const vault::v1::VaultConfig& config) {
+  std::string out;
+  google::protobuf::TextFormat::Printer printer;
+  printer.PrintToString(config, &out);
+  return out;
+}
+
+}  // namespace vault::node

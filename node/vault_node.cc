@@ -1,0 +1,154 @@
+#include "node/vault_node.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "capability/principal.h"
+#include "common/file_util.h"
+#include "common/status_macros.h"
+#include "node/membership.h"
+
+namespace vault::node {
+namespace {
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MemberCredentials(
+    const vault::v1::VaultConfig& config) {
+  VAULT_ASSIGN_OR_RETURN(std::string cert, common::ReadFile(config.tls().cert_file()));
+  VAULT_ASSIGN_OR_RETURN(std::string key, common::ReadFile(config.tls().key_file()));
+  VAULT_ASSIGN_OR_RETURN(std::string ca, common::ReadFile(config.tls().ca_file()));
+  grpc::SslServerCredentialsOptions opts(
+      GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  opts.pem_root_certs = ca;
+  opts.pem_key_cert_pairs.push_back({key, cert});
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::SslServerCredentials(opts);
+  absl::flat_hash_set<std::string> members;
+  for (const vault::v1::Member& m : config.members()) members.insert(m.name());
+  members.insert(config.name());
+  creds->SetAuthMetadataProcessor(std::make_shared<MemberAuthProcessor>(std::move(members)));
+  return creds;
+}
+
+void ConfigureBuilder(const vault::v1::VaultConfig& config, grpc::ServerBuilder* b) {
+  b->SetMaxReceiveMessageSize(static_cast<int>(config.server().max_message_bytes()));
+  b->SetMaxSendMessageSize(static_cast<int>(config.server().max_message_bytes()));
+  // Detect dead peers on idle streams (Feed follow) within a minute.
+  b->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  b->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  b->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  b->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::VaultConfig& config) {
+  std::unique_ptr<VaultNode> node(new VaultNode());
+  node->config_ = config;
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+
+  VAULT_ASSIGN_OR_RETURN(capability::PrivateKey key,
+                         capability::PrivateKey::LoadFile(config.key_file()));
+  VAULT_RETURN_IF_ERROR(common::MakeDirs(config.data_dir(), 0700));
+  if (chmod(config.data_dir().c_str(), 0700) != 0) {
+    return common::PosixError(errno, absl::StrCat("chmod ", config.data_dir()));
+  }
+
+  storage::DatabaseOptions db_options{
+      .path = config.data_dir() + "/db",
+      .sync_writes = config.storage().sync_writes(),
+      .block_cache_mb = config.storage().block_cache_mb(),
+  };
+  absl::StatusOr<std::unique_ptr<storage::Database>> db =
+      storage::Database::Open(db_options, cas::Store::ColumnFamilies());
+  if (!db.ok()) {
+    if (absl::StrContains(db.status().message(), "lock")) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("data directory ", config.data_dir(),
+                       " is in use by another vaultd (", db.status().message(), ")"));
+    }
+    return db.status();
+  }
+  node->db_ = *std::move(db);
+  cas::StoreOptions store_options{
+      .max_object_bytes = config.cas().max_object_bytes(),
+      .chunking_threshold = config.cas().chunking_threshold_bytes(),
+      .chunk_avg_bytes = config.cas().chunk_avg_bytes(),
+      .upload_ttl = absl::Hours(config.cas().upload_ttl_hours()),
+  };
+  VAULT_ASSIGN_OR_RETURN(node->store_, cas::Store::Open(node->db_.get(), store_options));
+  node->executor_ =
+      std::make_unique<common::Executor>(config.server().worker_threads(), /*max_queue=*/4096);
+  CasLimits limits{.max_batch_bytes = config.cas().max_batch_bytes(),
+                   .max_find_missing = config.cas().max_find_missing()};
+  node->tcp_cas_ = std::make_unique<CasService>(node->store_.get(), node->executor_.get(), limits);
+  node->unix_cas_ =
+      std::make_unique<CasService>(node->store_.get(), node->executor_.get(), limits);
+
+  // Federation listener.
+  if (!config.listen_address().empty()) {
+    VAULT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds,
+                           MemberCredentials(config));
+    grpc::ServerBuilder b;
+    ConfigureBuilder(config, &b);
+    int port = 0;
+    b.AddListeningPort(config.listen_address(), creds, &port);
+    b.RegisterService(node->tcp_cas_.get());
+    node->tcp_server_ = b.BuildAndStart();
+    if (node->tcp_server_ == nullptr || port == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", config.listen_address(),
+                       " (address in use, or not a local address?)"));
+    }
+    std::string host = config.listen_address().substr(0, config.listen_address().rfind(':'));
+    node->listen_address_ = absl::StrCat(host, ":", port);
+  }
+
+  // Admin socket: a stale socket file from a killed vaultd is replaced (the database lock above
+  // proves no other vaultd owns this data directory).
+  const std::string& sock = config.admin_socket();
+  unlink(sock.c_str());
+  node->admin_ = std::make_unique<AdminService>(config, key.public_key().ToText(),
+                                                node->listen_address_, node->store_.get());
+  grpc::ServerBuilder b;
+  ConfigureBuilder(config, &b);
+  mode_t old_umask = umask(0177);  // the socket is created 0600
+  b.AddListeningPort(absl::StrCat("unix:", sock), grpc::InsecureServerCredentials());
+  b.RegisterService(node->unix_cas_.get());
+  b.RegisterService(node->admin_.get());
+  node->unix_server_ = b.BuildAndStart();
+  umask(old_umask);
+  if (node->unix_server_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on unix socket ", sock));
+  }
+  if (chmod(sock.c_str(), 0600) != 0) return common::PosixError(errno, absl::StrCat("chmod ", sock));
+  return node;
+}
+
+VaultNode::~VaultNode() { Shutdown(absl::ZeroDuration()); }
+
+void VaultNode::Shutdown(absl::Duration drain) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (store_ != nullptr) store_->Close();  // wakes Feed followers
+  auto deadline = std::chrono::system_clock::now() + absl::ToChronoMilliseconds(drain);
+  for (grpc::Server* s : {tcp_server_.get(), unix_server_.get()}) {
+    if (s != nullptr && s->GetHealthCheckService() != nullptr) s->GetHealthCheckService()->Shutdown();
+  }
+  if (tcp_server_ != nullptr) tcp_server_->Shutdown(deadline);
+  if (unix_server_ != nullptr) unix_server_->Shutdown(deadline);
+  if (executor_ != nullptr) executor_->Shutdown();
+  if (tcp_server_ != nullptr) tcp_server_->Wait();
+  if (unix_server_ != nullptr) unix_server_->Wait();
+  tcp_server_.reset();
+  unix_server_.reset();
+  store_.reset();
+  db_.reset();
+  unlink(config_.admin_socket().c_str());
+}
+
+}  // namespace vault::node

@@ -1,0 +1,65 @@
+// node: a running vault — its database, store and gRPC servers (vaultd's body).
+//
+// Two servers share one store: the federation listener (TCP, mutual TLS, members only) with
+// Cas, health and reflection; and the admin socket (Unix, 0600) with the same plus Admin.
+//
+//   VAULT_ASSIGN_OR_RETURN(auto node, node::VaultNode::Start(config));
+//   ... wait for SIGTERM ...
+//   node->Shutdown(absl::Milliseconds(config.server().drain_timeout_ms()));
+//
+// Thread-safety: Start/Shutdown from one thread; the servers are thread-safe.
+#ifndef VAULT_NODE_VAULT_NODE_H_
+#define VAULT_NODE_VAULT_NODE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "cas/store.h"
+#include "common/executor.h"
+#include "node/admin_service.h"
+#include "node/cas_service.h"
+#include "storage/database.h"
+#include "vault/v1/config.pb.h"
+
+namespace vault::node {
+
+class VaultNode {
+ public:
+  // `config` must have passed FinalizeConfig.
+  static absl::StatusOr<std::unique_ptr<VaultNode>> Start(const vault::v1::VaultConfig& config);
+  VaultNode(const VaultNode&) = delete;
+  VaultNode& operator=(const VaultNode&) = delete;
+  ~VaultNode();
+
+  // Stops accepting calls, lets calls in flight finish for up to `drain`, cancels the rest, and
+  // closes the database. Idempotent.
+  void Shutdown(absl::Duration drain);
+
+  // The TCP address actually bound ("" without a listener); resolves port 0.
+  const std::string& listen_address() const { return listen_address_; }
+  const std::string& admin_socket() const { return config_.admin_socket(); }
+  cas::Store* store() const { return store_.get(); }
+
+ private:
+  VaultNode() = default;
+
+  vault::v1::VaultConfig config_;
+  std::string listen_address_;
+  std::unique_ptr<storage::Database> db_;
+  std::unique_ptr<cas::Store> store_;
+  std::unique_ptr<common::Executor> executor_;
+  std::unique_ptr<CasService> tcp_cas_;
+  std::unique_ptr<CasService> unix_cas_;
+  std::unique_ptr<AdminService> admin_;
+  std::unique_ptr<grpc::Server> tcp_server_;
+  std::unique_ptr<grpc::Server> unix_server_;
+  bool shut_down_ = false;
+};
+
+}  // namespace vault::node
+
+#endif  // VAULT_NODE_VAULT_NODE_H_
