@@ -3,6 +3,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <climits>
+#include <cstdlib>
 #include <thread>
 
 #include "absl/container/flat_hash_set.h"
@@ -92,7 +94,10 @@ absl::StatusOr<vault::v1::VaultConfig> LoadConfigFile(const std::string& path) {
                         absl::StrCat("cannot read config: ", text.status().message()));
   }
   VAULT_ASSIGN_OR_RETURN(vault::v1::VaultConfig config, ParseConfigText(*text, path));
-  ResolveAll(common::DirName(path), &config);
+  std::string dir = common::DirName(path);
+  char abs[PATH_MAX];
+  if (realpath(dir.c_str(), abs) != nullptr) dir = abs;
+  ResolveAll(dir, &config);
   return config;
 }
 

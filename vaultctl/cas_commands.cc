@@ -1,0 +1,591 @@
+// vaultctl cas ...: put, get, stat, ls, has.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <deque>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "cas/digest.h"
+#include "common/file_util.h"
+#include "common/status_macros.h"
+#include "node/grpc_status.h"
+#include "vaultctl/commands.h"
+#include "vaultctl/output.h"
+
+namespace vault::vaultctl {
+namespace {
+
+using node::FromGrpc;
+using node::FromItemStatus;
+using node::ToProto;
+
+constexpr uint64_t kBatchItemMax = 1 << 20;  // larger files are streamed
+constexpr size_t kStreamPiece = 1 << 20;
+constexpr int kWorkers = 4;
+
+struct PutFile {
+  std::string path;
+  uint64_t size = 0;
+  // Results.
+  cas::Digest digest;
+  absl::Status status;
+  bool already_present = false;
+  uint64_t seq = 0;
+};
+
+absl::Status CollectFiles(const std::string& path, std::vector<PutFile>* out) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return common::PosixError(errno, path);
+  if (S_ISREG(st.st_mode)) {
+    out->push_back(PutFile{.path = path, .size = static_cast<uint64_t>(st.st_size)});
+    return absl::OkStatus();
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is neither a file nor a directory"));
+  }
+  DIR* d = opendir(path.c_str());
+  if (d == nullptr) return common::PosixError(errno, path);
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const std::string& n : names) {
+    VAULT_RETURN_IF_ERROR(CollectFiles(absl::StrCat(path, "/", n), out));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<cas::Digest> HashFile(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return common::PosixError(errno, path);
+  cas::Sha256 h;
+  std::string buf(1 << 20, '\0');
+  uint64_t size = 0;
+  while (true) {
+    ssize_t n = read(fd, buf.data(), buf.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      close(fd);
+      return common::PosixError(err, path);
+    }
+    if (n == 0) break;
+    h.Update(absl::string_view(buf.data(), static_cast<size_t>(n)));
+    size += static_cast<uint64_t>(n);
+  }
+  close(fd);
+  return cas::Digest::FromParts(h.Finish(), size);
+}
+
+// A bounded queue of batches between the reader and the senders.
+struct Batch {
+  std::vector<PutFile*> files;
+  std::vector<std::string> data;
+};
+
+class BatchQueue {
+ public:
+  explicit BatchQueue(size_t cap) : cap_(cap) {}
+  void Push(Batch b) {
+    absl::MutexLock lock(&mu_);
+    auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return q_.size() < cap_; };
+    mu_.Await(absl::Condition(&room));
+    q_.push_back(std::move(b));
+  }
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+  }
+  bool Pop(Batch* out) {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closed_ || !q_.empty(); };
+    mu_.Await(absl::Condition(&ready));
+    if (q_.empty()) return false;
+    *out = std::move(q_.front());
+    q_.pop_front();
+    return true;
+  }
+
+ private:
+  const size_t cap_;
+  absl::Mutex mu_;
+  std::deque<Batch> q_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+void SendBatch(const Connection& conn, Batch& batch, Progress& progress) {
+  // Ask first; send only what the vault lacks.
+  vault::v1::FindMissingRequest fm;
+  for (PutFile* f : batch.files) ToProto(f->digest, fm.add_digests());
+  vault::v1::FindMissingResponse fm_resp;
+  absl::Status s = FromGrpc(conn.cas()->FindMissing(conn.Context().get(), fm, &fm_resp));
+  if (!s.ok()) {
+    for (PutFile* f : batch.files) f->status = s;
+    return;
+  }
+  absl::flat_hash_set<std::string> missing;
+  for (const auto& d : fm_resp.missing()) missing.insert(d.sha256() + std::to_string(d.size()));
+  vault::v1::BatchPutRequest req;
+  std::vector<PutFile*> sent;
+  uint64_t present_bytes = 0;
+  for (size_t i = 0; i < batch.files.size(); ++i) {
+    PutFile* f = batch.files[i];
+    if (!missing.contains(f->digest.sha256() + std::to_string(f->digest.size()))) {
+      f->already_present = true;
+      present_bytes += f->size;
+      continue;
+    }
+    auto* item = req.add_items();
+    ToProto(f->digest, item->mutable_digest());
+    item->set_data(std::move(batch.data[i]));
+    sent.push_back(f);
+  }
+  progress.Add(present_bytes, batch.files.size() - sent.size());
+  if (sent.empty()) return;
+  vault::v1::BatchPutResponse resp;
+  s = FromGrpc(conn.cas()->BatchPut(conn.Context().get(), req, &resp));
+  if (s.ok() && resp.results_size() != static_cast<int>(sent.size())) {
+    s = absl::InternalError("vault answered BatchPut with the wrong number of results");
+  }
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < sent.size(); ++i) {
+    if (!s.ok()) {
+      sent[i]->status = s;
+      continue;
+    }
+    const vault::v1::PutResult& r = resp.results(static_cast<int>(i));
+    sent[i]->status = FromItemStatus(r.status());
+    sent[i]->already_present = r.already_present();
+    sent[i]->seq = r.seq();
+    bytes += sent[i]->size;
+  }
+  progress.Add(bytes, sent.size());
+}
+
+// Streams one file, resuming at the vault's durable offset; retries a broken stream twice.
+absl::Status StreamFile(const Connection& conn, PutFile& f, Progress& progress) {
+  VAULT_ASSIGN_OR_RETURN(f.digest, HashFile(f.path));
+  absl::Status last;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    vault::v1::StatRequest sr;
+    ToProto(f.digest, sr.mutable_digest());
+    vault::v1::StatResponse st;
+    last = FromGrpc(conn.cas()->Stat(conn.Context().get(), sr, &st));
+    if (!last.ok()) {
+      if (absl::IsUnavailable(last)) continue;
+      return last;
+    }
+    if (st.present()) {
+      f.already_present = true;
+      f.seq = st.seq();
+      progress.Add(f.size, 1);
+      return absl::OkStatus();
+    }
+    uint64_t offset = st.upload_offset();
+    int fd = open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return common::PosixError(errno, f.path);
+    auto ctx = conn.StreamContext(f.size - offset);
+    vault::v1::PutResponse resp;
+    std::unique_ptr<grpc::ClientWriter<vault::v1::PutRequest>> writer =
+        conn.cas()->Put(ctx.get(), &resp);
+    vault::v1::PutRequest req;
+    ToProto(f.digest, req.mutable_digest());
+    req.set_offset(offset);
+    std::string buf(kStreamPiece, '\0');
+    uint64_t pos = offset;
+    bool ok = true;
+    absl::Status io;
+    while (ok && pos < f.size) {
+      ssize_t n = pread(fd, buf.data(), std::min<uint64_t>(kStreamPiece, f.size - pos),
+                        static_cast<off_t>(pos));
+      if (n <= 0) {
+        io = n < 0 ? common::PosixError(errno, f.path)
+                   : absl::AbortedError(absl::StrCat(f.path, " shrank while being uploaded"));
+        break;
+      }
+      req.set_data(buf.data(), static_cast<size_t>(n));
+      ok = writer->Write(req);
+      req.Clear();
+      pos += static_cast<uint64_t>(n);
+      if (ok) progress.Add(static_cast<uint64_t>(n), 0);
+    }
+    close(fd);
+    if (!io.ok()) {
+      ctx->TryCancel();
+      writer->Finish().ok();
+      return io;
+    }
+    if (ok) writer->WritesDone();
+    last = FromGrpc(writer->Finish());
+    if (last.ok()) {
+      last = FromItemStatus(resp.result().status());
+      f.already_present = resp.result().already_present();
+      f.seq = resp.result().seq();
+      if (last.ok()) progress.Add(0, 1);
+      return last;
+    }
+    if (!absl::IsUnavailable(last)) return last;
+  }
+  return last;
+}
+
+int PutCommand(const GlobalOptions& g, const std::vector<std::string>& paths) {
+  std::vector<PutFile> files;
+  for (const std::string& p : paths) {
+    if (absl::Status s = CollectFiles(p, &files); !s.ok()) return ReportError(s, g.json());
+  }
+  absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
+  if (!conn.ok()) return ReportError(conn.status(), g.json());
+  uint64_t total = 0;
+  for (const PutFile& f : files) total += f.size;
+  Progress progress("put", total, files.size());
+
+  BatchQueue queue(2 * kWorkers);
+  std::vector<std::thread> workers;
+  for (int i = 0; i < kWorkers; ++i) {
+    workers.emplace_back([&] {
+      Batch b;
+      while (queue.Pop(&b)) SendBatch(*conn, b, progress);
+    });
+  }
+  const uint64_t batch_bytes = (4 << 20) - (64 << 10);
+  Batch batch;
+  uint64_t batch_size = 0;
+  std::vector<PutFile*> large;
+  for (PutFile& f : files) {
+    if (f.size > kBatchItemMax) {
+      large.push_back(&f);
+      continue;
+    }
+    absl::StatusOr<std::string> data = common::ReadFile(f.path);
+    if (!data.ok() || data->size() != f.size) {
+      f.status = data.ok() ? absl::AbortedError(absl::StrCat(f.path, " changed while being read"))
+                           : data.status();
+      continue;
+    }
+    if (batch_size + data->size() > batch_bytes || batch.files.size() >= 4096) {
+      queue.Push(std::move(batch));
+      batch = Batch();
+      batch_size = 0;
+    }
+    f.digest = cas::Digest::Of(*data);
+    batch_size += data->size();
+    batch.files.push_back(&f);
+    batch.data.push_back(*std::move(data));
+  }
+  if (!batch.files.empty()) queue.Push(std::move(batch));
+  queue.Close();
+  for (std::thread& t : workers) t.join();
+  for (PutFile* f : large) f->status = StreamFile(*conn, *f, progress);
+  progress.Done();
+
+  absl::Status first_error;
+  Json arr = Json::Array();
+  for (const PutFile& f : files) {
+    if (!f.status.ok()) {
+      if (first_error.ok()) first_error = f.status;
+      if (!g.json()) std::cerr << "vaultctl: " << f.path << ": " << f.status.message() << "\n";
+    } else if (!g.json()) {
+      std::cout << f.digest.ToString() << "  " << f.path << "\n";
+    }
+    if (g.json()) {
+      Json o = Json::Object().Add("file", f.path);
+      if (f.status.ok()) {
+        o.Add("digest", f.digest.ToString())
+            .Add("status", f.already_present ? "present" : "stored")
+            .Add("seq", f.seq);
+      } else {
+        o.Add("status", "error")
+            .Add("code", absl::StatusCodeToString(f.status.code()))
+            .Add("message", f.status.message());
+      }
+      arr.Push(o);
+    }
+  }
+  if (g.json()) std::cout << arr.ToString() << "\n";
+  return ExitCodeFor(first_error);
+}
+
+absl::StatusOr<cas::Digest> ParseDigestArg(const std::string& text) {
+  return cas::Digest::Parse(text);
+}
+
+int GetCommand(const GlobalOptions& g, const std::string& digest_text, const std::string& out) {
+  absl::StatusOr<cas::Digest> digest = ParseDigestArg(digest_text);
+  if (!digest.ok()) {
+    ReportError(digest.status(), g.json());
+    return kExitUsage;
+  }
+  absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
+  if (!conn.ok()) return ReportError(conn.status(), g.json());
+  std::string tmp = out.empty() ? "" : absl::StrCat(out, ".part-", getpid());
+  int fd = STDOUT_FILENO;
+  if (!out.empty()) {
+    fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return ReportError(common::PosixError(errno, tmp), g.json());
+  }
+  Progress progress("get", digest->size(), 1);
+  absl::Status s = [&]() -> absl::Status {
+    vault::v1::GetRequest req;
+    ToProto(*digest, req.mutable_digest());
+    auto ctx = conn->StreamContext(digest->size());
+    auto reader = conn->cas()->Get(ctx.get(), req);
+    vault::v1::GetResponse resp;
+    cas::Sha256 h;
+    uint64_t got = 0;
+    while (reader->Read(&resp)) {
+      if (resp.offset() != got) {
+        ctx->TryCancel();
+        reader->Finish().ok();
+        return absl::DataLossError("vault sent pieces out of order");
+      }
+      h.Update(resp.data());
+      const std::string& d = resp.data();
+      for (size_t done = 0; done < d.size();) {
+        ssize_t n = write(fd, d.data() + done, d.size() - done);
+        if (n < 0) {
+          if (errno == EINTR) continue;
+          int err = errno;
+          ctx->TryCancel();
+          reader->Finish().ok();
+          return common::PosixError(err, out.empty() ? "stdout" : tmp);
+        }
+        done += static_cast<size_t>(n);
+      }
+      got += d.size();
+      progress.Add(d.size(), 0);
+    }
+    VAULT_RETURN_IF_ERROR(FromGrpc(reader->Finish()));
+    if (got != digest->size() || h.Finish() != digest->sha256()) {
+      return absl::DataLossError(absl::StrCat("received bytes do not match ",
+                                              digest->ToString(), "; discarded"));
+    }
+    progress.Add(0, 1);
+    return absl::OkStatus();
+  }();
+  progress.Done();
+  if (!out.empty()) {
+    if (s.ok() && fsync(fd) != 0) s = common::PosixError(errno, tmp);
+    close(fd);
+    if (s.ok() && rename(tmp.c_str(), out.c_str()) != 0) s = common::PosixError(errno, out);
+    if (!s.ok()) unlink(tmp.c_str());
+  }
+  if (!s.ok()) return ReportError(s, g.json());
+  if (g.json() && !out.empty()) {
+    std::cout << Json::Object().Add("digest", digest->ToString()).Add("file", out).ToString()
+              << "\n";
+  }
+  return kExitOk;
+}
+
+int StatCommand(const GlobalOptions& g, const std::string& digest_text) {
+  absl::StatusOr<cas::Digest> digest = ParseDigestArg(digest_text);
+  if (!digest.ok()) {
+    ReportError(digest.status(), g.json());
+    return kExitUsage;
+  }
+  absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
+  if (!conn.ok()) return ReportError(conn.status(), g.json());
+  vault::v1::StatRequest req;
+  ToProto(*digest, req.mutable_digest());
+  vault::v1::StatResponse resp;
+  absl::Status s = FromGrpc(conn->cas()->Stat(conn->Context().get(), req, &resp));
+  if (!s.ok()) return ReportError(s, g.json());
+  const char* layout = resp.layout() == vault::v1::StatResponse::CHUNKED ? "chunked" : "inline";
+  if (g.json()) {
+    Json o = Json::Object().Add("digest", digest->ToString()).Add("present", resp.present());
+    if (resp.present()) {
+      o.Add("size", digest->size())
+          .Add("seq", resp.seq())
+          .Add("layout", layout)
+          .Add("chunks", resp.chunk_count())
+          .Add("stored_unix_ms", resp.stored_unix_ms());
+    } else {
+      o.Add("upload_offset", resp.upload_offset());
+    }
+    std::cout << o.ToString() << "\n";
+  } else if (resp.present()) {
+    std::cout << "digest:  " << digest->ToString() << "\nsize:    " << digest->size()
+              << "\nseq:     " << resp.seq() << "\nlayout:  " << layout;
+    if (resp.chunk_count() > 0) std::cout << " (" << resp.chunk_count() << " chunks)";
+    std::cout << "\nstored:  " << absl::FormatTime(absl::FromUnixMillis(resp.stored_unix_ms()))
+              << "\n";
+  } else {
+    std::cerr << "vaultctl: " << digest->ToString() << " is not stored";
+    if (resp.upload_offset() > 0) {
+      std::cerr << " (an interrupted upload has " << resp.upload_offset() << " bytes)";
+    }
+    std::cerr << "\n";
+  }
+  return resp.present() ? kExitOk : kExitNotFound;
+}
+
+int LsCommand(const GlobalOptions& g, uint64_t after, uint32_t limit) {
+  absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
+  if (!conn.ok()) return ReportError(conn.status(), g.json());
+  vault::v1::FeedRequest req;
+  req.set_after_seq(after);
+  req.set_limit(limit);
+  auto ctx = conn->Context();
+  auto reader = conn->cas()->Feed(ctx.get(), req);
+  vault::v1::FeedResponse resp;
+  Json arr = Json::Array();
+  while (reader->Read(&resp)) {
+    for (const vault::v1::FeedEntry& e : resp.entries()) {
+      absl::StatusOr<cas::Digest> d = node::FromProto(e.digest());
+      std::string text = d.ok() ? d->ToString() : "(malformed digest)";
+      if (g.json()) {
+        arr.Push(Json::Object().Add("seq", e.seq()).Add("digest", text).Add(
+            "stored_unix_ms", e.stored_unix_ms()));
+      } else {
+        std::cout << e.seq() << "  " << text << "  "
+                  << absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMillis(e.stored_unix_ms()),
+                                      absl::UTCTimeZone())
+                  << "\n";
+      }
+    }
+  }
+  absl::Status s = FromGrpc(reader->Finish());
+  if (!s.ok()) return ReportError(s, g.json());
+  if (g.json()) std::cout << arr.ToString() << "\n";
+  return kExitOk;
+}
+
+int HasCommand(const GlobalOptions& g, const std::vector<std::string>& texts) {
+  std::vector<cas::Digest> digests;
+  for (const std::string& t : texts) {
+    absl::StatusOr<cas::Digest> d = ParseDigestArg(t);
+    if (!d.ok()) {
+      ReportError(d.status(), g.json());
+      return kExitUsage;
+    }
+    digests.push_back(*d);
+  }
+  absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
+  if (!conn.ok()) return ReportError(conn.status(), g.json());
+  vault::v1::FindMissingRequest req;
+  for (const cas::Digest& d : digests) ToProto(d, req.add_digests());
+  vault::v1::FindMissingResponse resp;
+  absl::Status s = FromGrpc(conn->cas()->FindMissing(conn->Context().get(), req, &resp));
+  if (!s.ok()) return ReportError(s, g.json());
+  absl::flat_hash_set<std::string> missing;
+  for (const auto& d : resp.missing()) missing.insert(d.sha256() + "/" + std::to_string(d.size()));
+  bool all = true;
+  Json arr = Json::Array();
+  for (const cas::Digest& d : digests) {
+    bool present = !missing.contains(d.sha256() + "/" + std::to_string(d.size()));
+    all = all && present;
+    if (g.json()) {
+      arr.Push(Json::Object().Add("digest", d.ToString()).Add("present", present));
+    } else {
+      std::cout << (present ? "present  " : "missing  ") << d.ToString() << "\n";
+    }
+  }
+  if (g.json()) std::cout << arr.ToString() << "\n";
+  return all ? kExitOk : kExitNotFound;
+}
+
+}  // namespace
+
+void AddCasCommands(CLI::App& app, GlobalOptions& g, Command& command) {
+  auto* cas = app.add_subcommand("cas", "The content-addressed store");
+  cas->require_subcommand(1);
+
+  auto* put = cas->add_subcommand(
+      "put", "Store files (directories recursively); prints sha256:<hex>/<size>  FILE for each");
+  static std::vector<std::string> put_paths;
+  put->add_option("FILE", put_paths, "Files or directories")->required();
+  put->callback([&] { command = [&g] { return PutCommand(g, put_paths); }; });
+
+  auto* get = cas->add_subcommand(
+      "get", "Fetch an object (verified against its digest) to a file or stdout");
+  static std::string get_digest, get_out;
+  get->add_option("DIGEST", get_digest, "sha256:<hex>/<size>")->required();
+  get->add_option("-o,--out", get_out, "Write here (atomically, after verification)");
+  get->callback([&] { command = [&g] { return GetCommand(g, get_digest, get_out); }; });
+
+  auto* stat = cas->add_subcommand("stat", "Show an object's metadata (exit 3 if not stored)");
+  static std::string stat_digest;
+  stat->add_option("DIGEST", stat_digest, "sha256:<hex>/<size>")->required();
+  stat->callback([&] { command = [&g] { return StatCommand(g, stat_digest); }; });
+
+  auto* ls = cas->add_subcommand("ls", "List objects in the order they were stored (change feed)");
+  static uint64_t ls_after = 0;
+  static uint32_t ls_limit = 0;
+  ls->add_option("--after", ls_after, "Only objects with seq greater than this");
+  ls->add_option("--limit", ls_limit, "At most this many (0: all)");
+  ls->callback([&] { command = [&g] { return LsCommand(g, ls_after, ls_limit); }; });
+
+  auto* has = cas->add_subcommand("has", "Tell which objects are stored (exit 3 if any missing)");
+  static std::vector<std::string> has_digests;
+  has->add_option("DIGEST", has_digests, "sha256:<hex>/<size>")->required();
+  has->callback([&] { command = [&g] { return HasCommand(g, has_digests); }; });
+}
+
+void AddStatusCommand(CLI::App& app, GlobalOptions& g, Command& command) {
+  auto* status = app.add_subcommand("status", "Show the vault's identity, members and store size");
+  status->callback([&] {
+    command = [&g] {
+      absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
+      if (!conn.ok()) return ReportError(conn.status(), g.json());
+      vault::v1::StatusResponse resp;
+      absl::Status s = FromGrpc(
+          conn->admin()->Status(conn->Context().get(), vault::v1::StatusRequest(), &resp));
+      if (!s.ok()) {
+        if (absl::IsUnimplemented(s)) {
+          s = absl::FailedPreconditionError(
+              "status is served only on the vault's admin socket, not over TCP");
+        }
+        return ReportError(s, g.json());
+      }
+      if (g.json()) {
+        Json members = Json::Array();
+        for (const auto& m : resp.members()) {
+          members.Push(Json::Object()
+                           .Add("name", m.name())
+                           .Add("address", m.address())
+                           .Add("public_key", m.public_key()));
+        }
+        std::cout << Json::Object()
+                         .Add("name", resp.name())
+                         .Add("public_key", resp.public_key())
+                         .Add("version", resp.version())
+                         .Add("listen_address", resp.listen_address())
+                         .Add("admin_socket", resp.admin_socket())
+                         .Add("data_dir", resp.data_dir())
+                         .Add("started_unix_ms", resp.started_unix_ms())
+                         .Add("objects", resp.object_count())
+                         .Add("stored_bytes", resp.stored_bytes())
+                         .Add("last_seq", resp.last_seq())
+                         .Add("members", members)
+                         .ToString()
+                  << "\n";
+      } else {
+        std::cout << "vault:    " << resp.name() << " (" << resp.version() << ")\n"
+                  << "key:      " << resp.public_key() << "\n"
+                  << "listen:   " << (resp.listen_address().empty() ? "-" : resp.listen_address())
+                  << " (mTLS)\nadmin:    " << resp.admin_socket() << "\n"
+                  << "objects:  " << resp.object_count() << " (" << HumanBytes(resp.stored_bytes())
+                  << ")\nmembers:\n";
+        for (const auto& m : resp.members()) {
+          std::cout << "  " << m.name() << "  " << m.address() << "  " << m.public_key() << "\n";
+        }
+      }
+      return kExitOk;
+    };
+  });
+}
+
+}  // namespace vault::vaultctl

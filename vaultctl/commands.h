@@ -1,0 +1,32 @@
+// vaultctl: the subcommands. Each Add*Commands registers its subcommands on the CLI11 app; each
+// command returns an exit code (output.h) and prints text, or JSON with --output json.
+//
+// Thread-safety: commands run on the main thread; cas put uses its own worker threads.
+#ifndef VAULT_VAULTCTL_COMMANDS_H_
+#define VAULT_VAULTCTL_COMMANDS_H_
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+
+#include "vaultctl/client.h"
+
+namespace vault::vaultctl {
+
+struct GlobalOptions {
+  ConnectOptions connect;
+  std::string output = "text";  // text | json
+  double timeout_seconds = 30;
+  bool json() const { return output == "json"; }
+};
+
+// The command chosen on the command line, run after parsing.
+using Command = std::function<int()>;
+
+void AddInitCommands(CLI::App& app, GlobalOptions& global, Command& command);
+void AddCasCommands(CLI::App& app, GlobalOptions& global, Command& command);
+void AddStatusCommand(CLI::App& app, GlobalOptions& global, Command& command);
+
+}  // namespace vault::vaultctl
+
+#endif  // VAULT_VAULTCTL_COMMANDS_H_

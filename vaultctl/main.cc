@@ -1,0 +1,48 @@
+// vaultctl: the operator's command line for vaults. See `vaultctl --help`.
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <iostream>
+
+#include "absl/time/time.h"
+#include "vaultctl/commands.h"
+#include "vaultctl/output.h"
+
+int main(int argc, char** argv) {
+  using namespace vault::vaultctl;
+  std::signal(SIGPIPE, SIG_IGN);
+  CLI::App app{"vaultctl: drive a vault (vaultd) and its federation.\n"
+               "Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 refused, 5 unavailable.",
+               "vaultctl"};
+  app.require_subcommand(1);
+  GlobalOptions g;
+  app.add_option("--vault", g.connect.vault,
+                 "Vault address: a Unix socket path (admin) or host:port (mTLS). Env VAULT_ADDR")
+      ->envname("VAULT_ADDR");
+  app.add_option("--config", g.connect.config,
+                 "A vault config: its admin socket (or, for host:port, its TLS material) is used");
+  app.add_option("--tls-cert", g.connect.tls_cert, "Client certificate (PEM) for mTLS");
+  app.add_option("--tls-key", g.connect.tls_key, "Client key (PEM) for mTLS");
+  app.add_option("--tls-ca", g.connect.tls_ca, "Federation CA certificate (PEM) for mTLS");
+  app.add_option("--server-name", g.connect.server_name,
+                 "Name of the vault at a host:port (its certificate's name)");
+  app.add_option("--timeout", g.timeout_seconds, "Seconds each call may take (streams get more)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("-o,--output", g.output, "Output format")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+
+  Command command;
+  AddInitCommands(app, g, command);
+  AddStatusCommand(app, g, command);
+  AddCasCommands(app, g, command);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+  g.connect.timeout = absl::Seconds(g.timeout_seconds);
+  if (!command) return kExitUsage;
+  return command();
+}
