@@ -3,6 +3,8 @@
 #include <csignal>
 #include <iostream>
 
+#include <grpc/support/log.h>
+
 #include "absl/time/time.h"
 #include "vaultctl/commands.h"
 #include "vaultctl/output.h"
@@ -10,6 +12,8 @@
 int main(int argc, char** argv) {
   using namespace vault::vaultctl;
   std::signal(SIGPIPE, SIG_IGN);
+  // gRPC's own log lines (e.g. a TLS handshake failure) would duplicate the error we report.
+  if (std::getenv("GRPC_VERBOSITY") == nullptr) gpr_set_log_function([](gpr_log_func_args*) {});
   CLI::App app{"vaultctl: drive a vault (vaultd) and its federation.\n"
                "Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 refused, 5 unavailable.",
                "vaultctl"};
