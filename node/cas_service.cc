@@ -24,7 +24,8 @@ const grpc::Status kBusy(grpc::StatusCode::RESOURCE_EXHAUSTED,
 
 absl::StatusOr<cas::Digest> ParseDigest(const vault::v1::Digest& d, absl::string_view what) {
   absl::StatusOr<cas::Digest> out = FromProto(d);
-  if (!out.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", out.status().message()));
+  if (!out.ok())
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", out.status().message()));
   return out;
 }
 
@@ -128,9 +129,9 @@ class GetReactor final : public grpc::ServerWriteReactor<GetResponse> {
     }
     digest_ = *digest;
     if (req.offset() > digest_.size()) {
-      Finish(grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
-                          absl::StrCat("offset ", req.offset(), " is past the end of ",
-                                       digest_.ToString())));
+      Finish(grpc::Status(
+          grpc::StatusCode::OUT_OF_RANGE,
+          absl::StrCat("offset ", req.offset(), " is past the end of ", digest_.ToString())));
       return;
     }
     pos_ = req.offset();
@@ -153,18 +154,19 @@ class GetReactor final : public grpc::ServerWriteReactor<GetResponse> {
   void ReadPiece() {
     resp_.Clear();
     uint64_t n = std::min<uint64_t>(piece_bytes_, end_ - pos_);
-    absl::Status s = store_->Read(digest_, pos_, n, piece_bytes_,
-                                  [&](uint64_t offset, absl::string_view piece) {
-                                    if (resp_.data().empty()) resp_.set_offset(offset);
-                                    resp_.mutable_data()->append(piece.data(), piece.size());
-                                    return absl::OkStatus();
-                                  });
+    absl::Status s =
+        store_->Read(digest_, pos_, n, piece_bytes_, [&](uint64_t offset, absl::string_view piece) {
+          if (resp_.data().empty()) resp_.set_offset(offset);
+          resp_.mutable_data()->append(piece.data(), piece.size());
+          return absl::OkStatus();
+        });
     if (!s.ok()) return Finish(ToGrpc(s));
     if (first_ && end_ == pos_) return Finish(grpc::Status::OK);  // empty range: object exists
     first_ = false;
     pos_ += resp_.data().size();
     if (resp_.data().empty()) {
-      return Finish(grpc::Status(grpc::StatusCode::DATA_LOSS, "stored object is shorter than its size"));
+      return Finish(
+          grpc::Status(grpc::StatusCode::DATA_LOSS, "stored object is shorter than its size"));
     }
     StartWrite(&resp_);
   }
@@ -181,8 +183,7 @@ class GetReactor final : public grpc::ServerWriteReactor<GetResponse> {
 
 class FeedReactor final : public grpc::ServerWriteReactor<FeedResponse> {
  public:
-  FeedReactor(cas::Store* store, common::Executor* executor, const FeedRequest& req,
-              uint32_t page)
+  FeedReactor(cas::Store* store, common::Executor* executor, const FeedRequest& req, uint32_t page)
       : store_(store),
         executor_(executor),
         page_(page),
@@ -258,8 +259,8 @@ class FeedReactor final : public grpc::ServerWriteReactor<FeedResponse> {
 grpc::ServerUnaryReactor* CasService::RunUnary(grpc::CallbackServerContext* ctx,
                                                std::function<absl::Status()> work) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  bool queued = executor_->Schedule(
-      [reactor, work = std::move(work)] { reactor->Finish(ToGrpc(work())); });
+  bool queued =
+      executor_->Schedule([reactor, work = std::move(work)] { reactor->Finish(ToGrpc(work())); });
   if (!queued) reactor->Finish(kBusy);
   return reactor;
 }

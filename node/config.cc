@@ -119,8 +119,7 @@ absl::Status ValidateVaultName(absl::string_view name) {
   return absl::OkStatus();
 }
 
-absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
-                            bool check_files) {
+absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c, bool check_files) {
   // Defaults.
   if (c->admin_socket().empty() && !c->data_dir().empty()) {
     c->set_admin_socket(absl::StrCat(c->data_dir(), "/vault.sock"));
@@ -165,8 +164,7 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
   }
   if (!c->listen_address().empty()) {
     VAULT_RETURN_IF_ERROR(ValidateHostPort(source, "listen_address", c->listen_address()));
-    if (c->tls().cert_file().empty() || c->tls().key_file().empty() ||
-        c->tls().ca_file().empty()) {
+    if (c->tls().cert_file().empty() || c->tls().key_file().empty() || c->tls().ca_file().empty()) {
       return FieldError(source, "tls",
                         "cert_file, key_file and ca_file are required with listen_address");
     }

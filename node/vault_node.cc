@@ -67,9 +67,9 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
       storage::Database::Open(db_options, cas::Store::ColumnFamilies());
   if (!db.ok()) {
     if (absl::StrContains(db.status().message(), "lock")) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("data directory ", config.data_dir(),
-                       " is in use by another vaultd (", db.status().message(), ")"));
+      return absl::FailedPreconditionError(absl::StrCat("data directory ", config.data_dir(),
+                                                        " is in use by another vaultd (",
+                                                        db.status().message(), ")"));
     }
     return db.status();
   }
@@ -86,8 +86,7 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
   CasLimits limits{.max_batch_bytes = config.cas().max_batch_bytes(),
                    .max_find_missing = config.cas().max_find_missing()};
   node->tcp_cas_ = std::make_unique<CasService>(node->store_.get(), node->executor_.get(), limits);
-  node->unix_cas_ =
-      std::make_unique<CasService>(node->store_.get(), node->executor_.get(), limits);
+  node->unix_cas_ = std::make_unique<CasService>(node->store_.get(), node->executor_.get(), limits);
 
   // Federation listener.
   if (!config.listen_address().empty()) {
@@ -100,9 +99,8 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
     b.RegisterService(node->tcp_cas_.get());
     node->tcp_server_ = b.BuildAndStart();
     if (node->tcp_server_ == nullptr || port == 0) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot listen on ", config.listen_address(),
-                       " (address in use, or not a local address?)"));
+      return absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen_address(),
+                                                 " (address in use, or not a local address?)"));
     }
     std::string host = config.listen_address().substr(0, config.listen_address().rfind(':'));
     node->listen_address_ = absl::StrCat(host, ":", port);
@@ -125,7 +123,8 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
   if (node->unix_server_ == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot listen on unix socket ", sock));
   }
-  if (chmod(sock.c_str(), 0600) != 0) return common::PosixError(errno, absl::StrCat("chmod ", sock));
+  if (chmod(sock.c_str(), 0600) != 0)
+    return common::PosixError(errno, absl::StrCat("chmod ", sock));
   return node;
 }
 
@@ -137,7 +136,8 @@ void VaultNode::Shutdown(absl::Duration drain) {
   if (store_ != nullptr) store_->Close();  // wakes Feed followers
   auto deadline = std::chrono::system_clock::now() + absl::ToChronoMilliseconds(drain);
   for (grpc::Server* s : {tcp_server_.get(), unix_server_.get()}) {
-    if (s != nullptr && s->GetHealthCheckService() != nullptr) s->GetHealthCheckService()->Shutdown();
+    if (s != nullptr && s->GetHealthCheckService() != nullptr)
+      s->GetHealthCheckService()->Shutdown();
   }
   if (tcp_server_ != nullptr) tcp_server_->Shutdown(deadline);
   if (unix_server_ != nullptr) unix_server_->Shutdown(deadline);

@@ -39,8 +39,7 @@ int main(int argc, char** argv) {
       "vaultd"};
   std::string config_path, data_dir, listen, admin_socket, log_level;
   bool check_config = false, print_config = false;
-  app.add_option("-c,--config", config_path, "Config file (protobuf text format)")
-      ->required();
+  app.add_option("-c,--config", config_path, "Config file (protobuf text format)")->required();
   app.add_option("--data-dir", data_dir, "Override data_dir");
   app.add_option("--listen", listen, "Override listen_address (host:port; port 0 picks one)");
   app.add_option("--admin-socket", admin_socket, "Override admin_socket");

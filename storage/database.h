@@ -47,7 +47,9 @@ struct DatabaseOptions {
 };
 
 // Our Abseil's string_view is its own type, not std::string_view: convert at the RocksDB edge.
-inline absl::string_view View(const rocksdb::Slice& s) { return absl::string_view(s.data(), s.size()); }
+inline absl::string_view View(const rocksdb::Slice& s) {
+  return absl::string_view(s.data(), s.size());
+}
 inline rocksdb::Slice ToSlice(absl::string_view s) { return rocksdb::Slice(s.data(), s.size()); }
 
 // Converts a RocksDB status into the canonical absl code: NotFound -> NOT_FOUND, Corruption ->

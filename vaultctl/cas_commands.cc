@@ -369,8 +369,8 @@ int GetCommand(const GlobalOptions& g, const std::string& digest_text, const std
     }
     VAULT_RETURN_IF_ERROR(FromGrpc(reader->Finish()));
     if (got != digest->size() || h.Finish() != digest->sha256()) {
-      return absl::DataLossError(absl::StrCat("received bytes do not match ",
-                                              digest->ToString(), "; discarded"));
+      return absl::DataLossError(
+          absl::StrCat("received bytes do not match ", digest->ToString(), "; discarded"));
     }
     progress.Add(0, 1);
     return absl::OkStatus();
@@ -447,12 +447,14 @@ int LsCommand(const GlobalOptions& g, uint64_t after, uint32_t limit) {
       absl::StatusOr<cas::Digest> d = node::FromProto(e.digest());
       std::string text = d.ok() ? d->ToString() : "(malformed digest)";
       if (g.json()) {
-        arr.Push(Json::Object().Add("seq", e.seq()).Add("digest", text).Add(
-            "stored_unix_ms", e.stored_unix_ms()));
+        arr.Push(Json::Object()
+                     .Add("seq", e.seq())
+                     .Add("digest", text)
+                     .Add("stored_unix_ms", e.stored_unix_ms()));
       } else {
         std::cout << e.seq() << "  " << text << "  "
-                  << absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMillis(e.stored_unix_ms()),
-                                      absl::UTCTimeZone())
+                  << absl::FormatTime("%Y-%m-%dT%H:%M:%SZ",
+                                      absl::FromUnixMillis(e.stored_unix_ms()), absl::UTCTimeZone())
                   << "\n";
       }
     }
@@ -541,8 +543,8 @@ void AddStatusCommand(CLI::App& app, GlobalOptions& g, Command& command) {
       absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
       if (!conn.ok()) return ReportError(conn.status(), g.json());
       vault::v1::StatusResponse resp;
-      absl::Status s = FromGrpc(
-          conn->admin()->Status(conn->Context().get(), vault::v1::StatusRequest(), &resp));
+      absl::Status s =
+          FromGrpc(conn->admin()->Status(conn->Context().get(), vault::v1::StatusRequest(), &resp));
       if (!s.ok()) {
         if (absl::IsUnimplemented(s)) {
           s = absl::FailedPreconditionError(

@@ -58,8 +58,9 @@ absl::StatusOr<Connection> Connection::Connect(const ConnectOptions& in) {
           "(or --config of a member vault)"));
     }
     if (o.server_name.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "which vault is at ", o.vault, "? pass --server-name NAME (the name in its certificate)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("which vault is at ", o.vault,
+                       "? pass --server-name NAME (the name in its certificate)"));
     }
     grpc::SslCredentialsOptions ssl;
     VAULT_ASSIGN_OR_RETURN(ssl.pem_cert_chain, common::ReadFile(o.tls_cert));

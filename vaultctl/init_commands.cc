@@ -167,7 +167,8 @@ absl::Status AddMember(const std::string& config_path, const vault::v1::Member& 
         return absl::OkStatus();  // already there, identical
       }
       return absl::AlreadyExistsError(absl::StrCat("member ", member.name(), " is already in ",
-                                                   config_path, " with a different address or key"));
+                                                   config_path,
+                                                   " with a different address or key"));
     }
   }
   *raw.add_members() = member;

@@ -1,9 +1,9 @@
 // vaultctl: the operator's command line for vaults. See `vaultctl --help`.
+#include <grpc/support/log.h>
+
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <iostream>
-
-#include <grpc/support/log.h>
 
 #include "absl/time/time.h"
 #include "vaultctl/commands.h"
@@ -14,9 +14,10 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   // gRPC's own log lines (e.g. a TLS handshake failure) would duplicate the error we report.
   if (std::getenv("GRPC_VERBOSITY") == nullptr) gpr_set_log_function([](gpr_log_func_args*) {});
-  CLI::App app{"vaultctl: drive a vault (vaultd) and its federation.\n"
-               "Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 refused, 5 unavailable.",
-               "vaultctl"};
+  CLI::App app{
+      "vaultctl: drive a vault (vaultd) and its federation.\n"
+      "Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 refused, 5 unavailable.",
+      "vaultctl"};
   app.require_subcommand(1);
   GlobalOptions g;
   app.add_option("--vault", g.connect.vault,

@@ -41,8 +41,8 @@ int ReportError(const absl::Status& status, bool json) {
                      .ToString()
               << "\n";
   } else {
-    std::cerr << "vaultctl: " << status.message() << " ["
-              << absl::StatusCodeToString(status.code()) << "]\n";
+    std::cerr << "vaultctl: " << status.message() << " [" << absl::StatusCodeToString(status.code())
+              << "]\n";
   }
   return ExitCodeFor(status);
 }
@@ -164,8 +164,7 @@ void Progress::Draw(bool final) {
     eta = absl::StrFormat("%.0fs", static_cast<double>(total_bytes_ - bytes_) / rate);
   }
   std::fprintf(stderr, "\r%s [%s] %3.0f%% %llu/%llu objects %s/%s %s/s ETA %s\033[K%s",
-               label_.c_str(), bar.c_str(), frac * 100,
-               static_cast<unsigned long long>(items_),
+               label_.c_str(), bar.c_str(), frac * 100, static_cast<unsigned long long>(items_),
                static_cast<unsigned long long>(total_items_), HumanBytes(bytes_).c_str(),
                HumanBytes(total_bytes_).c_str(), HumanBytes(static_cast<uint64_t>(rate)).c_str(),
                eta.c_str(), final ? "\n" : "");

@@ -44,7 +44,9 @@ class Json {
   Json& Add(absl::string_view key, int64_t value);
   Json& Add(absl::string_view key, uint64_t value);
   Json& Add(absl::string_view key, int value) { return Add(key, static_cast<int64_t>(value)); }
-  Json& Add(absl::string_view key, uint32_t value) { return Add(key, static_cast<uint64_t>(value)); }
+  Json& Add(absl::string_view key, uint32_t value) {
+    return Add(key, static_cast<uint64_t>(value));
+  }
   Json& Add(absl::string_view key, bool value);
   Json& Add(absl::string_view key, const Json& value);
   Json& Push(const Json& value);
