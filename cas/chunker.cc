@@ -43,38 +43,68 @@ absl::StatusOr<ChunkerParams> ChunkerParams::ForAverage(size_t avg_size) {
   return ChunkerParams{avg_size / 4, avg_size, avg_size * 4};
 }
 
-size_t FindBoundary(absl::string_view data, const ChunkerParams& params) {
-  const size_t n = data.size();
-  if (n <= params.min_size) return n;
-  const size_t limit = n < params.max_size ? n : params.max_size;
-  const size_t normal = params.avg_size < limit ? params.avg_size : limit;
+namespace {
+
+// Continues the gear hash `*hash` over data[from, limit) of a chunk and returns the length of
+// the chunk when a content-defined boundary is found there, or 0. The mask applied at a position
+// depends only on the position, so a scan may stop at any point and resume later with more data.
+size_t Scan(absl::string_view data, size_t from, size_t limit, const ChunkerParams& params,
+            uint64_t* hash) {
   // Normalized chunking, level 2: harder to cut before the average, easier after it.
   const int bits = Log2(params.avg_size);
   const uint64_t mask_small = TopMask(bits + 2);
   const uint64_t mask_large = TopMask(bits - 2);
+  const size_t normal = params.avg_size < limit ? params.avg_size : limit;
   const auto* p = reinterpret_cast<const uint8_t*>(data.data());
-  uint64_t hash = 0;
-  size_t i = params.min_size;
+  uint64_t h = *hash;
+  size_t i = from;
   for (; i < normal; ++i) {
-    hash = (hash << 1) + kGear[p[i]];
-    if ((hash & mask_small) == 0) return i + 1;
+    h = (h << 1) + kGear[p[i]];
+    if ((h & mask_small) == 0) return i + 1;
   }
   for (; i < limit; ++i) {
-    hash = (hash << 1) + kGear[p[i]];
-    if ((hash & mask_large) == 0) return i + 1;
+    h = (h << 1) + kGear[p[i]];
+    if ((h & mask_large) == 0) return i + 1;
   }
-  return limit;
+  *hash = h;
+  return 0;
+}
+
+}  // namespace
+
+size_t FindBoundary(absl::string_view data, const ChunkerParams& params) {
+  const size_t n = data.size();
+  if (n <= params.min_size) return n;
+  const size_t limit = n < params.max_size ? n : params.max_size;
+  uint64_t hash = 0;
+  size_t cut = Scan(data, params.min_size, limit, params, &hash);
+  return cut != 0 ? cut : limit;
 }
 
 std::optional<std::string> Chunker::Next(bool eof) {
   absl::string_view pending(buffer_.data() + consumed_, buffer_.size() - consumed_);
   if (pending.empty()) return std::nullopt;
-  // Without eof, a boundary is only final once max_size bytes are visible (or one was found
-  // before the end of what we have).
-  size_t cut = FindBoundary(pending, params_);
-  if (!eof && cut == pending.size() && pending.size() < params_.max_size) return std::nullopt;
+  // Same cuts as FindBoundary(pending), but bytes already scanned without finding a boundary are
+  // not scanned again when more data arrives (small appends would otherwise cost quadratic time).
+  size_t cut = 0;
+  if (pending.size() > params_.min_size) {
+    const size_t limit = pending.size() < params_.max_size ? pending.size() : params_.max_size;
+    const size_t from = scanned_ > params_.min_size ? scanned_ : params_.min_size;
+    cut = Scan(pending, from, limit, params_, &scan_hash_);
+    if (cut == 0) {
+      scanned_ = limit;
+      if (limit == params_.max_size) cut = limit;
+    }
+  }
+  // Without eof, the chunk only ends at a boundary found or at max_size: more data may follow.
+  if (cut == 0) {
+    if (!eof) return std::nullopt;
+    cut = pending.size();
+  }
   std::string chunk(pending.substr(0, cut));
   consumed_ += cut;
+  scanned_ = 0;
+  scan_hash_ = 0;
   // Compact the buffer once the consumed prefix dominates.
   if (consumed_ >= params_.max_size || consumed_ == buffer_.size()) {
     buffer_.erase(0, consumed_);

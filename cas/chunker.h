@@ -50,6 +50,10 @@ class Chunker {
   const ChunkerParams params_;
   std::string buffer_;
   size_t consumed_ = 0;
+  // Of the pending bytes, [min_size, scanned_) were hashed without finding a boundary, leaving
+  // the gear hash at scan_hash_.
+  size_t scanned_ = 0;
+  uint64_t scan_hash_ = 0;
 };
 
 }  // namespace vault::cas

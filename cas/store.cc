@@ -342,6 +342,7 @@ absl::StatusOr<uint64_t> Store::UploadOffset(const Digest& digest) const {
 absl::StatusOr<std::vector<FeedItem>> Store::ReadFeed(uint64_t after_seq, size_t limit) const {
   std::vector<FeedItem> out;
   const uint64_t last = last_seq();  // never show entries of a group still being written
+  if (after_seq >= last) return out;     // also keeps after_seq + 1 from overflowing
   std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), feed_));
   for (it->Seek(BigEndian64(after_seq + 1)); it->Valid(); it->Next()) {
     if (limit != 0 && out.size() >= limit) break;

@@ -223,9 +223,12 @@ absl::Status Store::Read(
       (limit == 0 || limit > digest.size() - offset) ? digest.size() : offset + limit;
   const std::string key = digest.Key();
   rocksdb::PinnableSlice value;
-  VAULT_RETURN_IF_ERROR(
-      storage::ToStatus(db_->db()->Get(rocksdb::ReadOptions(), data_, key, &value),
-                        absl::StrCat("read ", digest.ToString())));
+  rocksdb::Status got = db_->db()->Get(rocksdb::ReadOptions(), data_, key, &value);
+  // The object record exists, so missing bytes are damaged storage, not a missing object.
+  if (got.IsNotFound()) {
+    return absl::DataLossError(absl::StrCat("bytes of ", digest.ToString(), " are missing"));
+  }
+  VAULT_RETURN_IF_ERROR(storage::ToStatus(got, absl::StrCat("read ", digest.ToString())));
   auto emit = [&](absl::string_view bytes, uint64_t at) -> absl::Status {
     // `bytes` starts at object offset `at`; send its part inside [offset, end).
     uint64_t from = std::max(offset, at);
@@ -245,23 +248,30 @@ absl::Status Store::Read(
   if (!manifest.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
     return absl::DataLossError(absl::StrCat("manifest of ", digest.ToString(), " is corrupt"));
   }
+  // Checked before anything is sent: a read that stops early (limit) never sees the tail.
+  uint64_t covered = 0;
+  for (const vault::v1::ChunkRef& ref : manifest.chunks()) covered += ref.size();
+  if (covered != digest.size()) {
+    return absl::DataLossError(absl::StrCat("manifest of ", digest.ToString(), " covers ",
+                                            covered, " bytes, not ", digest.size()));
+  }
   uint64_t at = 0;
   for (const vault::v1::ChunkRef& ref : manifest.chunks()) {
     if (at >= end) break;
     if (at + ref.size() > offset) {
       rocksdb::PinnableSlice chunk;
-      VAULT_RETURN_IF_ERROR(storage::ToStatus(
-          db_->db()->Get(rocksdb::ReadOptions(), chunks_, ref.sha256(), &chunk),
-          absl::StrCat("read a chunk of ", digest.ToString())));
+      got = db_->db()->Get(rocksdb::ReadOptions(), chunks_, ref.sha256(), &chunk);
+      if (got.IsNotFound()) {
+        return absl::DataLossError(
+            absl::StrCat("a chunk of ", digest.ToString(), " is missing (corrupt storage)"));
+      }
+      VAULT_RETURN_IF_ERROR(
+          storage::ToStatus(got, absl::StrCat("read a chunk of ", digest.ToString())));
       VAULT_RETURN_IF_ERROR(VerifyBytes(storage::View(chunk), ref.sha256(), ref.size(),
                                         absl::StrCat("a chunk of ", digest.ToString())));
       VAULT_RETURN_IF_ERROR(emit(storage::View(chunk), at));
     }
     at += ref.size();
-  }
-  if (at != digest.size()) {
-    return absl::DataLossError(absl::StrCat("manifest of ", digest.ToString(), " covers ", at,
-                                            " bytes, not ", digest.size()));
   }
   return absl::OkStatus();
 }

@@ -19,8 +19,8 @@ class FileUtilTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const char* base = getenv("TMPDIR");
-    std::string templ = std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
-                        "/file_util_test.XXXXXX";
+    std::string templ =
+        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/file_util_test.XXXXXX";
     ASSERT_NE(mkdtemp(templ.data()), nullptr) << strerror(errno);
     dir_ = templ;
   }
@@ -85,8 +85,7 @@ TEST_F(FileUtilTest, WriteFileAtomicModeIgnoresUmask) {
 
 TEST_F(FileUtilTest, WriteFileAtomicCreatesAndReplaces) {
   const std::string path = Path("conf");
-  ASSERT_EQ(WriteFileAtomic(path, "first version, longer than the second", 0600),
-            absl::OkStatus());
+  ASSERT_EQ(WriteFileAtomic(path, "first version, longer than the second", 0600), absl::OkStatus());
   ASSERT_EQ(WriteFileAtomic(path, "second", 0644), absl::OkStatus());
   absl::StatusOr<std::string> back = ReadFile(path);
   ASSERT_EQ(back.status(), absl::OkStatus());

@@ -21,8 +21,8 @@ class DatabaseTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const char* base = getenv("TMPDIR");
-    std::string templ = std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
-                        "/database_test.XXXXXX";
+    std::string templ =
+        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/database_test.XXXXXX";
     ASSERT_NE(mkdtemp(templ.data()), nullptr) << strerror(errno);
     dir_ = templ;
   }
@@ -35,8 +35,9 @@ class DatabaseTest : public ::testing::Test {
     return DatabaseOptions{.path = dir_ + "/db", .sync_writes = false, .block_cache_mb = 8};
   }
   static std::vector<ColumnFamilySpec> Specs() {
-    return {{.name = "alpha"}, {.name = "beta", .blob_min_bytes = 1024}, {.name = "gamma",
-                                                                          .point_lookups = false}};
+    return {{.name = "alpha"},
+            {.name = "beta", .blob_min_bytes = 1024},
+            {.name = "gamma", .point_lookups = false}};
   }
 
   std::string dir_;
@@ -111,8 +112,10 @@ TEST_F(DatabaseTest, WritesAreAtomicPerBatchAndSurviveReopen) {
     ASSERT_EQ((*db)->WriteUnsynced(&unsynced), absl::OkStatus());
     // The same key in different column families is different data.
     std::string value;
-    EXPECT_TRUE(
-        (*db)->db()->Get(rocksdb::ReadOptions(), (*db)->Handle("gamma"), "k1", &value).IsNotFound());
+    EXPECT_TRUE((*db)
+                    ->db()
+                    ->Get(rocksdb::ReadOptions(), (*db)->Handle("gamma"), "k1", &value)
+                    .IsNotFound());
   }
   absl::StatusOr<std::unique_ptr<Database>> db = Database::Open(Options(), Specs());
   ASSERT_EQ(db.status(), absl::OkStatus());
@@ -152,8 +155,11 @@ TEST_F(DatabaseTest, SecondOpenOfTheSameDirectoryFailsWhileLocked) {
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
 }
 
-TEST_F(DatabaseTest, HandleOfUndeclaredColumnFamilyAborts) {
-  // "fast" (fork) style: the child uses this test's directory, which TearDown removes.
+// gtest runs *DeathTest suites first, before any RocksDB background thread exists; the forked
+// child uses this test's directory, which TearDown removes.
+using DatabaseDeathTest = DatabaseTest;
+
+TEST_F(DatabaseDeathTest, HandleOfUndeclaredColumnFamilyAborts) {
   EXPECT_DEATH(
       {
         absl::StatusOr<std::unique_ptr<Database>> db = Database::Open(Options(), Specs());
