@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -118,7 +119,9 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 absl::Status WriteFileAtomic(const std::string& path, absl::string_view data, mode_t mode) {
-  std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  // Unique per process and call: concurrent writers of one path never share a temporary file.
+  static std::atomic<uint64_t> counter{0};
+  std::string tmp = absl::StrCat(path, ".tmp.", getpid(), ".", counter.fetch_add(1));
   absl::Status s = WriteAndSync(tmp, data, mode, O_TRUNC);
   if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
     s = PosixError(errno, absl::StrCat("rename ", tmp, " to ", path));

@@ -40,16 +40,20 @@ absl::Status FieldError(absl::string_view source, absl::string_view field,
   return absl::InvalidArgumentError(absl::StrCat(source, ": field ", field, ": ", reason));
 }
 
-// host:port with a numeric port in 1..65535; host may be [v6].
+// host:port with a numeric port in 1..65535 (0..65535 with allow_port_zero: a listener's port 0
+// picks a free port); host may be [v6].
 absl::Status ValidateHostPort(absl::string_view source, absl::string_view field,
-                              absl::string_view value) {
+                              absl::string_view value, bool allow_port_zero = false) {
   size_t colon = value.rfind(':');
   if (colon == absl::string_view::npos || colon == 0) {
     return FieldError(source, field, absl::StrCat("\"", value, "\" is not host:port"));
   }
   uint32_t port = 0;
-  if (!absl::SimpleAtoi(value.substr(colon + 1), &port) || port == 0 || port > 65535) {
-    return FieldError(source, field, absl::StrCat("\"", value, "\" has no port in 1..65535"));
+  if (!absl::SimpleAtoi(value.substr(colon + 1), &port) || (port == 0 && !allow_port_zero) ||
+      port > 65535) {
+    return FieldError(
+        source, field,
+        absl::StrCat("\"", value, "\" has no port in ", allow_port_zero ? 0 : 1, "..65535"));
   }
   return absl::OkStatus();
 }
@@ -163,7 +167,8 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
                                    "\" is not one of trace, debug, info, warn, error, off"));
   }
   if (!c->listen_address().empty()) {
-    VAULT_RETURN_IF_ERROR(ValidateHostPort(source, "listen_address", c->listen_address()));
+    VAULT_RETURN_IF_ERROR(ValidateHostPort(source, "listen_address", c->listen_address(),
+                                           /*allow_port_zero=*/true));
     if (c->tls().cert_file().empty() || c->tls().key_file().empty() || c->tls().ca_file().empty()) {
       return FieldError(source, "tls",
                         "cert_file, key_file and ca_file are required with listen_address");

@@ -1,0 +1,1053 @@
+#include "node/cas_service.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "cas/chunker.h"
+#include "cas/digest.h"
+#include "cas/store.h"
+#include "common/executor.h"
+#include "gtest/gtest.h"
+#include "node/membership.h"
+#include "node/tls_material.h"
+#include "storage/database.h"
+#include "vault/v1/cas.grpc.pb.h"
+
+namespace vault::node {
+namespace {
+
+using vault::v1::BatchGetRequest;
+using vault::v1::BatchGetResponse;
+using vault::v1::BatchPutRequest;
+using vault::v1::BatchPutResponse;
+using vault::v1::FeedRequest;
+using vault::v1::FeedResponse;
+using vault::v1::FindMissingRequest;
+using vault::v1::FindMissingResponse;
+using vault::v1::GetRequest;
+using vault::v1::GetResponse;
+using vault::v1::PutRequest;
+using vault::v1::PutResponse;
+using vault::v1::StatRequest;
+using vault::v1::StatResponse;
+
+constexpr size_t kChunkAvg = 64 << 10;
+constexpr uint64_t kChunkingThreshold = 256 << 10;
+constexpr size_t kPiece = 100 << 10;  // client message size for streaming Put
+constexpr int kInvalidArgument = static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT);
+constexpr int kNotFound = static_cast<int>(grpc::StatusCode::NOT_FOUND);
+constexpr int kResourceExhausted = static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+constexpr CasLimits kLimits{.max_batch_bytes = 256 << 10,
+                            .max_find_missing = 8,
+                            .get_piece_bytes = 100 << 10,
+                            .feed_page = 2};
+
+std::string RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string out(n, '\0');
+  for (char& c : out) c = static_cast<char>(rng() & 0xff);
+  return out;
+}
+
+vault::v1::Digest DigestOf(absl::string_view data) {
+  vault::v1::Digest d;
+  d.set_sha256(cas::Sha256::Hash(data));
+  d.set_size(data.size());
+  return d;
+}
+
+bool SameDigest(const vault::v1::Digest& a, const vault::v1::Digest& b) {
+  return a.sha256() == b.sha256() && a.size() == b.size();
+}
+
+// The number of chunks the store makes of `data` (the chunker is deterministic).
+uint32_t ExpectedChunkCount(absl::string_view data) {
+  absl::StatusOr<cas::ChunkerParams> params = cas::ChunkerParams::ForAverage(kChunkAvg);
+  if (!params.ok()) return 0;
+  cas::Chunker chunker(*params);
+  chunker.Append(data);
+  uint32_t n = 0;
+  while (chunker.Next(/*eof=*/true)) ++n;
+  return n;
+}
+
+void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout = absl::Seconds(30)) {
+  ctx->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+}
+
+// Polls `done` every 10 ms for up to `timeout`.
+bool WaitFor(const std::function<bool()>& done, absl::Duration timeout = absl::Seconds(10)) {
+  const absl::Time end = absl::Now() + timeout;
+  while (absl::Now() < end) {
+    if (done()) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return done();
+}
+
+struct GetResult {
+  grpc::Status status;
+  std::string data;
+  int messages = 0;
+  bool contiguous = true;  // every message's offset continues the previous one
+};
+
+struct FeedResult {
+  grpc::Status status;
+  std::vector<FeedResponse> messages;
+  std::vector<uint64_t> seqs;
+};
+
+class CasServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* base = getenv("TMPDIR");
+    std::string templ =
+        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/cas_service_test.XXXXXX";
+    ASSERT_NE(mkdtemp(templ.data()), nullptr) << strerror(errno);
+    dir_ = templ;
+    absl::StatusOr<std::unique_ptr<storage::Database>> db =
+        storage::Database::Open({.path = dir_ + "/db", .sync_writes = false, .block_cache_mb = 8},
+                                cas::Store::ColumnFamilies());
+    ASSERT_TRUE(db.ok()) << db.status();
+    db_ = *std::move(db);
+    absl::StatusOr<std::unique_ptr<cas::Store>> store = cas::Store::Open(
+        db_.get(),
+        cas::StoreOptions{.chunking_threshold = kChunkingThreshold, .chunk_avg_bytes = kChunkAvg});
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+    executor_ = std::make_unique<common::Executor>(/*threads=*/4, /*max_queue=*/256);
+    service_ = std::make_unique<CasService>(store_.get(), executor_.get(), kLimits);
+    grpc::ServerBuilder builder;
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    stub_ = vault::v1::Cas::NewStub(server_->InProcessChannel(grpc::ChannelArguments()));
+  }
+
+  void TearDown() override {
+    stub_.reset();
+    if (server_ != nullptr) {
+      server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      server_->Wait();
+    }
+    if (executor_ != nullptr) executor_->Shutdown();
+    server_.reset();
+    service_.reset();
+    executor_.reset();
+    store_.reset();
+    db_.reset();
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+
+  vault::v1::Cas::StubInterface* stub() { return stub_.get(); }
+
+  // Stores `objects` with one BatchPut and expects every item to succeed.
+  std::vector<uint64_t> MustBatchPut(const std::vector<std::string>& objects) {
+    BatchPutRequest req;
+    for (const std::string& o : objects) {
+      BatchPutRequest::Item* item = req.add_items();
+      *item->mutable_digest() = DigestOf(o);
+      item->set_data(o);
+    }
+    BatchPutResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    grpc::Status s = stub()->BatchPut(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    std::vector<uint64_t> seqs;
+    for (const vault::v1::PutResult& r : resp.results()) {
+      EXPECT_EQ(r.status().code(), 0) << r.status().message();
+      seqs.push_back(r.seq());
+    }
+    return seqs;
+  }
+
+  StatResponse MustStat(const vault::v1::Digest& digest) {
+    StatRequest req;
+    *req.mutable_digest() = digest;
+    StatResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    grpc::Status s = stub()->Stat(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp;
+  }
+
+  // A streaming Put: the first message carries `digest` and `offset`, `data` goes out in
+  // messages of `piece` bytes (one message when `data` is empty).
+  grpc::Status Put(const vault::v1::Digest& digest, uint64_t offset, absl::string_view data,
+                   PutResponse* resp = nullptr, size_t piece = kPiece) {
+    PutResponse ignored;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    std::unique_ptr<grpc::ClientWriterInterface<PutRequest>> writer =
+        stub()->Put(&ctx, resp != nullptr ? resp : &ignored);
+    size_t pos = 0;
+    do {
+      PutRequest req;
+      if (pos == 0) {
+        *req.mutable_digest() = digest;
+        req.set_offset(offset);
+      }
+      const size_t n = std::min(piece, data.size() - pos);
+      req.set_data(std::string(data.substr(pos, n)));
+      pos += n;
+      if (!writer->Write(req)) break;  // the server finished early: Finish has its status
+    } while (pos < data.size());
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  GetResult Get(const vault::v1::Digest& digest, uint64_t offset, uint64_t limit) {
+    GetRequest req;
+    *req.mutable_digest() = digest;
+    req.set_offset(offset);
+    req.set_limit(limit);
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    std::unique_ptr<grpc::ClientReaderInterface<GetResponse>> reader = stub()->Get(&ctx, req);
+    GetResult out;
+    GetResponse resp;
+    while (reader->Read(&resp)) {
+      if (resp.offset() != offset + out.data.size()) out.contiguous = false;
+      if (resp.data().size() > kLimits.get_piece_bytes) out.contiguous = false;
+      out.data += resp.data();
+      ++out.messages;
+    }
+    out.status = reader->Finish();
+    return out;
+  }
+
+  FeedResult Feed(uint64_t after_seq, uint32_t limit) {
+    FeedRequest req;
+    req.set_after_seq(after_seq);
+    req.set_limit(limit);
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    std::unique_ptr<grpc::ClientReaderInterface<FeedResponse>> reader = stub()->Feed(&ctx, req);
+    FeedResult out;
+    FeedResponse resp;
+    while (reader->Read(&resp)) {
+      for (const vault::v1::FeedEntry& e : resp.entries()) out.seqs.push_back(e.seq());
+      out.messages.push_back(resp);
+    }
+    out.status = reader->Finish();
+    return out;
+  }
+
+  std::string dir_;
+  std::unique_ptr<storage::Database> db_;
+  std::unique_ptr<cas::Store> store_;
+  std::unique_ptr<common::Executor> executor_;
+  std::unique_ptr<CasService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<vault::v1::Cas::Stub> stub_;
+};
+
+// --- BatchPut / BatchGet ---
+
+TEST_F(CasServiceTest, BatchPutThenBatchGetRoundTrip) {
+  const std::vector<std::string> objects = {"hello", "", RandomBytes(100 << 10, 1)};
+  BatchPutRequest put;
+  for (const std::string& o : objects) {
+    BatchPutRequest::Item* item = put.add_items();
+    *item->mutable_digest() = DigestOf(o);
+    item->set_data(o);
+  }
+  BatchPutResponse put_resp;
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    grpc::Status s = stub()->BatchPut(&ctx, put, &put_resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  ASSERT_EQ(put_resp.results_size(), 3);
+  for (int i = 0; i < 3; ++i) {
+    const vault::v1::PutResult& r = put_resp.results(i);
+    EXPECT_EQ(r.status().code(), 0) << r.status().message();
+    EXPECT_TRUE(SameDigest(r.digest(), DigestOf(objects[i])));
+    EXPECT_FALSE(r.already_present());
+    EXPECT_EQ(r.seq(), static_cast<uint64_t>(i + 1));
+  }
+
+  // Again: already present, same sequence numbers, no new feed entries.
+  BatchPutResponse again;
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    ASSERT_TRUE(stub()->BatchPut(&ctx, put, &again).ok());
+  }
+  ASSERT_EQ(again.results_size(), 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(again.results(i).status().code(), 0);
+    EXPECT_TRUE(again.results(i).already_present());
+    EXPECT_EQ(again.results(i).seq(), static_cast<uint64_t>(i + 1));
+  }
+  EXPECT_EQ(store_->last_seq(), 3u);
+
+  const vault::v1::Digest missing = DigestOf("not stored");
+  BatchGetRequest get;
+  *get.add_digests() = DigestOf(objects[2]);
+  *get.add_digests() = missing;
+  *get.add_digests() = DigestOf(objects[0]);
+  *get.add_digests() = DigestOf(objects[1]);
+  BatchGetResponse got;
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    grpc::Status s = stub()->BatchGet(&ctx, get, &got);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  ASSERT_EQ(got.items_size(), 4);
+  EXPECT_EQ(got.items(0).status().code(), 0);
+  EXPECT_TRUE(got.items(0).data() == objects[2]);
+  EXPECT_TRUE(SameDigest(got.items(0).digest(), DigestOf(objects[2])));
+  EXPECT_EQ(got.items(1).status().code(), kNotFound);
+  EXPECT_EQ(got.items(1).data(), "");
+  EXPECT_TRUE(SameDigest(got.items(1).digest(), missing));
+  EXPECT_EQ(got.items(2).status().code(), 0);
+  EXPECT_EQ(got.items(2).data(), "hello");
+  EXPECT_EQ(got.items(3).status().code(), 0);
+  EXPECT_EQ(got.items(3).data(), "");
+}
+
+TEST_F(CasServiceTest, BatchGetRefusesItemsBeyondTheBatchLimit) {
+  const std::string a = RandomBytes(100 << 10, 1);
+  const std::string b = RandomBytes(100 << 10, 2);
+  const std::string c = RandomBytes(100 << 10, 3);
+  MustBatchPut({a, b});
+  MustBatchPut({c});
+  BatchGetRequest get;
+  for (const std::string* o : {&a, &b, &c}) *get.add_digests() = DigestOf(*o);
+  BatchGetResponse got;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  ASSERT_TRUE(stub()->BatchGet(&ctx, get, &got).ok());
+  ASSERT_EQ(got.items_size(), 3);
+  EXPECT_EQ(got.items(0).status().code(), 0);
+  EXPECT_TRUE(got.items(0).data() == a);
+  EXPECT_EQ(got.items(1).status().code(), 0);
+  EXPECT_TRUE(got.items(1).data() == b);
+  EXPECT_EQ(got.items(2).status().code(), kResourceExhausted);  // 300 KiB > 256 KiB
+  EXPECT_EQ(got.items(2).data(), "");
+}
+
+TEST_F(CasServiceTest, BatchPutReportsPerItemStatuses) {
+  const std::string good = "good object";
+  const std::string other = "evil object";  // same size as `good`
+  BatchPutRequest put;
+  BatchPutRequest::Item* item = put.add_items();
+  *item->mutable_digest() = DigestOf(good);
+  item->set_data(good);
+  item = put.add_items();  // claims `good`'s twin but carries other bytes
+  *item->mutable_digest() = DigestOf(good + "!");
+  item->mutable_digest()->set_size(other.size());
+  item->set_data(other);
+  item = put.add_items();  // a 31-byte hash
+  item->mutable_digest()->set_sha256(std::string(31, 'x'));
+  item->mutable_digest()->set_size(3);
+  item->set_data("abc");
+
+  BatchPutResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  grpc::Status s = stub()->BatchPut(&ctx, put, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(resp.results_size(), 3);
+  EXPECT_EQ(resp.results(0).status().code(), 0);
+  EXPECT_EQ(resp.results(0).seq(), 1u);
+  EXPECT_EQ(resp.results(1).status().code(), kInvalidArgument);
+  EXPECT_NE(resp.results(1).status().message().find("digest mismatch"), std::string::npos)
+      << resp.results(1).status().message();
+  EXPECT_TRUE(SameDigest(resp.results(1).digest(), put.items(1).digest()));
+  EXPECT_EQ(resp.results(2).status().code(), kInvalidArgument);
+  EXPECT_NE(resp.results(2).status().message().find("32 bytes"), std::string::npos)
+      << resp.results(2).status().message();
+  EXPECT_EQ(resp.results(2).digest().sha256(), std::string(31, 'x'));
+  EXPECT_EQ(resp.results(2).digest().size(), 3u);
+
+  // Only the good one is stored.
+  EXPECT_TRUE(MustStat(DigestOf(good)).present());
+  EXPECT_FALSE(MustStat(put.items(1).digest()).present());
+  EXPECT_FALSE(MustStat(DigestOf(other)).present());
+  EXPECT_EQ(store_->last_seq(), 1u);
+  GetResult back = Get(DigestOf(good), 0, 0);
+  ASSERT_TRUE(back.status.ok()) << back.status.error_message();
+  EXPECT_EQ(back.data, good);
+}
+
+TEST_F(CasServiceTest, BatchPutOverTheBatchLimitFailsTheWholeCall) {
+  const std::string a = RandomBytes(150 << 10, 1);
+  const std::string b = RandomBytes(150 << 10, 2);
+  BatchPutRequest put;
+  for (const std::string* o : {&a, &b}) {
+    BatchPutRequest::Item* item = put.add_items();
+    *item->mutable_digest() = DigestOf(*o);
+    item->set_data(*o);
+  }
+  BatchPutResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  grpc::Status s = stub()->BatchPut(&ctx, put, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_EQ(resp.results_size(), 0);
+  EXPECT_FALSE(MustStat(DigestOf(a)).present());
+  EXPECT_FALSE(MustStat(DigestOf(b)).present());
+  EXPECT_EQ(store_->last_seq(), 0u);
+}
+
+TEST_F(CasServiceTest, BatchPutRefusesObjectsAtTheChunkingThreshold) {
+  const std::string big = RandomBytes(kChunkingThreshold, 1);
+  BatchPutRequest put;
+  BatchPutRequest::Item* item = put.add_items();
+  *item->mutable_digest() = DigestOf(big);
+  item->set_data(big);
+  BatchPutResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  ASSERT_TRUE(stub()->BatchPut(&ctx, put, &resp).ok());
+  ASSERT_EQ(resp.results_size(), 1);
+  EXPECT_EQ(resp.results(0).status().code(), kInvalidArgument);
+}
+
+// --- FindMissing ---
+
+TEST_F(CasServiceTest, FindMissingKeepsRequestOrderWithoutDuplicates) {
+  const std::string a = "object a", b = "object b", c = "object c", d = "object d";
+  MustBatchPut({b, d});
+  FindMissingRequest req;
+  for (const std::string* o : {&c, &b, &a, &c, &d, &a, &c}) *req.add_digests() = DigestOf(*o);
+  FindMissingResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  grpc::Status s = stub()->FindMissing(&ctx, req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(resp.missing_size(), 2);
+  EXPECT_TRUE(SameDigest(resp.missing(0), DigestOf(c)));
+  EXPECT_TRUE(SameDigest(resp.missing(1), DigestOf(a)));
+}
+
+TEST_F(CasServiceTest, FindMissingTreatsAnotherSizeAsAnotherObject) {
+  MustBatchPut({"x"});
+  vault::v1::Digest other_size = DigestOf("x");
+  other_size.set_size(2);
+  FindMissingRequest req;
+  *req.add_digests() = DigestOf("x");
+  *req.add_digests() = other_size;
+  FindMissingResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  ASSERT_TRUE(stub()->FindMissing(&ctx, req, &resp).ok());
+  ASSERT_EQ(resp.missing_size(), 1);
+  EXPECT_TRUE(SameDigest(resp.missing(0), other_size));
+}
+
+TEST_F(CasServiceTest, FindMissingRefusesTooManyDigests) {
+  FindMissingRequest req;
+  for (uint32_t i = 0; i < kLimits.max_find_missing; ++i) {
+    *req.add_digests() = DigestOf(absl::StrCat("object ", i));
+  }
+  {
+    FindMissingResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    ASSERT_TRUE(stub()->FindMissing(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.missing_size(), static_cast<int>(kLimits.max_find_missing));
+  }
+  *req.add_digests() = DigestOf("one too many");
+  FindMissingResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  grpc::Status s = stub()->FindMissing(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_EQ(resp.missing_size(), 0);
+}
+
+TEST_F(CasServiceTest, FindMissingRefusesAMalformedDigest) {
+  FindMissingRequest req;
+  *req.add_digests() = DigestOf("fine");
+  req.add_digests()->set_sha256("short");
+  FindMissingResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  grpc::Status s = stub()->FindMissing(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("digests[1]"), std::string::npos) << s.error_message();
+}
+
+// --- Put / Get ---
+
+TEST_F(CasServiceTest, StreamingPutThenGetReturnsExactBytes) {
+  const std::string data = RandomBytes(1536 << 10, 42);
+  const vault::v1::Digest digest = DigestOf(data);
+  PutResponse resp;
+  grpc::Status s = Put(digest, 0, data, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.result().status().code(), 0);
+  EXPECT_TRUE(SameDigest(resp.result().digest(), digest));
+  EXPECT_FALSE(resp.result().already_present());
+  EXPECT_EQ(resp.result().seq(), 1u);
+
+  GetResult all = Get(digest, 0, 0);
+  ASSERT_TRUE(all.status.ok()) << all.status.error_message();
+  EXPECT_TRUE(all.data == data);
+  EXPECT_TRUE(all.contiguous);
+  EXPECT_EQ(all.messages, 16);  // 1.5 MiB in 100 KiB pieces
+
+  GetResult range = Get(digest, 1000, 300000);
+  ASSERT_TRUE(range.status.ok()) << range.status.error_message();
+  EXPECT_TRUE(range.data == data.substr(1000, 300000));
+  EXPECT_TRUE(range.contiguous);
+
+  GetResult tail = Get(digest, data.size() - 10, 0);
+  ASSERT_TRUE(tail.status.ok()) << tail.status.error_message();
+  EXPECT_TRUE(tail.data == data.substr(data.size() - 10));
+
+  GetResult past_limit = Get(digest, data.size() - 10, 1000);  // limit beyond the end
+  ASSERT_TRUE(past_limit.status.ok()) << past_limit.status.error_message();
+  EXPECT_TRUE(past_limit.data == data.substr(data.size() - 10));
+
+  GetResult at_end = Get(digest, data.size(), 0);
+  EXPECT_TRUE(at_end.status.ok()) << at_end.status.error_message();
+  EXPECT_EQ(at_end.data, "");
+
+  GetResult past_end = Get(digest, data.size() + 1, 0);
+  EXPECT_EQ(past_end.status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_EQ(past_end.data, "");
+
+  GetResult missing = Get(DigestOf("missing"), 0, 0);
+  EXPECT_EQ(missing.status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(missing.data, "");
+
+  StatResponse st = MustStat(digest);
+  EXPECT_TRUE(st.present());
+  EXPECT_EQ(st.seq(), 1u);
+  EXPECT_EQ(st.layout(), StatResponse::CHUNKED);
+  EXPECT_EQ(st.chunk_count(), ExpectedChunkCount(data));
+  EXPECT_GE(st.chunk_count(), 6u);  // at most 256 KiB each
+
+  // Putting it again changes nothing.
+  PutResponse again;
+  ASSERT_TRUE(Put(digest, 0, data, &again).ok());
+  EXPECT_TRUE(again.result().already_present());
+  EXPECT_EQ(again.result().seq(), 1u);
+  EXPECT_EQ(store_->last_seq(), 1u);
+}
+
+TEST_F(CasServiceTest, GetOfAnInlineObjectHonorsOffsetAndLimit) {
+  const std::string data = RandomBytes(200 << 10, 9);  // below the chunking threshold
+  const vault::v1::Digest digest = DigestOf(data);
+  PutResponse resp;
+  ASSERT_TRUE(Put(digest, 0, data, &resp).ok());
+  EXPECT_EQ(resp.result().seq(), 1u);
+  EXPECT_EQ(MustStat(digest).layout(), StatResponse::INLINE);
+  GetResult range = Get(digest, 150 << 10, 10 << 10);
+  ASSERT_TRUE(range.status.ok()) << range.status.error_message();
+  EXPECT_TRUE(range.data == data.substr(150 << 10, 10 << 10));
+  EXPECT_TRUE(range.contiguous);
+  GetResult all = Get(digest, 0, 0);
+  ASSERT_TRUE(all.status.ok());
+  EXPECT_TRUE(all.data == data);
+  EXPECT_EQ(all.messages, 2);
+}
+
+TEST_F(CasServiceTest, GetOfAnEmptyObject) {
+  MustBatchPut({""});
+  GetResult got = Get(DigestOf(""), 0, 0);
+  EXPECT_TRUE(got.status.ok()) << got.status.error_message();
+  EXPECT_EQ(got.data, "");
+  EXPECT_EQ(got.messages, 0);
+  EXPECT_EQ(Get(DigestOf(""), 1, 0).status.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+}
+
+TEST_F(CasServiceTest, PutOfWrongContentIsRefusedAndStoresNothing) {
+  // Chunked: same size, other bytes.
+  const std::string data = RandomBytes(300 << 10, 1);
+  const std::string wrong = RandomBytes(300 << 10, 2);
+  const vault::v1::Digest digest = DigestOf(data);
+  grpc::Status s = Put(digest, 0, wrong);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  StatResponse st = MustStat(digest);
+  EXPECT_FALSE(st.present());
+  EXPECT_EQ(st.upload_offset(), 0u);  // the failed upload is discarded
+  EXPECT_FALSE(MustStat(DigestOf(wrong)).present());
+
+  // Inline: same size, other bytes.
+  s = Put(DigestOf("small one"), 0, "small two");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_FALSE(MustStat(DigestOf("small one")).present());
+
+  // More bytes than the size.
+  s = Put(DigestOf("abc"), 0, "abcd");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_FALSE(MustStat(DigestOf("abc")).present());
+
+  // Fewer bytes than the size: not finished; may resume.
+  s = Put(DigestOf("abcd"), 0, "abc");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_FALSE(MustStat(DigestOf("abcd")).present());
+  EXPECT_EQ(store_->last_seq(), 0u);
+}
+
+TEST_F(CasServiceTest, PutResumesAfterTheClientCancels) {
+  const std::string data = RandomBytes(1536 << 10, 7);
+  const vault::v1::Digest digest = DigestOf(data);
+  constexpr size_t kSent = 700 << 10;
+  {
+    PutResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    std::unique_ptr<grpc::ClientWriterInterface<PutRequest>> writer = stub()->Put(&ctx, &resp);
+    for (size_t pos = 0; pos < kSent; pos += kPiece) {
+      PutRequest req;
+      if (pos == 0) *req.mutable_digest() = digest;
+      req.set_data(data.substr(pos, std::min(kPiece, kSent - pos)));
+      ASSERT_TRUE(writer->Write(req));
+    }
+    // Some chunks are durable (at most 256 KiB each, so 700 KiB make at least two).
+    ASSERT_TRUE(WaitFor([&] { return MustStat(digest).upload_offset() > 0; }));
+    ctx.TryCancel();
+    EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  // The server drops the cancelled upload asynchronously; until then a new upload of the same
+  // object is ABORTED. A Put past the end probes for that without touching the progress.
+  grpc::Status probe;
+  ASSERT_TRUE(WaitFor([&] {
+    probe = Put(digest, digest.size() + 1, "");
+    return probe.error_code() != grpc::StatusCode::ABORTED;
+  }));
+  EXPECT_EQ(probe.error_code(), grpc::StatusCode::OUT_OF_RANGE) << probe.error_message();
+
+  StatResponse st = MustStat(digest);
+  EXPECT_FALSE(st.present());
+  const uint64_t offset = st.upload_offset();
+  EXPECT_GT(offset, 0u);
+  EXPECT_LE(offset, kSent);
+
+  // Resuming anywhere but the durable offset is refused, and keeps the progress.
+  grpc::Status s = Put(digest, offset + 1, absl::string_view(data).substr(offset + 1));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  s = Put(digest, offset - 1, absl::string_view(data).substr(offset - 1));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_EQ(MustStat(digest).upload_offset(), offset);
+
+  PutResponse resp;
+  s = Put(digest, offset, absl::string_view(data).substr(offset), &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.result().status().code(), 0);
+  EXPECT_FALSE(resp.result().already_present());
+  EXPECT_EQ(resp.result().seq(), 1u);
+
+  GetResult back = Get(digest, 0, 0);
+  ASSERT_TRUE(back.status.ok()) << back.status.error_message();
+  EXPECT_TRUE(back.data == data);
+  st = MustStat(digest);
+  EXPECT_TRUE(st.present());
+  EXPECT_EQ(st.upload_offset(), 0u);
+  EXPECT_EQ(st.layout(), StatResponse::CHUNKED);
+  EXPECT_EQ(st.chunk_count(), ExpectedChunkCount(data));  // same chunks as one pass
+}
+
+TEST_F(CasServiceTest, PutAtAWrongOffsetIsAFailedPrecondition) {
+  // No upload in progress: only offset 0 is valid.
+  const std::string big = RandomBytes(300 << 10, 3);
+  grpc::Status s = Put(DigestOf(big), 64 << 10, absl::string_view(big).substr(64 << 10));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  // Objects below the chunking threshold never resume.
+  s = Put(DigestOf("small"), 1, "mall");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_EQ(store_->last_seq(), 0u);
+}
+
+TEST_F(CasServiceTest, PutWithTheDigestInALaterMessageIsInvalid) {
+  const std::string data = "0123456789";
+  PutResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  std::unique_ptr<grpc::ClientWriterInterface<PutRequest>> writer = stub()->Put(&ctx, &resp);
+  PutRequest first;
+  *first.mutable_digest() = DigestOf(data);
+  first.set_data(data.substr(0, 5));
+  writer->Write(first);
+  PutRequest second;
+  *second.mutable_digest() = DigestOf(data);
+  second.set_data(data.substr(5));
+  writer->Write(second);
+  writer->WritesDone();
+  grpc::Status s = writer->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_FALSE(MustStat(DigestOf(data)).present());
+}
+
+TEST_F(CasServiceTest, PutWithAnOffsetInALaterMessageIsInvalid) {
+  const std::string data = "0123456789";
+  PutResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  std::unique_ptr<grpc::ClientWriterInterface<PutRequest>> writer = stub()->Put(&ctx, &resp);
+  PutRequest first;
+  *first.mutable_digest() = DigestOf(data);
+  first.set_data(data.substr(0, 5));
+  writer->Write(first);
+  PutRequest second;
+  second.set_offset(5);
+  second.set_data(data.substr(5));
+  writer->Write(second);
+  writer->WritesDone();
+  grpc::Status s = writer->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_FALSE(MustStat(DigestOf(data)).present());
+}
+
+TEST_F(CasServiceTest, EmptyPutStreamIsInvalid) {
+  PutResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  std::unique_ptr<grpc::ClientWriterInterface<PutRequest>> writer = stub()->Put(&ctx, &resp);
+  writer->WritesDone();
+  grpc::Status s = writer->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+}
+
+TEST_F(CasServiceTest, PutWithoutADigestIsInvalid) {
+  PutRequest req;
+  req.set_data("abc");
+  PutResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  std::unique_ptr<grpc::ClientWriterInterface<PutRequest>> writer = stub()->Put(&ctx, &resp);
+  writer->Write(req);
+  writer->WritesDone();
+  grpc::Status s = writer->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+}
+
+TEST_F(CasServiceTest, PutOfAnEmptyObject) {
+  PutResponse resp;
+  grpc::Status s = Put(DigestOf(""), 0, "", &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.result().seq(), 1u);
+  EXPECT_TRUE(MustStat(DigestOf("")).present());
+}
+
+// --- Stat ---
+
+TEST_F(CasServiceTest, StatReportsEveryField) {
+  const int64_t before = absl::ToUnixMillis(absl::Now());
+  MustBatchPut({"first", "second"});
+  const int64_t after = absl::ToUnixMillis(absl::Now());
+
+  StatResponse st = MustStat(DigestOf("second"));
+  EXPECT_TRUE(st.present());
+  EXPECT_TRUE(SameDigest(st.digest(), DigestOf("second")));
+  EXPECT_EQ(st.seq(), 2u);
+  EXPECT_EQ(st.layout(), StatResponse::INLINE);
+  EXPECT_EQ(st.chunk_count(), 0u);
+  EXPECT_GE(st.stored_unix_ms(), before);
+  EXPECT_LE(st.stored_unix_ms(), after);
+  EXPECT_EQ(st.upload_offset(), 0u);
+
+  st = MustStat(DigestOf("absent"));
+  EXPECT_FALSE(st.present());
+  EXPECT_TRUE(SameDigest(st.digest(), DigestOf("absent")));
+  EXPECT_EQ(st.seq(), 0u);
+  EXPECT_EQ(st.layout(), StatResponse::LAYOUT_UNSPECIFIED);
+  EXPECT_EQ(st.chunk_count(), 0u);
+  EXPECT_EQ(st.upload_offset(), 0u);
+
+  StatRequest bad;
+  bad.mutable_digest()->set_sha256(std::string(33, 'x'));
+  StatResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  EXPECT_EQ(stub()->Stat(&ctx, bad, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// --- Feed ---
+
+TEST_F(CasServiceTest, FeedPagesWithAfterSeqAndLimit) {
+  std::vector<std::string> objects;
+  for (int i = 0; i < 5; ++i) objects.push_back(absl::StrCat("object ", i));
+  EXPECT_EQ(MustBatchPut(objects), (std::vector<uint64_t>{1, 2, 3, 4, 5}));
+
+  FeedResult page = Feed(0, 2);
+  ASSERT_TRUE(page.status.ok()) << page.status.error_message();
+  EXPECT_EQ(page.seqs, (std::vector<uint64_t>{1, 2}));
+  ASSERT_EQ(page.messages.size(), 1u);
+  ASSERT_EQ(page.messages[0].entries_size(), 2);
+  EXPECT_TRUE(SameDigest(page.messages[0].entries(0).digest(), DigestOf(objects[0])));
+  EXPECT_TRUE(SameDigest(page.messages[0].entries(1).digest(), DigestOf(objects[1])));
+  EXPECT_GT(page.messages[0].entries(0).stored_unix_ms(), 0);
+  EXPECT_EQ(page.messages[0].last_seq(), 5u);
+
+  page = Feed(2, 2);
+  ASSERT_TRUE(page.status.ok());
+  EXPECT_EQ(page.seqs, (std::vector<uint64_t>{3, 4}));
+  page = Feed(4, 2);
+  ASSERT_TRUE(page.status.ok());
+  EXPECT_EQ(page.seqs, (std::vector<uint64_t>{5}));
+  ASSERT_EQ(page.messages.size(), 1u);
+  EXPECT_TRUE(SameDigest(page.messages[0].entries(0).digest(), DigestOf(objects[4])));
+  page = Feed(5, 2);
+  ASSERT_TRUE(page.status.ok());
+  EXPECT_TRUE(page.messages.empty());
+
+  // No limit: everything, in server pages of 2.
+  page = Feed(0, 0);
+  ASSERT_TRUE(page.status.ok());
+  EXPECT_EQ(page.seqs, (std::vector<uint64_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(page.messages.size(), 3u);
+  // A limit above a page spans several messages.
+  page = Feed(1, 3);
+  ASSERT_TRUE(page.status.ok());
+  EXPECT_EQ(page.seqs, (std::vector<uint64_t>{2, 3, 4}));
+  EXPECT_EQ(page.messages.size(), 2u);
+}
+
+TEST_F(CasServiceTest, FeedFollowDeliversNewObjectsUntilTheClientCancels) {
+  MustBatchPut({"before"});
+  FeedRequest req;
+  req.set_follow(true);
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  std::unique_ptr<grpc::ClientReaderInterface<FeedResponse>> reader = stub()->Feed(&ctx, req);
+  FeedResponse resp;
+  ASSERT_TRUE(reader->Read(&resp));
+  ASSERT_EQ(resp.entries_size(), 1);
+  EXPECT_EQ(resp.entries(0).seq(), 1u);
+
+  // The stream is open and idle; an object stored now arrives on it.
+  MustBatchPut({"after"});
+  ASSERT_TRUE(reader->Read(&resp));  // bounded by the call's deadline
+  ASSERT_EQ(resp.entries_size(), 1);
+  EXPECT_EQ(resp.entries(0).seq(), 2u);
+  EXPECT_TRUE(SameDigest(resp.entries(0).digest(), DigestOf("after")));
+  EXPECT_EQ(resp.last_seq(), 2u);
+
+  ctx.TryCancel();
+  EXPECT_FALSE(reader->Read(&resp));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+TEST_F(CasServiceTest, FeedFollowEndsWhenTheDeadlinePasses) {
+  FeedRequest req;
+  req.set_follow(true);
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, absl::Milliseconds(300));
+  std::unique_ptr<grpc::ClientReaderInterface<FeedResponse>> reader = stub()->Feed(&ctx, req);
+  FeedResponse resp;
+  EXPECT_FALSE(reader->Read(&resp));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+}
+
+// --- Overload ---
+
+TEST_F(CasServiceTest, FullExecutorAnswersResourceExhausted) {
+  common::Executor busy(/*threads=*/1, /*max_queue=*/1);
+  CasService service(store_.get(), &busy, kLimits);
+  grpc::ServerBuilder builder;
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<vault::v1::Cas::Stub> stub =
+      vault::v1::Cas::NewStub(server->InProcessChannel(grpc::ChannelArguments()));
+
+  absl::Notification started, release, drained;
+  ASSERT_TRUE(busy.Schedule([&] {
+    started.Notify();
+    release.WaitForNotification();
+  }));
+  started.WaitForNotification();
+  ASSERT_TRUE(busy.Schedule([&] { drained.Notify(); }));  // fills the queue
+  ASSERT_FALSE(busy.Schedule([] {}));                     // full
+
+  {
+    FindMissingRequest req;
+    *req.add_digests() = DigestOf("x");
+    FindMissingResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    grpc::Status s = stub->FindMissing(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  }
+  {
+    StatRequest req;
+    *req.mutable_digest() = DigestOf("x");
+    StatResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    EXPECT_EQ(stub->Stat(&ctx, req, &resp).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  {
+    GetRequest req;
+    *req.mutable_digest() = DigestOf("x");
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    std::unique_ptr<grpc::ClientReader<GetResponse>> reader = stub->Get(&ctx, req);
+    GetResponse resp;
+    EXPECT_FALSE(reader->Read(&resp));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  {
+    FeedRequest req;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    std::unique_ptr<grpc::ClientReader<FeedResponse>> reader = stub->Feed(&ctx, req);
+    FeedResponse resp;
+    EXPECT_FALSE(reader->Read(&resp));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  {
+    PutResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    std::unique_ptr<grpc::ClientWriter<PutRequest>> writer = stub->Put(&ctx, &resp);
+    PutRequest req;
+    *req.mutable_digest() = DigestOf("x");
+    req.set_data("x");
+    writer->Write(req);
+    writer->WritesDone();
+    EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+
+  release.Notify();
+  drained.WaitForNotification();
+  // Once the queue has drained, calls go through again.
+  FindMissingRequest req;
+  *req.add_digests() = DigestOf("x");
+  FindMissingResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  grpc::Status s = stub->FindMissing(&ctx, req, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.missing_size(), 1);
+
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Wait();
+  busy.Shutdown();
+}
+
+// --- Membership over mutual TLS ---
+
+class MemberTlsTest : public CasServiceTest {
+ protected:
+  void SetUp() override {
+    CasServiceTest::SetUp();
+    if (HasFatalFailure()) return;
+    absl::StatusOr<KeyAndCert> ca = CreateFederationCa("acme", absl::Hours(24));
+    ASSERT_TRUE(ca.ok()) << ca.status();
+    ca_ = *std::move(ca);
+    absl::StatusOr<KeyAndCert> server_cert = IssueMemberCert(ca_, "vault-a", absl::Hours(24));
+    ASSERT_TRUE(server_cert.ok()) << server_cert.status();
+
+    grpc::SslServerCredentialsOptions opts(
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    opts.pem_root_certs = ca_.cert_pem;
+    opts.pem_key_cert_pairs.push_back({server_cert->key_pem, server_cert->cert_pem});
+    std::shared_ptr<grpc::ServerCredentials> creds = grpc::SslServerCredentials(opts);
+    creds->SetAuthMetadataProcessor(std::make_shared<MemberAuthProcessor>(
+        absl::flat_hash_set<std::string>{"vault-a", "vault-b"}));
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", creds, &port);
+    tls_service_ = std::make_unique<CasService>(store_.get(), executor_.get(), kLimits);
+    builder.RegisterService(tls_service_.get());
+    tls_server_ = builder.BuildAndStart();
+    ASSERT_NE(tls_server_, nullptr);
+    ASSERT_NE(port, 0);
+    address_ = absl::StrCat("127.0.0.1:", port);
+  }
+
+  void TearDown() override {
+    if (tls_server_ != nullptr) {
+      tls_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      tls_server_->Wait();
+      tls_server_.reset();
+    }
+    tls_service_.reset();
+    CasServiceTest::TearDown();
+  }
+
+  // A Stat call over TLS; `client` null means no client certificate.
+  grpc::Status StatOverTls(const std::string& roots, const KeyAndCert* client) {
+    grpc::SslCredentialsOptions opts;
+    opts.pem_root_certs = roots;
+    if (client != nullptr) {
+      opts.pem_private_key = client->key_pem;
+      opts.pem_cert_chain = client->cert_pem;
+    }
+    grpc::ChannelArguments args;
+    args.SetString(GRPC_SSL_TARGET_NAME_OVERRIDE_ARG, "vault-a");
+    std::unique_ptr<vault::v1::Cas::Stub> stub = vault::v1::Cas::NewStub(
+        grpc::CreateCustomChannel(address_, grpc::SslCredentials(opts), args));
+    StatRequest req;
+    *req.mutable_digest() = DigestOf("anything");
+    StatResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(10));
+    grpc::Status s = stub->Stat(&ctx, req, &resp);
+    if (s.ok() && resp.present()) return grpc::Status(grpc::StatusCode::INTERNAL, "present?");
+    return s;
+  }
+
+  KeyAndCert MustIssue(const KeyAndCert& ca, absl::string_view name) {
+    absl::StatusOr<KeyAndCert> cert = IssueMemberCert(ca, name, absl::Hours(24));
+    EXPECT_TRUE(cert.ok()) << cert.status();
+    return cert.ok() ? *cert : KeyAndCert{};
+  }
+
+  KeyAndCert ca_;
+  std::string address_;
+  std::unique_ptr<CasService> tls_service_;
+  std::unique_ptr<grpc::Server> tls_server_;
+};
+
+TEST_F(MemberTlsTest, MemberCertificateFromTheFederationCaIsAccepted) {
+  KeyAndCert b = MustIssue(ca_, "vault-b");
+  grpc::Status s = StatOverTls(ca_.cert_pem, &b);
+  EXPECT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+}
+
+TEST_F(MemberTlsTest, NonMemberCertificateFromTheFederationCaIsUnauthenticated) {
+  KeyAndCert x = MustIssue(ca_, "vault-x");
+  grpc::Status s = StatOverTls(ca_.cert_pem, &x);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  EXPECT_NE(s.error_message().find("vault-x"), std::string::npos) << s.error_message();
+}
+
+TEST_F(MemberTlsTest, CertificateFromAnotherCaFailsTheHandshake) {
+  absl::StatusOr<KeyAndCert> other_ca = CreateFederationCa("other", absl::Hours(24));
+  ASSERT_TRUE(other_ca.ok()) << other_ca.status();
+  // Named like a member, but issued by a CA the server does not trust.
+  KeyAndCert b = MustIssue(*other_ca, "vault-b");
+  grpc::Status s = StatOverTls(ca_.cert_pem, &b);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+}
+
+TEST_F(MemberTlsTest, ClientWithoutACertificateFails) {
+  grpc::Status s = StatOverTls(ca_.cert_pem, nullptr);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+}
+
+}  // namespace
+}  // namespace vault::node
