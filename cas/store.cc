@@ -71,9 +71,9 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(storage::Database* db,
                                                    const StoreOptions& options) {
   VAULT_ASSIGN_OR_RETURN(ChunkerParams chunker, ChunkerParams::ForAverage(options.chunk_avg_bytes));
   if (options.chunking_threshold < chunker.max_size) {
-    return absl::InvalidArgumentError(absl::StrCat("chunking threshold ", options.chunking_threshold,
-                                                   " is below the largest chunk (",
-                                                   chunker.max_size, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunking threshold ", options.chunking_threshold,
+                     " is below the largest chunk (", chunker.max_size, ")"));
   }
   std::unique_ptr<Store> store(new Store(db, options, chunker));
   VAULT_RETURN_IF_ERROR(store->Recover());
@@ -93,7 +93,8 @@ absl::Status Store::Recover() {
   it.reset();
   StoreTotals totals;
   rocksdb::PinnableSlice value;
-  rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), meta_, storage::ToSlice(kTotalsKey), &value);
+  rocksdb::Status s =
+      db_->db()->Get(rocksdb::ReadOptions(), meta_, storage::ToSlice(kTotalsKey), &value);
   if (s.ok()) {
     vault::v1::StoreTotals t;
     if (!t.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
@@ -104,8 +105,8 @@ absl::Status Store::Recover() {
     return storage::ToStatus(s, "read store totals");
   }
   if (totals.objects != last) {
-    return absl::DataLossError(absl::StrCat("store totals say ", totals.objects,
-                                            " objects but the feed ends at ", last));
+    return absl::DataLossError(
+        absl::StrCat("store totals say ", totals.objects, " objects but the feed ends at ", last));
   }
   next_seq_ = last + 1;
   leader_totals_ = totals;
@@ -160,16 +161,16 @@ std::vector<absl::StatusOr<PutOutcome>> Store::PutMany(absl::Span<const PutItem>
                                                   item.data.size()));
     }
     if (s.ok() && item.data.size() >= options_.chunking_threshold) {
-      s = absl::InvalidArgumentError(absl::StrCat(
-          "object ", item.digest.ToString(), " is at least the chunking threshold (",
-          options_.chunking_threshold, " bytes): upload it with the streaming Put"));
+      s = absl::InvalidArgumentError(
+          absl::StrCat("object ", item.digest.ToString(), " is at least the chunking threshold (",
+                       options_.chunking_threshold, " bytes): upload it with the streaming Put"));
     }
     if (s.ok()) {
       std::string actual = Sha256::Hash(item.data);
       if (actual != item.digest.sha256()) {
-        s = absl::InvalidArgumentError(
-            absl::StrCat("digest mismatch: claimed ", item.digest.ToString(), ", content hashes to ",
-                         Digest::Of(item.data).ToString(), "; nothing stored"));
+        s = absl::InvalidArgumentError(absl::StrCat(
+            "digest mismatch: claimed ", item.digest.ToString(), ", content hashes to ",
+            Digest::Of(item.data).ToString(), "; nothing stored"));
       }
     }
     if (!s.ok()) {
@@ -215,8 +216,8 @@ absl::Status Store::PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::Write
     if (statuses[i].ok()) {
       vault::v1::ObjectRecord rec;
       if (!rec.ParseFromArray(values[i].data(), static_cast<int>(values[i].size()))) {
-        return absl::DataLossError(absl::StrCat("object record of ", op->digest->ToString(),
-                                                " does not parse"));
+        return absl::DataLossError(
+            absl::StrCat("object record of ", op->digest->ToString(), " does not parse"));
       }
       op->outcome = {rec.seq(), true};
     } else if (!statuses[i].IsNotFound()) {
@@ -256,9 +257,48 @@ void Store::FinishGroup(absl::Span<CommitOp* const> ops, const absl::Status& wri
   if (!written.ok()) return;  // nothing was written: sequence numbers are reused
   next_seq_ = pending_next_seq_;
   leader_totals_ = pending_totals_;
+  std::vector<std::function<void()>> due;
+  {
+    absl::MutexLock lock(&mu_);
+    totals_ = leader_totals_;
+    last_seq_.store(next_seq_ - 1, std::memory_order_release);
+    due = TakeDueWaiters(next_seq_ - 1);
+  }
+  for (auto& wake : due) wake();
+}
+
+std::vector<std::function<void()>> Store::TakeDueWaiters(uint64_t seq) {
+  std::vector<std::function<void()>> due;
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (closed_ || seq > it->second.after_seq) {
+      due.push_back(std::move(it->second.wake));
+      waiters_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  return due;
+}
+
+void Store::AddWaiter(uintptr_t key, uint64_t after_seq, std::function<void()> wake) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!closed_ && last_seq_.load(std::memory_order_acquire) <= after_seq) {
+      waiters_[key] = Waiter{after_seq, std::move(wake)};
+      return;
+    }
+  }
+  wake();
+}
+
+bool Store::RemoveWaiter(uintptr_t key) {
   absl::MutexLock lock(&mu_);
-  totals_ = leader_totals_;
-  last_seq_.store(next_seq_ - 1, std::memory_order_release);
+  return waiters_.erase(key) > 0;
+}
+
+bool Store::closed() const {
+  absl::MutexLock lock(&mu_);
+  return closed_;
 }
 
 void Store::DeleteUploadRecords(const std::string& key, rocksdb::WriteBatch* batch) const {
@@ -320,8 +360,8 @@ absl::StatusOr<ObjectInfo> Store::Stat(const Digest& digest) const {
   if (!value.ok()) return value.status();
   vault::v1::ObjectRecord rec;
   if (!rec.ParseFromString(*value)) {
-    return absl::DataLossError(absl::StrCat("object record of ", digest.ToString(),
-                                            " does not parse"));
+    return absl::DataLossError(
+        absl::StrCat("object record of ", digest.ToString(), " does not parse"));
   }
   return ObjectInfo{.digest = digest,
                     .seq = rec.seq(),
@@ -341,8 +381,8 @@ absl::StatusOr<uint64_t> Store::UploadOffset(const Digest& digest) const {
 
 absl::StatusOr<std::vector<FeedItem>> Store::ReadFeed(uint64_t after_seq, size_t limit) const {
   std::vector<FeedItem> out;
-  const uint64_t last = last_seq();  // never show entries of a group still being written
-  if (after_seq >= last) return out;     // also keeps after_seq + 1 from overflowing
+  const uint64_t last = last_seq();   // never show entries of a group still being written
+  if (after_seq >= last) return out;  // also keeps after_seq + 1 from overflowing
   std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), feed_));
   for (it->Seek(BigEndian64(after_seq + 1)); it->Valid(); it->Next()) {
     if (limit != 0 && out.size() >= limit) break;
@@ -358,18 +398,14 @@ absl::StatusOr<std::vector<FeedItem>> Store::ReadFeed(uint64_t after_seq, size_t
   return out;
 }
 
-uint64_t Store::WaitForNewer(uint64_t after_seq, absl::Duration timeout) const {
-  absl::MutexLock lock(&mu_);
-  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return closed_ || last_seq_.load(std::memory_order_acquire) > after_seq;
-  };
-  mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
-  return last_seq_.load(std::memory_order_acquire);
-}
-
 void Store::Close() {
-  absl::MutexLock lock(&mu_);
-  closed_ = true;
+  std::vector<std::function<void()>> due;
+  {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    due = TakeDueWaiters(0);
+  }
+  for (auto& wake : due) wake();
 }
 
 StoreTotals Store::totals() const {

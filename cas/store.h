@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -113,7 +114,7 @@ class Upload {
   bool present_ = false;        // object already stored: data is discarded
   PutOutcome present_outcome_;  // for present_
   bool chunked_ = false;
-  std::string inline_data_;     // !chunked_
+  std::string inline_data_;  // !chunked_
   std::unique_ptr<Chunker> chunker_;
   std::vector<std::pair<std::string, uint32_t>> chunks_;  // (sha256, size) in order
   Sha256 hash_;
@@ -149,9 +150,9 @@ class Store {
   // Streams bytes [offset, offset + limit) (limit 0: to the end) to `sink` in pieces of at most
   // `piece_bytes`. Stored bytes are verified against their hashes as they are read: DATA_LOSS
   // rather than corrupt bytes. OUT_OF_RANGE when offset > size.
-  absl::Status Read(const Digest& digest, uint64_t offset, uint64_t limit, size_t piece_bytes,
-                    const std::function<absl::Status(uint64_t offset, absl::string_view)>& sink)
-      const;
+  absl::Status Read(
+      const Digest& digest, uint64_t offset, uint64_t limit, size_t piece_bytes,
+      const std::function<absl::Status(uint64_t offset, absl::string_view)>& sink) const;
   absl::StatusOr<std::string> ReadAll(const Digest& digest) const;
 
   // Begins (offset 0) or resumes (offset = UploadOffset) a streaming upload.
@@ -160,10 +161,15 @@ class Store {
   // Feed entries with seq > after_seq, at most `limit` (0: no limit).
   absl::StatusOr<std::vector<FeedItem>> ReadFeed(uint64_t after_seq, size_t limit) const;
   uint64_t last_seq() const { return last_seq_.load(std::memory_order_acquire); }
-  // Waits until last_seq() > after_seq, or `timeout`, or Close(). Returns last_seq().
-  uint64_t WaitForNewer(uint64_t after_seq, absl::Duration timeout) const;
-  // Wakes every WaitForNewer; later waits return at once.
+  // Calls `wake` once, from a committing thread (or inline, now), when last_seq() > after_seq or
+  // the store closes. `wake` must be quick (schedule work elsewhere). `key` names the waiter
+  // (one per key at a time, e.g. the address of the waiting stream) for RemoveWaiter.
+  void AddWaiter(uintptr_t key, uint64_t after_seq, std::function<void()> wake);
+  // True when the waiter was removed before it was called; then it never will be.
+  bool RemoveWaiter(uintptr_t key);
+  // Wakes every waiter; later ones are woken at once.
   void Close();
+  bool closed() const;
   StoreTotals totals() const;
 
   const StoreOptions& options() const { return options_; }
@@ -214,6 +220,14 @@ class Store {
   StoreTotals totals_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_set<std::string> active_uploads_ ABSL_GUARDED_BY(mu_);
+  struct Waiter {
+    uint64_t after_seq;
+    std::function<void()> wake;
+  };
+  absl::flat_hash_map<uintptr_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  // Removes and returns the waiters due at `seq` (all of them when closed_).
+  std::vector<std::function<void()>> TakeDueWaiters(uint64_t seq)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace vault::cas

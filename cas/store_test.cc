@@ -1076,48 +1076,54 @@ TEST_F(StoreTest, CorruptManifestIsDataLoss) {
 // ---- Waiting for the feed
 // ------------------------------------------------------------------------
 
-TEST_F(StoreTest, WaitForNewerWakesOnPutFromAnotherThread) {
-  std::atomic<uint64_t> seen{0};
-  absl::Duration waited;
-  std::thread waiter([&] {
-    absl::Time start = absl::Now();
-    seen = store_->WaitForNewer(0, absl::Seconds(30));
-    waited = absl::Now() - start;
-  });
-  absl::SleepFor(absl::Milliseconds(50));
-  PutOk("wake up");
-  waiter.join();
-  EXPECT_EQ(seen.load(), 1u);
-  EXPECT_LT(waited, absl::Seconds(10));
-}
-
-TEST_F(StoreTest, WaitForNewerTimesOut) {
+TEST_F(StoreTest, WaiterIsWokenByTheNextPutOnly) {
+  PutOk("zero");
+  std::atomic<int> woken{0};
+  store_->AddWaiter(/*key=*/7, /*after_seq=*/1, [&] { woken.fetch_add(1); });
+  EXPECT_EQ(woken.load(), 0);
+  PutOk("zero");  // already present: no new seq, no wake-up
+  EXPECT_EQ(woken.load(), 0);
   PutOk("one");
-  absl::Time start = absl::Now();
-  EXPECT_EQ(store_->WaitForNewer(1, absl::Milliseconds(100)), 1u);
-  EXPECT_GE(absl::Now() - start, absl::Milliseconds(95));
-  start = absl::Now();
-  EXPECT_EQ(store_->WaitForNewer(0, absl::Seconds(30)), 1u);  // already newer: at once
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(woken.load(), 1);
+  PutOk("two");  // a waiter fires once
+  EXPECT_EQ(woken.load(), 1);
+  EXPECT_FALSE(store_->RemoveWaiter(7));
 }
 
-TEST_F(StoreTest, CloseWakesWaiters) {
-  std::vector<std::thread> waiters;
-  std::atomic<int> returned{0};
-  absl::Time start = absl::Now();
-  for (int i = 0; i < 3; ++i) {
-    waiters.emplace_back([&] {
-      if (store_->WaitForNewer(0, absl::Seconds(30)) == 0) returned.fetch_add(1);
-    });
-  }
-  absl::SleepFor(absl::Milliseconds(50));
+TEST_F(StoreTest, WaiterForAnOlderSeqFiresAtOnce) {
+  PutOk("one");
+  int woken = 0;
+  store_->AddWaiter(1, /*after_seq=*/0, [&] { ++woken; });
+  EXPECT_EQ(woken, 1);
+  EXPECT_FALSE(store_->RemoveWaiter(1));
+}
+
+TEST_F(StoreTest, RemovedWaiterNeverFires) {
+  std::atomic<int> woken{0};
+  store_->AddWaiter(1, 0, [&] { woken.fetch_add(1); });
+  EXPECT_TRUE(store_->RemoveWaiter(1));
+  EXPECT_FALSE(store_->RemoveWaiter(1));
+  PutOk("one");
+  EXPECT_EQ(woken.load(), 0);
+}
+
+TEST_F(StoreTest, WaiterIsWokenByAPutFromAnotherThread) {
+  absl::Notification woken;
+  store_->AddWaiter(1, 0, [&] { woken.Notify(); });
+  std::thread writer([&] { PutOk("wake up"); });
+  EXPECT_TRUE(woken.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  writer.join();
+}
+
+TEST_F(StoreTest, CloseWakesEveryWaiterAndLaterOnesAtOnce) {
+  int woken = 0;
+  for (uintptr_t key = 1; key <= 3; ++key) store_->AddWaiter(key, 0, [&] { ++woken; });
+  EXPECT_FALSE(store_->closed());
   store_->Close();
-  for (std::thread& t : waiters) t.join();
-  EXPECT_EQ(returned.load(), 3);
-  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
-  start = absl::Now();
-  EXPECT_EQ(store_->WaitForNewer(0, absl::Seconds(30)), 0u);  // closed: at once
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_TRUE(store_->closed());
+  EXPECT_EQ(woken, 3);
+  store_->AddWaiter(4, 0, [&] { ++woken; });
+  EXPECT_EQ(woken, 4);
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 #include "node/cas_service.h"
 
-#include <grpcpp/alarm.h>
-
+#include <deque>
 #include <memory>
 #include <utility>
 
@@ -128,47 +127,58 @@ class GetReactor final : public grpc::ServerWriteReactor<GetResponse> {
       return;
     }
     digest_ = *digest;
-    if (req.offset() > digest_.size()) {
-      Finish(grpc::Status(
-          grpc::StatusCode::OUT_OF_RANGE,
-          absl::StrCat("offset ", req.offset(), " is past the end of ", digest_.ToString())));
-      return;
-    }
     pos_ = req.offset();
-    uint64_t left = digest_.size() - pos_;
-    end_ = (req.limit() == 0 || req.limit() > left) ? digest_.size() : pos_ + req.limit();
+    if (pos_ > digest_.size()) {
+      end_ = pos_ + 1;  // the store answers NOT_FOUND or OUT_OF_RANGE
+    } else {
+      uint64_t left = digest_.size() - pos_;
+      end_ = (req.limit() == 0 || req.limit() > left) ? digest_.size() : pos_ + req.limit();
+    }
     Next();
   }
 
   void OnWriteDone(bool ok) override {
     if (!ok) return Finish(grpc::Status::CANCELLED);
+    pieces_.pop_front();
+    if (!pieces_.empty()) return StartWrite(&pieces_.front());
     if (pos_ >= end_) return Finish(grpc::Status::OK);
     Next();
   }
   void OnDone() override { delete this; }
 
  private:
+  // Each storage read covers up to kReadAhead bytes (an inline object is then hashed once), and
+  // its pieces are written one by one.
+  static constexpr uint64_t kReadAhead = 4 << 20;
+
   void Next() {
-    if (!executor_->Schedule([this] { ReadPiece(); })) Finish(kBusy);
+    if (!executor_->Schedule([this] { ReadAhead(); })) Finish(kBusy);
   }
-  void ReadPiece() {
-    resp_.Clear();
-    uint64_t n = std::min<uint64_t>(piece_bytes_, end_ - pos_);
+  void ReadAhead() {
+    uint64_t n = std::min<uint64_t>(std::max<uint64_t>(kReadAhead, piece_bytes_), end_ - pos_);
     absl::Status s =
         store_->Read(digest_, pos_, n, piece_bytes_, [&](uint64_t offset, absl::string_view piece) {
-          if (resp_.data().empty()) resp_.set_offset(offset);
-          resp_.mutable_data()->append(piece.data(), piece.size());
+          // Fill messages up to piece_bytes across chunk boundaries.
+          while (!piece.empty()) {
+            if (pieces_.empty() || pieces_.back().data().size() >= piece_bytes_) {
+              pieces_.emplace_back().set_offset(offset);
+            }
+            std::string* d = pieces_.back().mutable_data();
+            size_t take = std::min<size_t>(piece_bytes_ - d->size(), piece.size());
+            d->append(piece.data(), take);
+            piece.remove_prefix(take);
+            offset += take;
+          }
           return absl::OkStatus();
         });
     if (!s.ok()) return Finish(ToGrpc(s));
-    if (first_ && end_ == pos_) return Finish(grpc::Status::OK);  // empty range: object exists
-    first_ = false;
-    pos_ += resp_.data().size();
-    if (resp_.data().empty()) {
+    if (pieces_.empty()) {
+      if (pos_ == end_) return Finish(grpc::Status::OK);  // empty range of a stored object
       return Finish(
           grpc::Status(grpc::StatusCode::DATA_LOSS, "stored object is shorter than its size"));
     }
-    StartWrite(&resp_);
+    for (const GetResponse& r : pieces_) pos_ += r.data().size();
+    StartWrite(&pieces_.front());
   }
 
   cas::Store* const store_;
@@ -177,10 +187,11 @@ class GetReactor final : public grpc::ServerWriteReactor<GetResponse> {
   cas::Digest digest_;
   uint64_t pos_ = 0;
   uint64_t end_ = 0;
-  bool first_ = true;
-  GetResponse resp_;
+  std::deque<GetResponse> pieces_;
 };
 
+// Feed: pages of entries; with follow, the store wakes the stream when something new is stored
+// (no thread waits and no timer polls), and closing the store ends it.
 class FeedReactor final : public grpc::ServerWriteReactor<FeedResponse> {
  public:
   FeedReactor(cas::Store* store, common::Executor* executor, const FeedRequest& req, uint32_t page)
@@ -201,11 +212,12 @@ class FeedReactor final : public grpc::ServerWriteReactor<FeedResponse> {
   }
   void OnCancel() override {
     cancelled_.store(true);
-    alarm_.Cancel();
+    if (store_->RemoveWaiter(Key())) Done(grpc::Status::CANCELLED);
   }
   void OnDone() override { delete this; }
 
  private:
+  uintptr_t Key() const { return reinterpret_cast<uintptr_t>(this); }
   void Next() {
     if (!executor_->Schedule([this] { ReadPage(); })) Done(kBusy);
   }
@@ -217,12 +229,12 @@ class FeedReactor final : public grpc::ServerWriteReactor<FeedResponse> {
     if (!items.ok()) return Done(ToGrpc(items.status()));
     if (items->empty()) {
       if (!follow_) return Done(grpc::Status::OK);
-      // Nothing new: look again shortly (an alarm, so no thread waits).
-      alarm_.Set(std::chrono::system_clock::now() + std::chrono::milliseconds(100),
-                 [this](bool fired) {
-                   if (!fired || cancelled_.load()) return Done(grpc::Status::CANCELLED);
-                   Next();
-                 });
+      if (store_->closed()) {
+        return Done(grpc::Status(grpc::StatusCode::UNAVAILABLE, "vault is shutting down"));
+      }
+      store_->AddWaiter(Key(), after_, [this] { Next(); });
+      // A cancel that raced the registration: whoever removes the waiter finishes the call.
+      if (cancelled_.load() && store_->RemoveWaiter(Key())) Done(grpc::Status::CANCELLED);
       return;
     }
     resp_.Clear();
@@ -249,7 +261,6 @@ class FeedReactor final : public grpc::ServerWriteReactor<FeedResponse> {
   const bool limited_;
   const bool follow_;
   std::atomic<bool> cancelled_{false};
-  grpc::Alarm alarm_;
   FinishOnce finish_;
   FeedResponse resp_;
 };
@@ -341,6 +352,7 @@ grpc::ServerUnaryReactor* CasService::BatchGet(grpc::CallbackServerContext* ctx,
       absl::StatusOr<cas::Digest> d =
           ParseDigest(req->digests(i), absl::StrCat("BatchGet: digests[", i, "]"));
       absl::Status s = d.status();
+      if (s.ok()) s = store_->Stat(*d).status();  // absent: NOT_FOUND, whatever its size
       if (s.ok() && total + d->size() > limits_.max_batch_bytes) {
         s = absl::ResourceExhaustedError(
             absl::StrCat("BatchGet: ", d->ToString(), " does not fit in this call's limit of ",

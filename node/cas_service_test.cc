@@ -860,6 +860,22 @@ TEST_F(CasServiceTest, FeedFollowEndsWhenTheDeadlinePasses) {
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
 }
 
+TEST_F(CasServiceTest, FeedFollowEndsUnavailableWhenTheStoreCloses) {
+  FeedRequest req;
+  req.set_follow(true);
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  std::unique_ptr<grpc::ClientReaderInterface<FeedResponse>> reader = stub()->Feed(&ctx, req);
+  absl::SleepFor(absl::Milliseconds(100));  // let the stream go idle, waiting on the store
+  absl::Time start = absl::Now();
+  store_->Close();  // what vaultd's shutdown does first
+  FeedResponse resp;
+  EXPECT_FALSE(reader->Read(&resp));
+  grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // not the call's deadline
+}
+
 // --- Overload ---
 
 TEST_F(CasServiceTest, FullExecutorAnswersResourceExhausted) {

@@ -4,7 +4,7 @@
 // protobuf text file, overridden by flags, then validated once. Relative paths are resolved
 // against the config file's directory. Every error names the file, the field and the reason:
 //
-//   /etc/vault/a.conf:7:3: parse error: Message type "vault.v1.VaultConfig" has no field "nam".
+//   parse error: /etc/vault/a.conf:7:3: Message type "vault.v1.VaultConfig" has no field "nam".
 //   /etc/vault/a.conf: field tls.cert_file: /etc/vault/a/tls.crt: No such file or directory
 //
 //   VAULT_ASSIGN_OR_RETURN(vault::v1::VaultConfig cfg, node::LoadConfigFile(path));
