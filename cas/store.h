@@ -190,6 +190,9 @@ class Store {
   absl::Status PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::WriteBatch* batch);
   void FinishGroup(absl::Span<CommitOp* const> ops, const absl::Status& written);
   absl::Status CheckSize(const Digest& digest) const;
+  // Looks up object records; (*values)[i] and (*statuses)[i] answer keys[i].
+  void LookupMeta(const std::vector<std::string>& keys, std::vector<rocksdb::PinnableSlice>* values,
+                  std::vector<rocksdb::Status>* statuses) const;
   void DeleteUploadRecords(const std::string& key, rocksdb::WriteBatch* batch) const;
   // Stores one chunk (once per content) and appends it to the upload's chunk list.
   absl::Status PersistChunk(const std::string& upload_key, uint32_t index, absl::string_view chunk,

@@ -21,11 +21,14 @@ using vault::v1::PutResponse;
 const grpc::Status kBusy(grpc::StatusCode::RESOURCE_EXHAUSTED,
                          "vault is busy: storage work queue is full; retry with backoff");
 
-absl::StatusOr<cas::Digest> ParseDigest(const vault::v1::Digest& d, absl::string_view what) {
+// `what` names the field in the error; with index >= 0 it is a repeated field's element. The
+// label is built only on error (FindMissing parses 100,000 digests a call).
+absl::StatusOr<cas::Digest> ParseDigest(const vault::v1::Digest& d, absl::string_view what,
+                                        int index = -1) {
   absl::StatusOr<cas::Digest> out = FromProto(d);
-  if (!out.ok())
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", out.status().message()));
-  return out;
+  if (out.ok()) return out;
+  std::string label = index < 0 ? std::string(what) : absl::StrCat(what, "[", index, "]");
+  return absl::InvalidArgumentError(absl::StrCat(label, ": ", out.status().message()));
 }
 
 void FillPutResult(const cas::Digest& digest, const absl::StatusOr<cas::PutOutcome>& outcome,
@@ -288,8 +291,7 @@ grpc::ServerUnaryReactor* CasService::FindMissing(grpc::CallbackServerContext* c
     std::vector<cas::Digest> digests;
     digests.reserve(req->digests_size());
     for (int i = 0; i < req->digests_size(); ++i) {
-      absl::StatusOr<cas::Digest> d =
-          ParseDigest(req->digests(i), absl::StrCat("FindMissing: digests[", i, "]"));
+      absl::StatusOr<cas::Digest> d = ParseDigest(req->digests(i), "FindMissing: digests", i);
       if (!d.ok()) return d.status();
       digests.push_back(*std::move(d));
     }
@@ -316,8 +318,7 @@ grpc::ServerUnaryReactor* CasService::BatchPut(grpc::CallbackServerContext* ctx,
     std::vector<cas::PutItem> items;
     std::vector<int> index;
     for (int i = 0; i < req->items_size(); ++i) {
-      absl::StatusOr<cas::Digest> d =
-          ParseDigest(req->items(i).digest(), absl::StrCat("BatchPut: items[", i, "]"));
+      absl::StatusOr<cas::Digest> d = ParseDigest(req->items(i).digest(), "BatchPut: items", i);
       if (!d.ok()) {
         parse[i] = d.status();
         continue;
@@ -349,8 +350,7 @@ grpc::ServerUnaryReactor* CasService::BatchGet(grpc::CallbackServerContext* ctx,
     for (int i = 0; i < req->digests_size(); ++i) {
       vault::v1::BatchGetResponse::Item* item = resp->add_items();
       *item->mutable_digest() = req->digests(i);
-      absl::StatusOr<cas::Digest> d =
-          ParseDigest(req->digests(i), absl::StrCat("BatchGet: digests[", i, "]"));
+      absl::StatusOr<cas::Digest> d = ParseDigest(req->digests(i), "BatchGet: digests", i);
       absl::Status s = d.status();
       if (s.ok()) s = store_->Stat(*d).status();  // absent: NOT_FOUND, whatever its size
       if (s.ok() && total + d->size() > limits_.max_batch_bytes) {

@@ -32,8 +32,10 @@ struct ColumnFamilySpec {
   // Values at least this large go to RocksDB's integrated blob files (0: no blob files), so
   // compaction never rewrites them.
   uint64_t blob_min_bytes = 0;
-  // Point lookups dominate (bloom filter, whole-key filtering).
+  // Point lookups dominate (bloom filters on SST files and on the memtable).
   bool point_lookups = true;
+  // Values are content (often already compressed, always hash-checked): do not compress them.
+  bool compress = true;
 };
 
 struct DatabaseOptions {
