@@ -1,0 +1,203 @@
+// vaultctl cas put/get/stat/ls/has against a running vaultd over its admin (Unix) socket.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "integration-tests/harness.h"
+
+namespace vault::integration {
+namespace {
+
+struct TestFile {
+  std::string path;
+  std::string data;
+};
+
+class CasCliTest : public VaultTest {
+ protected:
+  void SetUp() override {
+    VaultTest::SetUp();
+    absl::StatusOr<Vaultd*> d = StartStandaloneVault("a");
+    ASSERT_TRUE(d.ok()) << d.status();
+    vault_ = (*d)->vault();
+
+    std::mt19937_64 rng(Seed());
+    files_ = {{root() + "/empty", ""},
+              {root() + "/one-byte", "x"},
+              {root() + "/100k", RandomBytes(rng, 100 << 10)},
+              {root() + "/9m", RandomBytes(rng, 9 << 20)}};  // above the 4 MiB chunking threshold
+    std::vector<std::string> args = {"--vault", vault_.socket, "cas", "put"};
+    for (const TestFile& f : files_) {
+      ASSERT_EQ(WriteFile(f.path, f.data), absl::OkStatus());
+      args.push_back(f.path);
+    }
+    put_ = Vaultctl(args);
+  }
+
+  // Runs vaultctl against the vault's admin socket.
+  RunResult Ctl(std::vector<std::string> args) {
+    args.insert(args.begin(), {"--vault", vault_.socket});
+    return Vaultctl(args);
+  }
+
+  VaultDir vault_;
+  std::vector<TestFile> files_;
+  RunResult put_;
+};
+
+TEST_F(CasCliTest, PutPrintsTheDigestOfEveryFile) {
+  ASSERT_EQ(put_.exit_code, kExitOk) << put_;
+  std::string want;
+  for (const TestFile& f : files_) absl::StrAppend(&want, DigestText(f.data), "  ", f.path, "\n");
+  EXPECT_EQ(put_.out, want);
+  EXPECT_EQ(put_.err, "");
+  // Independently of vaultctl's hashing: the empty file's well-known SHA-256.
+  EXPECT_TRUE(absl::StartsWith(
+      put_.out, "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855/0  "));
+}
+
+TEST_F(CasCliTest, GetReturnsIdenticalBytes) {
+  ASSERT_EQ(put_.exit_code, kExitOk) << put_;
+  for (size_t i = 0; i < files_.size(); ++i) {
+    std::string out = absl::StrCat(root(), "/got-", i);
+    RunResult get = Ctl({"cas", "get", DigestText(files_[i].data), "-o", out});
+    ASSERT_EQ(get.exit_code, kExitOk) << get;
+    EXPECT_EQ(get.out, "");
+    absl::StatusOr<std::string> got = ReadFile(out);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(*got == files_[i].data) << files_[i].path << ": " << got->size() << " bytes back";
+  }
+  // To stdout.
+  RunResult get = Ctl({"cas", "get", DigestText("x")});
+  EXPECT_EQ(get.exit_code, kExitOk) << get;
+  EXPECT_EQ(get.out, "x");
+}
+
+TEST_F(CasCliTest, StatShowsTheLayout) {
+  ASSERT_EQ(put_.exit_code, kExitOk) << put_;
+  const std::string big = DigestText(files_[3].data);
+  RunResult st = Ctl({"cas", "stat", big});
+  ASSERT_EQ(st.exit_code, kExitOk) << st;
+  EXPECT_TRUE(absl::StartsWith(st.out, absl::StrCat("digest:  ", big, "\nsize:    9437184\n",
+                                                    "seq:     4\nlayout:  chunked (")))
+      << st.out;
+
+  const std::string small = DigestText(files_[2].data);
+  st = Ctl({"cas", "stat", small});
+  ASSERT_EQ(st.exit_code, kExitOk) << st;
+  EXPECT_TRUE(absl::StartsWith(st.out, absl::StrCat("digest:  ", small, "\nsize:    102400\n",
+                                                    "seq:     3\nlayout:  inline\nstored:  ")))
+      << st.out;
+
+  const std::string absent = DigestText("not stored");
+  st = Ctl({"cas", "stat", absent});
+  EXPECT_EQ(st.exit_code, kExitNotFound) << st;
+  EXPECT_EQ(st.out, "");
+  EXPECT_EQ(st.err, absl::StrCat("vaultctl: ", absent, " is not stored\n"));
+}
+
+TEST_F(CasCliTest, LsListsSeqsOneToN) {
+  ASSERT_EQ(put_.exit_code, kExitOk) << put_;
+  RunResult ls = Ctl({"cas", "ls"});
+  ASSERT_EQ(ls.exit_code, kExitOk) << ls;
+  std::vector<std::string> lines = absl::StrSplit(ls.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), files_.size()) << ls.out;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    // "<seq>  <digest>  2024-01-02T03:04:05Z"
+    std::string prefix = absl::StrCat(i + 1, "  ", DigestText(files_[i].data), "  ");
+    EXPECT_TRUE(absl::StartsWith(lines[i], prefix)) << lines[i];
+    EXPECT_EQ(lines[i].size(), prefix.size() + 20) << lines[i];
+    EXPECT_TRUE(absl::EndsWith(lines[i], "Z")) << lines[i];
+  }
+  RunResult after = Ctl({"cas", "ls", "--after", "2", "--limit", "1"});
+  ASSERT_EQ(after.exit_code, kExitOk) << after;
+  EXPECT_TRUE(absl::StartsWith(after.out, absl::StrCat("3  ", DigestText(files_[2].data), "  ")))
+      << after.out;
+  EXPECT_EQ(std::count(after.out.begin(), after.out.end(), '\n'), 1) << after.out;
+}
+
+TEST_F(CasCliTest, HasExitsNotFoundWhenOneIsMissing) {
+  ASSERT_EQ(put_.exit_code, kExitOk) << put_;
+  const std::string d0 = DigestText(files_[0].data), d3 = DigestText(files_[3].data);
+  const std::string absent = DigestText("not stored");
+  RunResult has = Ctl({"cas", "has", d0, d3});
+  EXPECT_EQ(has.exit_code, kExitOk) << has;
+  EXPECT_EQ(has.out, absl::StrCat("present  ", d0, "\npresent  ", d3, "\n"));
+
+  has = Ctl({"cas", "has", d0, absent, d3});
+  EXPECT_EQ(has.exit_code, kExitNotFound) << has;
+  EXPECT_EQ(has.out, absl::StrCat("present  ", d0, "\nmissing  ", absent, "\npresent  ", d3, "\n"));
+}
+
+TEST_F(CasCliTest, JsonOutputParses) {
+  ASSERT_EQ(put_.exit_code, kExitOk) << put_;
+  // put: one new file, one already stored.
+  const std::string fresh = root() + "/fresh";
+  ASSERT_EQ(WriteFile(fresh, "fresh bytes"), absl::OkStatus());
+  RunResult put = Ctl({"--output", "json", "cas", "put", fresh, files_[3].path});
+  ASSERT_EQ(put.exit_code, kExitOk) << put;
+  EXPECT_EQ(put.out,
+            absl::StrCat("[{\"file\":\"", fresh, "\",\"digest\":\"", DigestText("fresh bytes"),
+                         "\",\"status\":\"stored\",\"seq\":5},", "{\"file\":\"", files_[3].path,
+                         "\",\"digest\":\"", DigestText(files_[3].data),
+                         "\",\"status\":\"present\",\"seq\":4}]\n"));
+
+  // stat
+  RunResult st = Ctl({"--output", "json", "cas", "stat", DigestText(files_[3].data)});
+  ASSERT_EQ(st.exit_code, kExitOk) << st;
+  EXPECT_EQ(JsonField(st.out, "digest"), DigestText(files_[3].data)) << st.out;
+  EXPECT_EQ(JsonField(st.out, "present"), "true") << st.out;
+  EXPECT_EQ(JsonField(st.out, "size"), "9437184") << st.out;
+  EXPECT_EQ(JsonField(st.out, "seq"), "4") << st.out;
+  EXPECT_EQ(JsonField(st.out, "layout"), "chunked") << st.out;
+  st = Ctl({"--output", "json", "cas", "stat", DigestText("not stored")});
+  EXPECT_EQ(st.exit_code, kExitNotFound) << st;
+  EXPECT_EQ(st.out, absl::StrCat("{\"digest\":\"", DigestText("not stored"),
+                                 "\",\"present\":false,\"upload_offset\":0}\n"));
+
+  // has
+  RunResult has =
+      Ctl({"--output", "json", "cas", "has", DigestText(files_[1].data), DigestText("nope")});
+  EXPECT_EQ(has.exit_code, kExitNotFound) << has;
+  EXPECT_EQ(has.out, absl::StrCat("[{\"digest\":\"", DigestText(files_[1].data),
+                                  "\",\"present\":true},{\"digest\":\"", DigestText("nope"),
+                                  "\",\"present\":false}]\n"));
+}
+
+TEST_F(CasCliTest, PutOfAStoredSmallFileReportsItsSeq) {
+  ASSERT_EQ(put_.exit_code, kExitOk) << put_;
+  // The one-byte file is seq 2; putting it again must say so, as it does for large files.
+  RunResult put = Ctl({"--output", "json", "cas", "put", files_[1].path});
+  ASSERT_EQ(put.exit_code, kExitOk) << put;
+  EXPECT_EQ(JsonField(put.out, "status"), "present") << put.out;
+  EXPECT_EQ(JsonField(put.out, "seq"), "2") << put.out;
+}
+
+TEST_F(CasCliTest, AdminSocketIsPrivate) {
+  struct stat st;
+  ASSERT_EQ(lstat(vault_.socket.c_str(), &st), 0) << vault_.socket;
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(st.st_uid, geteuid());
+}
+
+TEST_F(CasCliTest, MalformedDigestIsAUsageError) {
+  for (const std::string& bad : {std::string("sha256:abc/1"), std::string("md5:00/1"),
+                                 absl::StrCat("sha256:", std::string(64, 'g'), "/1"),
+                                 absl::StrCat("sha256:", std::string(64, '0'), "/-1"),
+                                 absl::StrCat("sha256:", std::string(64, '0'))}) {
+    for (const char* cmd : {"get", "stat", "has"}) {
+      RunResult r = Ctl({"cas", cmd, bad});
+      EXPECT_EQ(r.exit_code, kExitUsage) << cmd << " " << bad << ": " << r;
+      EXPECT_TRUE(absl::StartsWith(r.err, "vaultctl: invalid digest")) << r;
+      EXPECT_EQ(r.out, "");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vault::integration
