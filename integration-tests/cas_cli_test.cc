@@ -199,5 +199,13 @@ TEST_F(CasCliTest, MalformedDigestIsAUsageError) {
   }
 }
 
+TEST_F(CasCliTest, TcpVaultWithoutTlsMaterialIsAUsageError) {
+  // No --config, no --tls-*: vaultctl cannot speak mTLS and says so before dialing.
+  RunResult r = Vaultctl({"--vault", "127.0.0.1:1", "cas", "ls"});
+  EXPECT_EQ(r.exit_code, kExitUsage) << r;
+  EXPECT_NE(r.err.find("mutual TLS needs --tls-cert, --tls-key and --tls-ca"), std::string::npos)
+      << r;
+}
+
 }  // namespace
 }  // namespace vault::integration

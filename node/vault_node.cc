@@ -94,6 +94,9 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
                            MemberCredentials(config));
     grpc::ServerBuilder b;
     ConfigureBuilder(config, &b);
+    // Without this gRPC sets SO_REUSEPORT, and a second vault on the same port would silently
+    // share its connections.
+    b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     int port = 0;
     b.AddListeningPort(config.listen_address(), creds, &port);
     b.RegisterService(node->tcp_cas_.get());
@@ -110,6 +113,7 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
   // proves no other vaultd owns this data directory).
   const std::string& sock = config.admin_socket();
   unlink(sock.c_str());
+  node->owns_socket_ = true;
   node->admin_ = std::make_unique<AdminService>(config, key.public_key().ToText(),
                                                 node->listen_address_, node->store_.get());
   grpc::ServerBuilder b;
@@ -148,7 +152,9 @@ void VaultNode::Shutdown(absl::Duration drain) {
   unix_server_.reset();
   store_.reset();
   db_.reset();
-  unlink(config_.admin_socket().c_str());
+  // Only a vault that got as far as binding the socket owns it: a vaultd that failed to start
+  // (e.g. because another one holds the data directory) must not remove the other's socket.
+  if (owns_socket_) unlink(config_.admin_socket().c_str());
 }
 
 }  // namespace vault::node

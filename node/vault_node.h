@@ -58,6 +58,7 @@ class VaultNode {
   std::unique_ptr<grpc::Server> tcp_server_;
   std::unique_ptr<grpc::Server> unix_server_;
   bool shut_down_ = false;
+  bool owns_socket_ = false;
 };
 
 }  // namespace vault::node

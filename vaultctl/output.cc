@@ -47,6 +47,11 @@ int ReportError(const absl::Status& status, bool json) {
   return ExitCodeFor(status);
 }
 
+int ReportConnectError(const absl::Status& status, bool json) {
+  int code = ReportError(status, json);
+  return absl::IsInvalidArgument(status) ? kExitUsage : code;
+}
+
 std::string Json::Quote(absl::string_view s) {
   std::string out = "\"";
   for (unsigned char c : s) {

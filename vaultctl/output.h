@@ -30,6 +30,9 @@ int ExitCodeFor(const absl::Status& status);
 
 // Prints "vaultctl: <message>" (text) or {"error": {...}} (json) to stderr; returns the exit code.
 int ReportError(const absl::Status& status, bool json);
+// Like ReportError for a failure to set up a connection: an INVALID_ARGUMENT there is the
+// command line's fault (exit 2), not the vault's refusal.
+int ReportConnectError(const absl::Status& status, bool json);
 
 // A minimal JSON value builder: objects keep insertion order.
 class Json {
