@@ -39,11 +39,11 @@ int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 
 std::vector<storage::ColumnFamilySpec> Store::ColumnFamilies() {
   return {
-      {.name = kMeta},
+      {.name = kMeta, .hashed_keys = true},
       // Key-value separation from 2 KiB: compaction then moves small index entries, not bytes.
-      {.name = kData, .blob_min_bytes = 2 << 10, .compress = false},
-      {.name = kChunks, .blob_min_bytes = 2 << 10, .compress = false},
-      {.name = kChunkIndex},
+      {.name = kData, .blob_min_bytes = 2 << 10, .compress = false, .hashed_keys = true},
+      {.name = kChunks, .blob_min_bytes = 2 << 10, .compress = false, .hashed_keys = true},
+      {.name = kChunkIndex, .hashed_keys = true},
       {.name = kUploads},
       {.name = kFeed, .point_lookups = false},
   };

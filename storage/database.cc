@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/filter_policy.h"
+#include "rocksdb/memtablerep.h"
+#include "rocksdb/slice_transform.h"
 #include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
 
@@ -60,6 +62,7 @@ absl::StatusOr<std::unique_ptr<Database>> Database::Open(const DatabaseOptions& 
 
   std::shared_ptr<rocksdb::Cache> cache =
       rocksdb::NewLRUCache(static_cast<size_t>(options.block_cache_mb) << 20);
+  bool any_hashed = false;
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
   descriptors.emplace_back(rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions());
   for (const ColumnFamilySpec& spec : cfs) {
@@ -74,6 +77,11 @@ absl::StatusOr<std::unique_ptr<Database>> Database::Open(const DatabaseOptions& 
       // Absent keys (FindMissing's common case) skip the memtable's skiplist search too.
       cf.memtable_whole_key_filtering = true;
       cf.memtable_prefix_bloom_size_ratio = 0.05;
+    }
+    if (spec.hashed_keys) {
+      cf.prefix_extractor.reset(rocksdb::NewCappedPrefixTransform(8));
+      cf.memtable_factory.reset(rocksdb::NewHashSkipListRepFactory(/*bucket_count=*/1 << 20));
+      any_hashed = true;
     }
     cf.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
     cf.write_buffer_size = 64 << 20;
@@ -91,6 +99,8 @@ absl::StatusOr<std::unique_ptr<Database>> Database::Open(const DatabaseOptions& 
     descriptors.emplace_back(spec.name, cf);
   }
 
+  // Hash memtables take one writer at a time, which group commit provides anyway.
+  if (any_hashed) db_options.allow_concurrent_memtable_write = false;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s =
       rocksdb::DB::Open(db_options, options.path, descriptors, &out->handles_, &raw);
