@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
       "Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 refused, 5 unavailable.",
       "vaultctl"};
   app.require_subcommand(1);
+  app.fallthrough();  // global options may also follow the subcommand
   GlobalOptions g;
   app.add_option("--vault", g.connect.vault,
                  "Vault address: a Unix socket path (admin) or host:port (mTLS). Env VAULT_ADDR")
