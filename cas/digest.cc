@@ -5,10 +5,10 @@
 #include <cstdlib>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 
 namespace vault::cas {
 
@@ -72,9 +72,8 @@ absl::StatusOr<Digest> Digest::FromParts(absl::string_view sha256, uint64_t size
 
 absl::StatusOr<Digest> Digest::Parse(absl::string_view text) {
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("invalid digest \"", absl::CEscape(text),
-                                                   "\": ", why,
-                                                   " (expected sha256:<64 hex>/<size>)"));
+    return absl::InvalidArgumentError(absl::StrCat("invalid digest \"", absl::CEscape(text), "\": ",
+                                                   why, " (expected sha256:<64 hex>/<size>)"));
   };
   constexpr absl::string_view kPrefix = "sha256:";
   if (!absl::StartsWith(text, kPrefix)) return bad("missing sha256: prefix");
@@ -99,7 +98,9 @@ absl::StatusOr<Digest> Digest::Parse(absl::string_view text) {
   return Digest(absl::HexStringToBytes(hex), size);
 }
 
-Digest Digest::Of(absl::string_view content) { return Digest(Sha256::Hash(content), content.size()); }
+Digest Digest::Of(absl::string_view content) {
+  return Digest(Sha256::Hash(content), content.size());
+}
 
 std::string Digest::hex() const { return absl::BytesToHexString(sha256_); }
 

@@ -280,15 +280,13 @@ std::vector<std::function<void()>> Store::TakeDueWaiters(uint64_t seq) {
   return due;
 }
 
-void Store::AddWaiter(uintptr_t key, uint64_t after_seq, std::function<void()> wake) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!closed_ && last_seq_.load(std::memory_order_acquire) <= after_seq) {
-      waiters_[key] = Waiter{after_seq, std::move(wake)};
-      return;
-    }
-  }
-  wake();
+Store::WaitResult Store::AddWaiter(uintptr_t key, uint64_t after_seq,
+                                   const std::atomic<bool>* cancelled, std::function<void()> wake) {
+  absl::MutexLock lock(&mu_);
+  if (cancelled != nullptr && cancelled->load()) return WaitResult::kCancelled;
+  if (closed_ || last_seq_.load(std::memory_order_acquire) > after_seq) return WaitResult::kReady;
+  waiters_[key] = Waiter{after_seq, std::move(wake)};
+  return WaitResult::kRegistered;
 }
 
 bool Store::RemoveWaiter(uintptr_t key) {

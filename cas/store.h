@@ -18,7 +18,8 @@
 //   VAULT_ASSIGN_OR_RETURN(cas::PutOutcome out, upload->Finish());
 //
 // Thread-safety: every Store method is thread-safe. An Upload belongs to one thread at a time;
-// only one Upload per object exists at once (a second StartUpload gets ABORTED).
+// a second StartUpload of the same object takes it over, and the first one's next Append or
+// Finish answers ABORTED.
 #ifndef VAULT_CAS_STORE_H_
 #define VAULT_CAS_STORE_H_
 
@@ -52,6 +53,9 @@ struct StoreOptions {
   uint64_t chunking_threshold = uint64_t{4} << 20;
   size_t chunk_avg_bytes = 512 << 10;
   absl::Duration upload_ttl = absl::Hours(24);
+  // Bytes that unfinished uploads of inline objects may buffer at once (RESOURCE_EXHAUSTED past
+  // it).
+  uint64_t max_upload_buffer_bytes = uint64_t{256} << 20;
 };
 
 struct PutOutcome {
@@ -122,6 +126,8 @@ class Upload {
   uint32_t chunk_count_ = 0;
   int64_t started_unix_ms_ = 0;
   bool finished_ = false;
+  uint64_t reserved_ = 0;    // bytes of the store's upload buffer budget held
+  uint64_t generation_ = 0;  // this upload's claim on the object (see Store::active_uploads_)
 };
 
 class Store {
@@ -161,10 +167,15 @@ class Store {
   // Feed entries with seq > after_seq, at most `limit` (0: no limit).
   absl::StatusOr<std::vector<FeedItem>> ReadFeed(uint64_t after_seq, size_t limit) const;
   uint64_t last_seq() const { return last_seq_.load(std::memory_order_acquire); }
-  // Calls `wake` once, from a committing thread (or inline, now), when last_seq() > after_seq or
-  // the store closes. `wake` must be quick (schedule work elsewhere). `key` names the waiter
-  // (one per key at a time, e.g. the address of the waiting stream) for RemoveWaiter.
-  void AddWaiter(uintptr_t key, uint64_t after_seq, std::function<void()> wake);
+  // Registers `wake`, to be called once from a committing thread (or Close) when
+  // last_seq() > after_seq. `wake` must be quick (schedule work elsewhere). `key` names the
+  // waiter (one per key at a time, e.g. the address of the waiting stream) for RemoveWaiter.
+  // Never calls `wake` itself: kRegistered, or kReady (something newer is there, or the store
+  // is closed) or kCancelled (*cancelled was set; checked under the same lock RemoveWaiter
+  // takes, so a canceller either sees the waiter registered or the caller sees the flag).
+  enum class WaitResult { kRegistered, kReady, kCancelled };
+  WaitResult AddWaiter(uintptr_t key, uint64_t after_seq, const std::atomic<bool>* cancelled,
+                       std::function<void()> wake);
   // True when the waiter was removed before it was called; then it never will be.
   bool RemoveWaiter(uintptr_t key);
   // Wakes every waiter; later ones are woken at once.
@@ -199,7 +210,9 @@ class Store {
                             const std::string& chunk_hash, const vault::v1::UploadRecord& rec);
   absl::StatusOr<std::string> GetValue(rocksdb::ColumnFamilyHandle* cf, const std::string& key,
                                        absl::string_view what) const;
-  void ReleaseUpload(const std::string& key);
+  void ReleaseUpload(const std::string& key, uint64_t generation, uint64_t reserved);
+  // ABORTED when a newer upload of the object took it over.
+  absl::Status CheckCurrentUpload(const std::string& key, uint64_t generation) const;
 
   storage::Database* const db_;
   const StoreOptions options_;
@@ -222,7 +235,12 @@ class Store {
   mutable absl::Mutex mu_;
   StoreTotals totals_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  absl::flat_hash_set<std::string> active_uploads_ ABSL_GUARDED_BY(mu_);
+  // The current upload of each object, by generation: a newer StartUpload takes the object over
+  // (a client that lost its connection must be able to resume at once) and the older upload
+  // gets ABORTED at its next step.
+  absl::flat_hash_map<std::string, uint64_t> active_uploads_ ABSL_GUARDED_BY(mu_);
+  uint64_t upload_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t upload_buffer_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   struct Waiter {
     uint64_t after_seq;
     std::function<void()> wake;

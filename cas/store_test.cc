@@ -827,29 +827,53 @@ TEST_F(StoreTest, StartingAgainAtZeroDiscardsProgress) {
   EXPECT_TRUE(SameBytes(ReadAllOk(d), data));
 }
 
-TEST_F(StoreTest, SecondConcurrentUploadOfTheSameObjectIsAborted) {
+TEST_F(StoreTest, ANewerUploadTakesOverAndTheOlderOneIsAborted) {
   const std::string data = RandomBytes(600000, 18);
   const Digest d = Digest::Of(data);
   absl::StatusOr<std::unique_ptr<Upload>> first = store_->StartUpload(d, 0);
   ASSERT_EQ(first.status(), absl::OkStatus());
-  EXPECT_EQ(store_->StartUpload(d, 0).status().code(), StatusCode::kAborted);
-  // Another object is independent.
-  const std::string other = RandomBytes(600000, 19);
-  EXPECT_EQ(store_->StartUpload(Digest::Of(other), 0).status(), absl::OkStatus());
+  ASSERT_EQ(AppendInPieces(first->get(), data, 0, 300000, {4096}), absl::OkStatus());
+  const uint64_t durable = *store_->UploadOffset(d);
+  ASSERT_GT(durable, 0u);
+
+  // A client that lost its connection resumes at once; the stale stream stops.
+  absl::StatusOr<std::unique_ptr<Upload>> second = store_->StartUpload(d, durable);
+  ASSERT_EQ(second.status(), absl::OkStatus());
+  EXPECT_EQ((*first)->Append("x").code(), StatusCode::kAborted);
+  EXPECT_EQ((*first)->Finish().status().code(), StatusCode::kAborted);
+  first->reset();  // destroying the stale upload leaves the new claim alone
+  ASSERT_EQ(AppendInPieces(second->get(), data, durable, data.size(), {4096}), absl::OkStatus());
+  absl::StatusOr<PutOutcome> out = (*second)->Finish();
+  ASSERT_EQ(out.status(), absl::OkStatus());
+  EXPECT_EQ(out->seq, 1u);
+  EXPECT_TRUE(SameBytes(ReadAllOk(d), data));
+
   // Small objects too.
   absl::StatusOr<std::unique_ptr<Upload>> small = store_->StartUpload(Digest::Of("tiny"), 0);
   ASSERT_EQ(small.status(), absl::OkStatus());
-  EXPECT_EQ(store_->StartUpload(Digest::Of("tiny"), 0).status().code(), StatusCode::kAborted);
+  absl::StatusOr<std::unique_ptr<Upload>> small2 = store_->StartUpload(Digest::Of("tiny"), 0);
+  ASSERT_EQ(small2.status(), absl::OkStatus());
+  EXPECT_EQ((*small)->Append("tiny").code(), StatusCode::kAborted);
+  ASSERT_EQ((*small2)->Append("tiny"), absl::OkStatus());
+  EXPECT_EQ((*small2)->Finish().status(), absl::OkStatus());
+}
 
-  ASSERT_EQ(AppendInPieces(first->get(), data, 0, 300000, {4096}), absl::OkStatus());
-  EXPECT_EQ(store_->StartUpload(d, *store_->UploadOffset(d)).status().code(), StatusCode::kAborted);
-  first->reset();  // releases the claim
-  absl::StatusOr<std::unique_ptr<Upload>> second = store_->StartUpload(d, *store_->UploadOffset(d));
-  ASSERT_EQ(second.status(), absl::OkStatus());
-  ASSERT_EQ(AppendInPieces(second->get(), data, (*second)->offset(), data.size(), {4096}),
-            absl::OkStatus());
-  ASSERT_EQ((*second)->Finish().status(), absl::OkStatus());
-  EXPECT_TRUE(SameBytes(ReadAllOk(d), data));
+TEST_F(StoreTest, InlineUploadsShareABoundedBuffer) {
+  options_.max_upload_buffer_bytes = 3000;
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  const std::string a = RandomBytes(2000, 30), b = RandomBytes(2000, 31);
+  absl::StatusOr<std::unique_ptr<Upload>> ua = store_->StartUpload(Digest::Of(a), 0);
+  ASSERT_EQ(ua.status(), absl::OkStatus());
+  // 2000 + 2000 > 3000: refused until the first upload ends.
+  EXPECT_EQ(store_->StartUpload(Digest::Of(b), 0).status().code(), StatusCode::kResourceExhausted);
+  ASSERT_EQ((*ua)->Append(a), absl::OkStatus());
+  ASSERT_EQ((*ua)->Finish().status(), absl::OkStatus());
+  ua->reset();
+  absl::StatusOr<std::unique_ptr<Upload>> ub = store_->StartUpload(Digest::Of(b), 0);
+  ASSERT_EQ(ub.status(), absl::OkStatus());
+  // Chunked uploads hold no whole-object buffer and are not counted.
+  const std::string big = RandomBytes(kThreshold + 1000, 32);
+  EXPECT_EQ(store_->StartUpload(Digest::Of(big), 0).status(), absl::OkStatus());
 }
 
 TEST_F(StoreTest, RefusedStartUploadReleasesItsClaim) {
@@ -1082,10 +1106,13 @@ TEST_F(StoreTest, CorruptManifestIsDataLoss) {
 // ---- Waiting for the feed
 // ------------------------------------------------------------------------
 
+using WaitResult = Store::WaitResult;
+
 TEST_F(StoreTest, WaiterIsWokenByTheNextPutOnly) {
   PutOk("zero");
   std::atomic<int> woken{0};
-  store_->AddWaiter(/*key=*/7, /*after_seq=*/1, [&] { woken.fetch_add(1); });
+  EXPECT_EQ(store_->AddWaiter(/*key=*/7, /*after_seq=*/1, nullptr, [&] { woken.fetch_add(1); }),
+            WaitResult::kRegistered);
   EXPECT_EQ(woken.load(), 0);
   PutOk("zero");  // already present: no new seq, no wake-up
   EXPECT_EQ(woken.load(), 0);
@@ -1096,17 +1123,27 @@ TEST_F(StoreTest, WaiterIsWokenByTheNextPutOnly) {
   EXPECT_FALSE(store_->RemoveWaiter(7));
 }
 
-TEST_F(StoreTest, WaiterForAnOlderSeqFiresAtOnce) {
+TEST_F(StoreTest, WaiterForAnOlderSeqIsReadyAndNeverCalled) {
   PutOk("one");
   int woken = 0;
-  store_->AddWaiter(1, /*after_seq=*/0, [&] { ++woken; });
-  EXPECT_EQ(woken, 1);
+  EXPECT_EQ(store_->AddWaiter(1, /*after_seq=*/0, nullptr, [&] { ++woken; }), WaitResult::kReady);
+  PutOk("two");
+  EXPECT_EQ(woken, 0);
+  EXPECT_FALSE(store_->RemoveWaiter(1));
+}
+
+TEST_F(StoreTest, CancelledWaiterIsNotRegistered) {
+  std::atomic<bool> cancelled{true};
+  int woken = 0;
+  EXPECT_EQ(store_->AddWaiter(1, 0, &cancelled, [&] { ++woken; }), WaitResult::kCancelled);
+  PutOk("one");
+  EXPECT_EQ(woken, 0);
   EXPECT_FALSE(store_->RemoveWaiter(1));
 }
 
 TEST_F(StoreTest, RemovedWaiterNeverFires) {
   std::atomic<int> woken{0};
-  store_->AddWaiter(1, 0, [&] { woken.fetch_add(1); });
+  EXPECT_EQ(store_->AddWaiter(1, 0, nullptr, [&] { woken.fetch_add(1); }), WaitResult::kRegistered);
   EXPECT_TRUE(store_->RemoveWaiter(1));
   EXPECT_FALSE(store_->RemoveWaiter(1));
   PutOk("one");
@@ -1115,21 +1152,23 @@ TEST_F(StoreTest, RemovedWaiterNeverFires) {
 
 TEST_F(StoreTest, WaiterIsWokenByAPutFromAnotherThread) {
   absl::Notification woken;
-  store_->AddWaiter(1, 0, [&] { woken.Notify(); });
+  EXPECT_EQ(store_->AddWaiter(1, 0, nullptr, [&] { woken.Notify(); }), WaitResult::kRegistered);
   std::thread writer([&] { PutOk("wake up"); });
   EXPECT_TRUE(woken.WaitForNotificationWithTimeout(absl::Seconds(30)));
   writer.join();
 }
 
-TEST_F(StoreTest, CloseWakesEveryWaiterAndLaterOnesAtOnce) {
+TEST_F(StoreTest, CloseWakesEveryWaiterAndLaterOnesAreReady) {
   int woken = 0;
-  for (uintptr_t key = 1; key <= 3; ++key) store_->AddWaiter(key, 0, [&] { ++woken; });
+  for (uintptr_t key = 1; key <= 3; ++key) {
+    EXPECT_EQ(store_->AddWaiter(key, 0, nullptr, [&] { ++woken; }), WaitResult::kRegistered);
+  }
   EXPECT_FALSE(store_->closed());
   store_->Close();
   EXPECT_TRUE(store_->closed());
   EXPECT_EQ(woken, 3);
-  store_->AddWaiter(4, 0, [&] { ++woken; });
-  EXPECT_EQ(woken, 4);
+  EXPECT_EQ(store_->AddWaiter(4, 0, nullptr, [&] { ++woken; }), WaitResult::kReady);
+  EXPECT_EQ(woken, 3);
 }
 
 }  // namespace

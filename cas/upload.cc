@@ -20,8 +20,8 @@ int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 absl::Status VerifyBytes(absl::string_view bytes, absl::string_view sha256, uint64_t size,
                          absl::string_view what) {
   if (bytes.size() != size || Sha256::Hash(bytes) != sha256) {
-    return absl::DataLossError(absl::StrCat("stored bytes of ", what,
-                                            " do not match their digest (corrupt storage)"));
+    return absl::DataLossError(
+        absl::StrCat("stored bytes of ", what, " do not match their digest (corrupt storage)"));
   }
   return absl::OkStatus();
 }
@@ -31,27 +31,46 @@ absl::Status VerifyBytes(absl::string_view bytes, absl::string_view sha256, uint
 Upload::Upload(Store* store, Digest digest)
     : store_(store), digest_(std::move(digest)), key_(digest_.Key()) {}
 
-Upload::~Upload() { store_->ReleaseUpload(key_); }
+Upload::~Upload() { store_->ReleaseUpload(key_, generation_, reserved_); }
 
-void Store::ReleaseUpload(const std::string& key) {
+void Store::ReleaseUpload(const std::string& key, uint64_t generation, uint64_t reserved) {
   absl::MutexLock lock(&mu_);
-  active_uploads_.erase(key);
+  upload_buffer_bytes_ -= reserved;
+  auto it = active_uploads_.find(key);
+  if (it != active_uploads_.end() && it->second == generation) active_uploads_.erase(it);
+}
+
+absl::Status Store::CheckCurrentUpload(const std::string& key, uint64_t generation) const {
+  absl::MutexLock lock(&mu_);
+  auto it = active_uploads_.find(key);
+  if (it == active_uploads_.end() || it->second != generation) {
+    return absl::AbortedError("a newer upload of this object took over; this one stopped");
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Upload>> Store::StartUpload(const Digest& digest, uint64_t offset) {
   VAULT_RETURN_IF_ERROR(CheckSize(digest));
   const std::string key = digest.Key();
+  std::unique_ptr<Upload> up(new Upload(this, digest));  // releases its claims when destroyed
   {
     absl::MutexLock lock(&mu_);
-    if (!active_uploads_.insert(key).second) {
-      return absl::AbortedError(
-          absl::StrCat("another upload of ", digest.ToString(), " is in progress"));
+    up->generation_ = ++upload_generation_;
+    active_uploads_[key] = up->generation_;  // takes over from an older upload, if any
+    if (digest.size() < options_.chunking_threshold) {
+      // Inline objects are buffered whole until the stream ends: bound the total.
+      if (upload_buffer_bytes_ + digest.size() > options_.max_upload_buffer_bytes) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "too many uploads in progress (", upload_buffer_bytes_, " bytes buffered; limit ",
+            options_.max_upload_buffer_bytes, "); retry later"));
+      }
+      upload_buffer_bytes_ += digest.size();
+      up->reserved_ = digest.size();
     }
   }
-  std::unique_ptr<Upload> up(new Upload(this, digest));  // releases the claim when destroyed
   if (offset > digest.size()) {
-    return absl::OutOfRangeError(absl::StrCat("offset ", offset, " is past the end of ",
-                                              digest.ToString()));
+    return absl::OutOfRangeError(
+        absl::StrCat("offset ", offset, " is past the end of ", digest.ToString()));
   }
   absl::StatusOr<ObjectInfo> info = Stat(digest);
   if (info.ok()) {
@@ -89,9 +108,9 @@ absl::StatusOr<std::unique_ptr<Upload>> Store::StartUpload(const Digest& digest,
     return up;
   }
   if (!rec_value.ok() || rec.committed_offset() != offset) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot resume ", digest.ToString(), " at offset ", offset, ": durable bytes end at ",
-        rec_value.ok() ? rec.committed_offset() : 0));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot resume ", digest.ToString(), " at offset ", offset,
+                     ": durable bytes end at ", rec_value.ok() ? rec.committed_offset() : 0));
   }
   // Resume: rebuild the running hash from the durable chunks, verifying each.
   for (uint32_t i = 0; i < rec.chunk_count(); ++i) {
@@ -133,9 +152,10 @@ absl::Status Store::PersistChunk(const std::string& upload_key, uint32_t index,
 
 absl::Status Upload::Append(absl::string_view data) {
   if (finished_) return absl::FailedPreconditionError("upload already finished");
+  VAULT_RETURN_IF_ERROR(store_->CheckCurrentUpload(key_, generation_));
   if (data.size() > digest_.size() - offset_) {
-    return absl::InvalidArgumentError(absl::StrCat("upload of ", digest_.ToString(),
-                                                   " sends more bytes than its size"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("upload of ", digest_.ToString(), " sends more bytes than its size"));
   }
   offset_ += data.size();
   if (present_) return absl::OkStatus();
@@ -166,6 +186,7 @@ absl::Status Upload::FlushChunks(bool eof) {
 
 absl::StatusOr<PutOutcome> Upload::Finish() {
   if (finished_) return absl::FailedPreconditionError("upload already finished");
+  VAULT_RETURN_IF_ERROR(store_->CheckCurrentUpload(key_, generation_));
   if (present_) {
     finished_ = true;
     return present_outcome_;
@@ -215,8 +236,8 @@ absl::Status Store::Read(
     const std::function<absl::Status(uint64_t offset, absl::string_view)>& sink) const {
   VAULT_ASSIGN_OR_RETURN(ObjectInfo info, Stat(digest));
   if (offset > digest.size()) {
-    return absl::OutOfRangeError(absl::StrCat("offset ", offset, " is past the end of ",
-                                              digest.ToString()));
+    return absl::OutOfRangeError(
+        absl::StrCat("offset ", offset, " is past the end of ", digest.ToString()));
   }
   if (piece_bytes == 0) piece_bytes = 1 << 20;
   const uint64_t end =
@@ -252,8 +273,8 @@ absl::Status Store::Read(
   uint64_t covered = 0;
   for (const vault::v1::ChunkRef& ref : manifest.chunks()) covered += ref.size();
   if (covered != digest.size()) {
-    return absl::DataLossError(absl::StrCat("manifest of ", digest.ToString(), " covers ",
-                                            covered, " bytes, not ", digest.size()));
+    return absl::DataLossError(absl::StrCat("manifest of ", digest.ToString(), " covers ", covered,
+                                            " bytes, not ", digest.size()));
   }
   uint64_t at = 0;
   for (const vault::v1::ChunkRef& ref : manifest.chunks()) {

@@ -235,9 +235,14 @@ class FeedReactor final : public grpc::ServerWriteReactor<FeedResponse> {
       if (store_->closed()) {
         return Done(grpc::Status(grpc::StatusCode::UNAVAILABLE, "vault is shutting down"));
       }
-      store_->AddWaiter(Key(), after_, [this] { Next(); });
-      // A cancel that raced the registration: whoever removes the waiter finishes the call.
-      if (cancelled_.load() && store_->RemoveWaiter(Key())) Done(grpc::Status::CANCELLED);
+      switch (store_->AddWaiter(Key(), after_, &cancelled_, [this] { Next(); })) {
+        case cas::Store::WaitResult::kRegistered:
+          return;  // `this` now belongs to the waker or to OnCancel: touch nothing
+        case cas::Store::WaitResult::kReady:
+          return Next();
+        case cas::Store::WaitResult::kCancelled:
+          return Done(grpc::Status::CANCELLED);
+      }
       return;
     }
     resp_.Clear();
@@ -306,6 +311,11 @@ grpc::ServerUnaryReactor* CasService::BatchPut(grpc::CallbackServerContext* ctx,
                                                const vault::v1::BatchPutRequest* req,
                                                vault::v1::BatchPutResponse* resp) {
   return RunUnary(ctx, [this, req, resp]() -> absl::Status {
+    if (static_cast<uint64_t>(req->items_size()) > limits_.max_batch_items) {
+      return absl::InvalidArgumentError(absl::StrCat("BatchPut: ", req->items_size(),
+                                                     " items; the limit is ",
+                                                     limits_.max_batch_items, " per call"));
+    }
     uint64_t total = 0;
     for (const auto& item : req->items()) total += item.data().size();
     if (total > limits_.max_batch_bytes) {
@@ -346,6 +356,11 @@ grpc::ServerUnaryReactor* CasService::BatchGet(grpc::CallbackServerContext* ctx,
                                                const vault::v1::BatchGetRequest* req,
                                                vault::v1::BatchGetResponse* resp) {
   return RunUnary(ctx, [this, req, resp]() -> absl::Status {
+    if (static_cast<uint64_t>(req->digests_size()) > limits_.max_batch_items) {
+      return absl::InvalidArgumentError(absl::StrCat("BatchGet: ", req->digests_size(),
+                                                     " digests; the limit is ",
+                                                     limits_.max_batch_items, " per call"));
+    }
     uint64_t total = 0;
     for (int i = 0; i < req->digests_size(); ++i) {
       vault::v1::BatchGetResponse::Item* item = resp->add_items();

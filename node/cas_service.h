@@ -22,6 +22,7 @@ namespace vault::node {
 struct CasLimits {
   uint64_t max_batch_bytes = 4 << 20;
   uint32_t max_find_missing = 100000;
+  uint32_t max_batch_items = 10000;
   uint32_t get_piece_bytes = 1 << 20;
   uint32_t feed_page = 1000;
 };

@@ -139,12 +139,16 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
   if (cas->max_batch_bytes() == 0) cas->set_max_batch_bytes(4 << 20);
   if (cas->max_find_missing() == 0) cas->set_max_find_missing(100000);
   if (cas->upload_ttl_hours() == 0) cas->set_upload_ttl_hours(24);
+  if (cas->max_batch_items() == 0) cas->set_max_batch_items(10000);
+  if (cas->max_upload_buffer_bytes() == 0) cas->set_max_upload_buffer_bytes(256 << 20);
   auto* srv = c->mutable_server();
   if (srv->worker_threads() == 0) {
     srv->set_worker_threads(std::max(4u, 2 * std::thread::hardware_concurrency()));
   }
   if (srv->drain_timeout_ms() == 0) srv->set_drain_timeout_ms(10000);
   if (srv->max_message_bytes() == 0) srv->set_max_message_bytes(8 << 20);
+  if (srv->memory_quota_mb() == 0) srv->set_memory_quota_mb(1024);
+  if (srv->max_concurrent_streams() == 0) srv->set_max_concurrent_streams(128);
 
   // Validation.
   if (c->name().empty()) return FieldError(source, "name", "is required");
@@ -206,6 +210,14 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
   if (avg < (64u << 10) || avg > (4u << 20) || (avg & (avg - 1)) != 0) {
     return FieldError(source, "cas.chunk_avg_bytes",
                       "must be a power of two between 65536 and 4194304");
+  }
+  if (cas->chunking_threshold_bytes() > (64u << 20)) {
+    return FieldError(source, "cas.chunking_threshold_bytes",
+                      "must be at most 64 MiB (smaller objects are held in memory whole)");
+  }
+  if (cas->max_upload_buffer_bytes() < cas->chunking_threshold_bytes()) {
+    return FieldError(source, "cas.max_upload_buffer_bytes",
+                      "must be at least cas.chunking_threshold_bytes");
   }
   if (cas->chunking_threshold_bytes() < 4 * avg) {
     return FieldError(source, "cas.chunking_threshold_bytes",

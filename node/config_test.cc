@@ -176,6 +176,10 @@ TEST(FinalizeConfig, FillsEveryDefault) {
   EXPECT_EQ(c.cas().max_batch_bytes(), uint64_t{4} << 20);
   EXPECT_EQ(c.cas().max_find_missing(), 100000u);
   EXPECT_EQ(c.cas().upload_ttl_hours(), 24u);
+  EXPECT_EQ(c.cas().max_batch_items(), 10000u);
+  EXPECT_EQ(c.server().memory_quota_mb(), 1024u);
+  EXPECT_EQ(c.server().max_concurrent_streams(), 128u);
+  EXPECT_EQ(c.cas().max_upload_buffer_bytes(), uint64_t{256} << 20);
   EXPECT_EQ(c.server().worker_threads(), std::max(4u, 2 * std::thread::hardware_concurrency()));
   EXPECT_EQ(c.server().drain_timeout_ms(), 10000u);
   EXPECT_EQ(c.server().max_message_bytes(), 8u << 20);
@@ -196,9 +200,13 @@ TEST(FinalizeConfig, KeepsExplicitValues) {
   c.mutable_cas()->set_max_batch_bytes(1 << 20);
   c.mutable_cas()->set_max_find_missing(10);
   c.mutable_cas()->set_upload_ttl_hours(1);
+  c.mutable_cas()->set_max_batch_items(5);
+  c.mutable_cas()->set_max_upload_buffer_bytes(2 << 20);
   c.mutable_server()->set_worker_threads(2);
   c.mutable_server()->set_drain_timeout_ms(500);
   c.mutable_server()->set_max_message_bytes(2 << 20);
+  c.mutable_server()->set_memory_quota_mb(64);
+  c.mutable_server()->set_max_concurrent_streams(4);
   const vault::v1::VaultConfig before = c;
   ASSERT_TRUE(FinalizeConfig(kSource, &c, /*check_files=*/false).ok());
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(c, before))

@@ -34,6 +34,11 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MemberCredentials(
 }
 
 void ConfigureBuilder(const vault::v1::VaultConfig& config, grpc::ServerBuilder* b) {
+  grpc::ResourceQuota quota("vaultd");
+  quota.Resize(size_t{config.server().memory_quota_mb()} << 20);
+  b->SetResourceQuota(quota);
+  b->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                        static_cast<int>(config.server().max_concurrent_streams()));
   b->SetMaxReceiveMessageSize(static_cast<int>(config.server().max_message_bytes()));
   b->SetMaxSendMessageSize(static_cast<int>(config.server().max_message_bytes()));
   // Detect dead peers on idle streams (Feed follow) within a minute.
@@ -79,12 +84,14 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
       .chunking_threshold = config.cas().chunking_threshold_bytes(),
       .chunk_avg_bytes = config.cas().chunk_avg_bytes(),
       .upload_ttl = absl::Hours(config.cas().upload_ttl_hours()),
+      .max_upload_buffer_bytes = config.cas().max_upload_buffer_bytes(),
   };
   VAULT_ASSIGN_OR_RETURN(node->store_, cas::Store::Open(node->db_.get(), store_options));
   node->executor_ =
       std::make_unique<common::Executor>(config.server().worker_threads(), /*max_queue=*/4096);
   CasLimits limits{.max_batch_bytes = config.cas().max_batch_bytes(),
-                   .max_find_missing = config.cas().max_find_missing()};
+                   .max_find_missing = config.cas().max_find_missing(),
+                   .max_batch_items = config.cas().max_batch_items()};
   node->tcp_cas_ = std::make_unique<CasService>(node->store_.get(), node->executor_.get(), limits);
   node->unix_cas_ = std::make_unique<CasService>(node->store_.get(), node->executor_.get(), limits);
 
