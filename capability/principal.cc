@@ -110,12 +110,6 @@ bool IsLowerHex(absl::string_view s) {
   return true;
 }
 
-std::string OctalMode(mode_t mode) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "%04o", static_cast<unsigned>(mode & 07777));
-  return buf;
-}
-
 }  // namespace
 
 // --- PublicKey ---------------------------------------------------------------------------------
@@ -256,20 +250,7 @@ absl::StatusOr<PrivateKey> PrivateKey::FromPem(absl::string_view pem) {
 }
 
 absl::StatusOr<PrivateKey> PrivateKey::LoadFile(const std::string& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) {
-    return common::PosixError(errno, absl::StrCat("private key file ", path));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("private key file ", path, " is not a regular file"));
-  }
-  if ((st.st_mode & 077) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("private key file ", path, " has mode ", OctalMode(st.st_mode),
-                     "; it must grant no group or other permission (chmod 600 ", path, ")"));
-  }
-  VAULT_ASSIGN_OR_RETURN(std::string pem, common::ReadFile(path));
+  VAULT_ASSIGN_OR_RETURN(std::string pem, common::ReadPrivateFile(path));
   absl::StatusOr<PrivateKey> key = FromPem(pem);
   if (!key.ok()) {
     return absl::Status(key.status().code(),

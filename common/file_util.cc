@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 
@@ -118,11 +119,29 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return out;
 }
 
+absl::StatusOr<std::string> ReadPrivateFile(const std::string& path) {
+  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return PosixError(errno, absl::StrCat("open ", path));
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) return PosixError(errno, absl::StrCat("stat ", path));
+  if (!S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("secret file ", path, " is not a regular file"));
+  }
+  if ((st.st_mode & 077) != 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "secret file %s has mode %04o; it must grant no group or other permission (chmod 600 %s)",
+        path, st.st_mode & 07777, path));
+  }
+  return ReadFile(path);
+}
+
 absl::Status WriteFileAtomic(const std::string& path, absl::string_view data, mode_t mode) {
   // Unique per process and call: concurrent writers of one path never share a temporary file.
   static std::atomic<uint64_t> counter{0};
   std::string tmp = absl::StrCat(path, ".tmp.", getpid(), ".", counter.fetch_add(1));
-  absl::Status s = WriteAndSync(tmp, data, mode, O_TRUNC);
+  absl::Status s = WriteAndSync(tmp, data, mode, O_EXCL | O_NOFOLLOW);
+  if (absl::IsAlreadyExists(s)) return s;  // not ours: leave it alone
   if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
     s = PosixError(errno, absl::StrCat("rename ", tmp, " to ", path));
   }

@@ -24,6 +24,10 @@ absl::Status PosixError(int err, absl::string_view what);
 // Reads the whole file. NOT_FOUND when it does not exist.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
+// Reads a file holding a secret (a private key): FAILED_PRECONDITION when it is not a regular
+// file or its mode grants any group or other permission, naming the path and the fix.
+absl::StatusOr<std::string> ReadPrivateFile(const std::string& path);
+
 // Writes `data` to a temporary file beside `path` with `mode`, fsyncs it, renames it over `path`
 // and fsyncs the directory: readers see the old or the new content, never a mix.
 absl::Status WriteFileAtomic(const std::string& path, absl::string_view data, mode_t mode);

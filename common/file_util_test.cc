@@ -106,6 +106,22 @@ TEST_F(FileUtilTest, WriteFileAtomicIntoMissingDirectoryIsNotFound) {
   EXPECT_FALSE(PathExists(Path("no")));
 }
 
+TEST_F(FileUtilTest, ReadPrivateFileRefusesGroupOrOtherPermissions) {
+  ASSERT_EQ(WriteNewFile(Path("key"), "secret", 0600), absl::OkStatus());
+  absl::StatusOr<std::string> got = ReadPrivateFile(Path("key"));
+  ASSERT_EQ(got.status(), absl::OkStatus());
+  EXPECT_EQ(*got, "secret");
+  for (mode_t mode : {0640, 0604, 0644, 0660, 0601}) {
+    ASSERT_EQ(chmod(Path("key").c_str(), mode), 0);
+    absl::Status s = ReadPrivateFile(Path("key")).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << std::oct << mode;
+    EXPECT_NE(s.message().find("chmod 600"), absl::string_view::npos) << s.message();
+  }
+  ASSERT_EQ(MakeDirs(Path("dir"), 0700), absl::OkStatus());
+  EXPECT_EQ(ReadPrivateFile(Path("dir")).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ReadPrivateFile(Path("missing")).status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(FileUtilTest, ReadFileRoundTripsBinaryAndLargeContent) {
   std::string data;
   for (int i = 0; i < 300000; ++i) data.push_back(static_cast<char>(i * 7 % 256));

@@ -114,5 +114,19 @@ TEST_F(InitTest, InitIntoAnEmptyDirectoryWorks) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
 }
 
+// Regression (review): "--dir a/" built its temporary directory inside "a" and always failed,
+// leaving "a" behind.
+TEST_F(InitTest, TrailingSlashInDirWorksAndLeavesNoTemporaryDirectory) {
+  const std::string dir = root() + "/slashed";
+  RunResult r = Vaultctl({"--output", "json", "init", "--name", "s", "--dir", dir + "/"});
+  ASSERT_EQ(r.exit_code, kExitOk) << r;
+  EXPECT_EQ(JsonField(r.out, "config"), dir + "/vault.conf");
+  EXPECT_EQ(Entries(dir),
+            (std::vector<std::string>{"ca", "data", "tls", "vault.conf", "vault.key"}));
+  for (const std::string& e : Entries(root())) {
+    EXPECT_FALSE(absl::StrContains(e, ".init-")) << "left behind: " << e;
+  }
+}
+
 }  // namespace
 }  // namespace vault::integration

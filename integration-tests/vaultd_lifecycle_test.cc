@@ -1,3 +1,4 @@
+#include <sys/stat.h>
 // vaultd's life: config validation, one vaultd per data directory, clean SIGTERM shutdown and
 // restart with the same objects.
 #include <algorithm>
@@ -138,6 +139,40 @@ TEST_F(VaultdLifecycleTest, SecondVaultCannotListenOnAPortInUse) {
   EXPECT_TRUE(absl::StrContains(second.status().message(),
                                 absl::StrCat("cannot listen on ", vault_.address)))
       << second.status();
+}
+
+// Regression (review): a vault pointed at another live vault's admin socket took it over.
+TEST_F(VaultdLifecycleTest, ALiveAdminSocketIsNotTakenOver) {
+  absl::StatusOr<Vaultd*> a = StartVaultd(vault_, {"--listen", "127.0.0.1:0"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<VaultDir> c = InitVault("c", /*ca_dir=*/"");
+  ASSERT_TRUE(c.ok()) << c.status();
+  RunResult r = RunVaultd(
+      {"--config", c->config, "--listen", "127.0.0.1:0", "--admin-socket", vault_.socket});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_TRUE(absl::StrContains(
+      r.err, absl::StrCat("admin socket ", vault_.socket, " is in use by another process")))
+      << r;
+  EXPECT_EQ(Vaultctl({"--vault", vault_.socket, "status"}).exit_code, kExitOk);
+  // A path that is not a socket is never replaced.
+  const std::string file = root() + "/not-a-socket";
+  ASSERT_EQ(WriteFile(file, "keep me"), absl::OkStatus());
+  r = RunVaultd({"--config", c->config, "--listen", "127.0.0.1:0", "--admin-socket", file});
+  EXPECT_EQ(r.exit_code, 1) << r;
+  EXPECT_TRUE(absl::StrContains(r.err, "exists and is not a socket")) << r;
+  absl::StatusOr<std::string> kept = ReadFile(file);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(*kept, "keep me");
+}
+
+// Regression (review): a TLS key readable by others passed --check-config.
+TEST_F(VaultdLifecycleTest, CheckConfigRefusesAWorldReadableTlsKey) {
+  const std::string key = vault_.dir + "/tls/vault.key";
+  ASSERT_EQ(chmod(key.c_str(), 0644), 0);
+  RunResult r = RunVaultd({"--config", vault_.config, "--check-config"});
+  EXPECT_EQ(r.exit_code, 78) << r;
+  EXPECT_TRUE(absl::StrContains(r.err, "field tls.key_file: secret file")) << r;
+  EXPECT_TRUE(absl::StrContains(r.err, "has mode 0644")) << r;
 }
 
 // vaultd --help: "--listen host:port; port 0 picks one"; vaultd.ready then has the real port.

@@ -232,9 +232,15 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
   }
   if (check_files) {
     VAULT_RETURN_IF_ERROR(CheckReadable(source, "key_file", c->key_file()));
+    if (absl::Status s = common::ReadPrivateFile(c->key_file()).status(); !s.ok()) {
+      return FieldError(source, "key_file", s.message());
+    }
     if (!c->listen_address().empty()) {
       VAULT_RETURN_IF_ERROR(CheckReadable(source, "tls.cert_file", c->tls().cert_file()));
       VAULT_RETURN_IF_ERROR(CheckReadable(source, "tls.key_file", c->tls().key_file()));
+      if (absl::Status s = common::ReadPrivateFile(c->tls().key_file()).status(); !s.ok()) {
+        return FieldError(source, "tls.key_file", s.message());
+      }
       VAULT_RETURN_IF_ERROR(CheckReadable(source, "tls.ca_file", c->tls().ca_file()));
     }
   }

@@ -3,8 +3,12 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
+
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -19,7 +23,7 @@ namespace {
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MemberCredentials(
     const vault::v1::VaultConfig& config) {
   VAULT_ASSIGN_OR_RETURN(std::string cert, common::ReadFile(config.tls().cert_file()));
-  VAULT_ASSIGN_OR_RETURN(std::string key, common::ReadFile(config.tls().key_file()));
+  VAULT_ASSIGN_OR_RETURN(std::string key, common::ReadPrivateFile(config.tls().key_file()));
   VAULT_ASSIGN_OR_RETURN(std::string ca, common::ReadFile(config.tls().ca_file()));
   grpc::SslServerCredentialsOptions opts(
       GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
@@ -31,6 +35,33 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MemberCredentials(
   members.insert(config.name());
   creds->SetAuthMetadataProcessor(std::make_shared<MemberAuthProcessor>(std::move(members)));
   return creds;
+}
+
+// OK when `path` is free or holds a socket nobody listens on (removed); FAILED_PRECONDITION
+// when something answers on it or it is not a socket.
+absl::Status ClaimSocketPath(const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return common::PosixError(errno, absl::StrCat("stat ", path));
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "admin socket path ", path, " exists and is not a socket; refusing to replace it"));
+  }
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return common::PosixError(errno, "socket");
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  path.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
+  bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  if (live) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("admin socket ", path, " is in use by another process (another vaultd?)"));
+  }
+  if (unlink(path.c_str()) != 0) return common::PosixError(errno, absl::StrCat("unlink ", path));
+  return absl::OkStatus();
 }
 
 void ConfigureBuilder(const vault::v1::VaultConfig& config, grpc::ServerBuilder* b) {
@@ -116,10 +147,10 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
     node->listen_address_ = absl::StrCat(host, ":", port);
   }
 
-  // Admin socket: a stale socket file from a killed vaultd is replaced (the database lock above
-  // proves no other vaultd owns this data directory).
+  // Admin socket: a stale socket left by a killed vaultd is replaced; a live one, or anything
+  // that is not a socket, is refused (the socket may live outside the locked data directory).
   const std::string& sock = config.admin_socket();
-  unlink(sock.c_str());
+  VAULT_RETURN_IF_ERROR(ClaimSocketPath(sock));
   node->owns_socket_ = true;
   node->admin_ = std::make_unique<AdminService>(config, key.public_key().ToText(),
                                                 node->listen_address_, node->store_.get());
@@ -150,8 +181,12 @@ void VaultNode::Shutdown(absl::Duration drain) {
     if (s != nullptr && s->GetHealthCheckService() != nullptr)
       s->GetHealthCheckService()->Shutdown();
   }
-  if (tcp_server_ != nullptr) tcp_server_->Shutdown(deadline);
+  // Both listeners stop accepting at once, then drain in parallel.
+  std::thread tcp_drain([&] {
+    if (tcp_server_ != nullptr) tcp_server_->Shutdown(deadline);
+  });
   if (unix_server_ != nullptr) unix_server_->Shutdown(deadline);
+  tcp_drain.join();
   if (executor_ != nullptr) executor_->Shutdown();
   if (tcp_server_ != nullptr) tcp_server_->Wait();
   if (unix_server_ != nullptr) unix_server_->Wait();

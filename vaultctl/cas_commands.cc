@@ -314,7 +314,7 @@ int GetCommand(const GlobalOptions& g, const std::string& digest_text, const std
   std::string tmp = out.empty() ? "" : absl::StrCat(out, ".part-", getpid());
   int fd = STDOUT_FILENO;
   if (!out.empty()) {
-    fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) return ReportError(common::PosixError(errno, tmp), g.json());
   }
   Progress progress("get", digest->size(), 1);

@@ -64,7 +64,7 @@ absl::StatusOr<Connection> Connection::Connect(const ConnectOptions& in) {
     }
     grpc::SslCredentialsOptions ssl;
     VAULT_ASSIGN_OR_RETURN(ssl.pem_cert_chain, common::ReadFile(o.tls_cert));
-    VAULT_ASSIGN_OR_RETURN(ssl.pem_private_key, common::ReadFile(o.tls_key));
+    VAULT_ASSIGN_OR_RETURN(ssl.pem_private_key, common::ReadPrivateFile(o.tls_key));
     VAULT_ASSIGN_OR_RETURN(ssl.pem_root_certs, common::ReadFile(o.tls_ca));
     creds = grpc::SslCredentials(ssl);
     args.SetSslTargetNameOverride(o.server_name);

@@ -56,7 +56,7 @@ void RemoveTree(const std::string& path) {
 
 absl::StatusOr<node::KeyAndCert> LoadCa(const std::string& dir) {
   node::KeyAndCert ca;
-  VAULT_ASSIGN_OR_RETURN(ca.key_pem, common::ReadFile(dir + "/ca.key"));
+  VAULT_ASSIGN_OR_RETURN(ca.key_pem, common::ReadPrivateFile(dir + "/ca.key"));
   VAULT_ASSIGN_OR_RETURN(ca.cert_pem, common::ReadFile(dir + "/ca.crt"));
   return ca;
 }
@@ -79,9 +79,13 @@ struct InitResult {
 };
 
 // Builds the whole vault in `tmp`, then renames it to `dir`: a failure leaves nothing behind.
-absl::StatusOr<InitResult> InitVault(const std::string& name, const std::string& dir,
+absl::StatusOr<InitResult> InitVault(const std::string& name, std::string dir,
                                      const std::string& listen, const std::string& ca_dir) {
   VAULT_RETURN_IF_ERROR(node::ValidateVaultName(name));
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();  // "a/" is "a"
+  if (dir.empty() || dir == "/" || dir == "." || dir == "..") {
+    return absl::InvalidArgumentError(absl::StrCat("--dir \"", dir, "\" cannot hold a new vault"));
+  }
   bool dir_exists = common::PathExists(dir);
   if (dir_exists) {
     VAULT_ASSIGN_OR_RETURN(bool empty, DirIsEmpty(dir));
@@ -121,7 +125,11 @@ absl::StatusOr<InitResult> InitVault(const std::string& name, const std::string&
     VAULT_RETURN_IF_ERROR(node::FinalizeConfig("vault.conf", &check, /*check_files=*/false));
   }
 
-  std::string tmp = absl::StrCat(dir, ".init-", getpid());
+  // A fresh, private directory beside `dir` (mkdtemp: never one someone else prepared).
+  std::string tmp = absl::StrCat(dir, ".init-XXXXXX");
+  if (mkdtemp(tmp.data()) == nullptr) {
+    return common::PosixError(errno, absl::StrCat("create a temporary directory beside ", dir));
+  }
   absl::Status s = [&]() -> absl::Status {
     VAULT_RETURN_IF_ERROR(common::MakeDirs(tmp + "/tls", 0700));
     VAULT_RETURN_IF_ERROR(common::MakeDirs(tmp + "/data", 0700));
