@@ -230,6 +230,7 @@ absl::Status Store::PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::Write
       rec.set_stored_unix_ms(now);
       rec.set_chunked(op->chunked);
       rec.set_chunk_count(op->chunk_count);
+      if (op->chunked) rec.set_manifest_sha256(Sha256::Hash(op->data));
       batch->Put(meta_, keys[i], rec.SerializeAsString());
       batch->Put(data_, keys[i], rocksdb::Slice(op->data.data(), op->data.size()));
       batch->Put(feed_, BigEndian64(seq), absl::StrCat(keys[i], BigEndian64(now)));

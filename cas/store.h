@@ -89,6 +89,29 @@ struct StoreTotals {
 
 class Store;
 
+// Reads one stored object: the record and, for a chunked object, its manifest are loaded and
+// verified once (an inline object's bytes are read and verified once), then any number of
+// ranges are served; a range costs a binary search plus the chunks it covers, each verified
+// against its hash. Thread-safety: const methods may be called from several threads.
+class ObjectReader {
+ public:
+  const ObjectInfo& info() const { return info_; }
+  // Streams [offset, offset + limit) (limit 0: to the end) to `sink` in pieces of at most
+  // `piece_bytes`. OUT_OF_RANGE when offset > size; DATA_LOSS on damaged storage.
+  absl::Status Read(
+      uint64_t offset, uint64_t limit, size_t piece_bytes,
+      const std::function<absl::Status(uint64_t offset, absl::string_view)>& sink) const;
+
+ private:
+  friend class Store;
+  explicit ObjectReader(const Store* store) : store_(store) {}
+  const Store* const store_;
+  ObjectInfo info_;
+  std::string inline_bytes_;                              // !chunked
+  std::vector<std::pair<std::string, uint32_t>> chunks_;  // (sha256, size), chunked
+  std::vector<uint64_t> starts_;                          // object offset of each chunk
+};
+
 // A streaming, resumable upload of one object. Destroying it without Finish keeps the durable
 // progress (chunk boundaries) for a later resume.
 class Upload {
@@ -160,6 +183,8 @@ class Store {
       const Digest& digest, uint64_t offset, uint64_t limit, size_t piece_bytes,
       const std::function<absl::Status(uint64_t offset, absl::string_view)>& sink) const;
   absl::StatusOr<std::string> ReadAll(const Digest& digest) const;
+  // NOT_FOUND when the object is not stored; DATA_LOSS when its record or manifest is damaged.
+  absl::StatusOr<std::unique_ptr<ObjectReader>> OpenReader(const Digest& digest) const;
 
   // Begins (offset 0) or resumes (offset = UploadOffset) a streaming upload.
   absl::StatusOr<std::unique_ptr<Upload>> StartUpload(const Digest& digest, uint64_t offset);
@@ -187,6 +212,7 @@ class Store {
 
  private:
   friend class Upload;
+  friend class ObjectReader;
   struct CommitOp {
     const Digest* digest = nullptr;
     absl::string_view data;  // inline bytes, or the serialized manifest

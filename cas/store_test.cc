@@ -1101,6 +1101,50 @@ TEST_F(StoreTest, CorruptManifestIsDataLoss) {
   ASSERT_NO_FATAL_FAILURE(Overwrite("cas_data", d.Key(), shortened.SerializeAsString()));
   EXPECT_EQ(store_->ReadAll(d).status().code(), StatusCode::kDataLoss);
   EXPECT_EQ(ReadRange(d, 0, 10).status().code(), StatusCode::kDataLoss);
+  // Regression (review): a manifest that parses, covers the size, and names only genuine
+  // chunks, but in another order, would have assembled wrong bytes without an error.
+  ASSERT_GE(chunks.size(), 2u);
+  vault::v1::Manifest swapped;
+  for (size_t i : std::vector<size_t>{1, 0}) {
+    vault::v1::ChunkRef* ref = swapped.add_chunks();
+    ref->set_sha256(Sha256::Hash(chunks[i]));
+    ref->set_size(static_cast<uint32_t>(chunks[i].size()));
+  }
+  for (size_t i = 2; i < chunks.size(); ++i) {
+    vault::v1::ChunkRef* ref = swapped.add_chunks();
+    ref->set_sha256(Sha256::Hash(chunks[i]));
+    ref->set_size(static_cast<uint32_t>(chunks[i].size()));
+  }
+  ASSERT_NO_FATAL_FAILURE(Overwrite("cas_data", d.Key(), swapped.SerializeAsString()));
+  EXPECT_EQ(store_->ReadAll(d).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(ReadRange(d, 0, 10).status().code(), StatusCode::kDataLoss);
+}
+
+TEST_F(StoreTest, ReaderServesManyRangesFromOneManifestLoad) {
+  const std::string data = RandomBytes(900000, 33);
+  const Digest d = Digest::Of(data);
+  ASSERT_EQ(UploadWhole(data).status(), absl::OkStatus());
+  absl::StatusOr<std::unique_ptr<ObjectReader>> reader = store_->OpenReader(d);
+  ASSERT_EQ(reader.status(), absl::OkStatus());
+  EXPECT_TRUE((*reader)->info().chunked);
+  for (uint64_t off : {uint64_t{0}, uint64_t{1}, uint64_t{65535}, uint64_t{300001},
+                       uint64_t{899999}, uint64_t{900000}}) {
+    std::string got;
+    ASSERT_EQ((*reader)->Read(off, 70000, 4096,
+                              [&](uint64_t at, absl::string_view piece) {
+                                EXPECT_EQ(at, off + got.size());
+                                got.append(piece.data(), piece.size());
+                                return absl::OkStatus();
+                              }),
+              absl::OkStatus());
+    EXPECT_TRUE(SameBytes(got, data.substr(off, 70000))) << off;
+  }
+  EXPECT_EQ(
+      (*reader)
+          ->Read(900001, 1, 4096, [](uint64_t, absl::string_view) { return absl::OkStatus(); })
+          .code(),
+      StatusCode::kOutOfRange);
+  EXPECT_EQ(store_->OpenReader(Digest::Of("absent")).status().code(), StatusCode::kNotFound);
 }
 
 // ---- Waiting for the feed

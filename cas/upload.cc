@@ -1,4 +1,5 @@
 // Streaming, resumable uploads and streaming reads of the CAS.
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -231,10 +232,57 @@ absl::StatusOr<PutOutcome> Upload::Finish() {
   return op.outcome;
 }
 
-absl::Status Store::Read(
-    const Digest& digest, uint64_t offset, uint64_t limit, size_t piece_bytes,
+absl::StatusOr<std::unique_ptr<ObjectReader>> Store::OpenReader(const Digest& digest) const {
+  absl::StatusOr<std::string> rec_value = GetValue(meta_, digest.Key(), "look up object");
+  if (absl::IsNotFound(rec_value.status())) {
+    return absl::NotFoundError(absl::StrCat("object ", digest.ToString(), " is not stored"));
+  }
+  if (!rec_value.ok()) return rec_value.status();
+  vault::v1::ObjectRecord rec;
+  if (!rec.ParseFromString(*rec_value)) {
+    return absl::DataLossError(
+        absl::StrCat("object record of ", digest.ToString(), " does not parse"));
+  }
+  std::unique_ptr<ObjectReader> reader(new ObjectReader(this));
+  reader->info_ = ObjectInfo{.digest = digest,
+                             .seq = rec.seq(),
+                             .chunked = rec.chunked(),
+                             .chunk_count = rec.chunk_count(),
+                             .stored_unix_ms = rec.stored_unix_ms()};
+  absl::StatusOr<std::string> value = GetValue(data_, digest.Key(), "read object");
+  // The object record exists, so missing bytes are damaged storage, not a missing object.
+  if (absl::IsNotFound(value.status())) {
+    return absl::DataLossError(absl::StrCat("bytes of ", digest.ToString(), " are missing"));
+  }
+  if (!value.ok()) return value.status();
+  if (!rec.chunked()) {
+    VAULT_RETURN_IF_ERROR(VerifyBytes(*value, digest.sha256(), digest.size(), digest.ToString()));
+    reader->inline_bytes_ = *std::move(value);
+    return reader;
+  }
+  vault::v1::Manifest manifest;
+  if (Sha256::Hash(*value) != rec.manifest_sha256() || !manifest.ParseFromString(*value)) {
+    return absl::DataLossError(absl::StrCat("manifest of ", digest.ToString(), " is corrupt"));
+  }
+  uint64_t at = 0;
+  reader->chunks_.reserve(manifest.chunks_size());
+  reader->starts_.reserve(manifest.chunks_size());
+  for (const vault::v1::ChunkRef& ref : manifest.chunks()) {
+    reader->starts_.push_back(at);
+    reader->chunks_.emplace_back(ref.sha256(), ref.size());
+    at += ref.size();
+  }
+  if (at != digest.size()) {
+    return absl::DataLossError(absl::StrCat("manifest of ", digest.ToString(), " covers ", at,
+                                            " bytes, not ", digest.size()));
+  }
+  return reader;
+}
+
+absl::Status ObjectReader::Read(
+    uint64_t offset, uint64_t limit, size_t piece_bytes,
     const std::function<absl::Status(uint64_t offset, absl::string_view)>& sink) const {
-  VAULT_ASSIGN_OR_RETURN(ObjectInfo info, Stat(digest));
+  const Digest& digest = info_.digest;
   if (offset > digest.size()) {
     return absl::OutOfRangeError(
         absl::StrCat("offset ", offset, " is past the end of ", digest.ToString()));
@@ -242,14 +290,6 @@ absl::Status Store::Read(
   if (piece_bytes == 0) piece_bytes = 1 << 20;
   const uint64_t end =
       (limit == 0 || limit > digest.size() - offset) ? digest.size() : offset + limit;
-  const std::string key = digest.Key();
-  rocksdb::PinnableSlice value;
-  rocksdb::Status got = db_->db()->Get(rocksdb::ReadOptions(), data_, key, &value);
-  // The object record exists, so missing bytes are damaged storage, not a missing object.
-  if (got.IsNotFound()) {
-    return absl::DataLossError(absl::StrCat("bytes of ", digest.ToString(), " are missing"));
-  }
-  VAULT_RETURN_IF_ERROR(storage::ToStatus(got, absl::StrCat("read ", digest.ToString())));
   auto emit = [&](absl::string_view bytes, uint64_t at) -> absl::Status {
     // `bytes` starts at object offset `at`; send its part inside [offset, end).
     uint64_t from = std::max(offset, at);
@@ -260,41 +300,34 @@ absl::Status Store::Read(
     }
     return absl::OkStatus();
   };
-  if (!info.chunked) {
-    VAULT_RETURN_IF_ERROR(
-        VerifyBytes(storage::View(value), digest.sha256(), digest.size(), digest.ToString()));
-    return emit(storage::View(value), 0);
-  }
-  vault::v1::Manifest manifest;
-  if (!manifest.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
-    return absl::DataLossError(absl::StrCat("manifest of ", digest.ToString(), " is corrupt"));
-  }
-  // Checked before anything is sent: a read that stops early (limit) never sees the tail.
-  uint64_t covered = 0;
-  for (const vault::v1::ChunkRef& ref : manifest.chunks()) covered += ref.size();
-  if (covered != digest.size()) {
-    return absl::DataLossError(absl::StrCat("manifest of ", digest.ToString(), " covers ", covered,
-                                            " bytes, not ", digest.size()));
-  }
-  uint64_t at = 0;
-  for (const vault::v1::ChunkRef& ref : manifest.chunks()) {
-    if (at >= end) break;
-    if (at + ref.size() > offset) {
-      rocksdb::PinnableSlice chunk;
-      got = db_->db()->Get(rocksdb::ReadOptions(), chunks_, ref.sha256(), &chunk);
-      if (got.IsNotFound()) {
-        return absl::DataLossError(
-            absl::StrCat("a chunk of ", digest.ToString(), " is missing (corrupt storage)"));
-      }
-      VAULT_RETURN_IF_ERROR(
-          storage::ToStatus(got, absl::StrCat("read a chunk of ", digest.ToString())));
-      VAULT_RETURN_IF_ERROR(VerifyBytes(storage::View(chunk), ref.sha256(), ref.size(),
-                                        absl::StrCat("a chunk of ", digest.ToString())));
-      VAULT_RETURN_IF_ERROR(emit(storage::View(chunk), at));
+  if (!info_.chunked) return emit(inline_bytes_, 0);
+  // The first chunk that ends after `offset`.
+  size_t i = std::upper_bound(starts_.begin(), starts_.end(), offset) - starts_.begin();
+  if (i > 0) --i;
+  for (; i < chunks_.size() && starts_[i] < end; ++i) {
+    const auto& [hash, size] = chunks_[i];
+    if (size == 0) continue;
+    rocksdb::PinnableSlice chunk;
+    rocksdb::Status got =
+        store_->db_->db()->Get(rocksdb::ReadOptions(), store_->chunks_, hash, &chunk);
+    if (got.IsNotFound()) {
+      return absl::DataLossError(
+          absl::StrCat("a chunk of ", digest.ToString(), " is missing (corrupt storage)"));
     }
-    at += ref.size();
+    VAULT_RETURN_IF_ERROR(
+        storage::ToStatus(got, absl::StrCat("read a chunk of ", digest.ToString())));
+    VAULT_RETURN_IF_ERROR(VerifyBytes(storage::View(chunk), hash, size,
+                                      absl::StrCat("a chunk of ", digest.ToString())));
+    VAULT_RETURN_IF_ERROR(emit(storage::View(chunk), starts_[i]));
   }
   return absl::OkStatus();
+}
+
+absl::Status Store::Read(
+    const Digest& digest, uint64_t offset, uint64_t limit, size_t piece_bytes,
+    const std::function<absl::Status(uint64_t offset, absl::string_view)>& sink) const {
+  VAULT_ASSIGN_OR_RETURN(std::unique_ptr<ObjectReader> reader, OpenReader(digest));
+  return reader->Read(offset, limit, piece_bytes, sink);
 }
 
 absl::StatusOr<std::string> Store::ReadAll(const Digest& digest) const {

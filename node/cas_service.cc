@@ -158,9 +158,14 @@ class GetReactor final : public grpc::ServerWriteReactor<GetResponse> {
     if (!executor_->Schedule([this] { ReadAhead(); })) Finish(kBusy);
   }
   void ReadAhead() {
+    if (reader_ == nullptr) {  // record and manifest: loaded and verified once per stream
+      absl::StatusOr<std::unique_ptr<cas::ObjectReader>> reader = store_->OpenReader(digest_);
+      if (!reader.ok()) return Finish(ToGrpc(reader.status()));
+      reader_ = *std::move(reader);
+    }
     uint64_t n = std::min<uint64_t>(std::max<uint64_t>(kReadAhead, piece_bytes_), end_ - pos_);
     absl::Status s =
-        store_->Read(digest_, pos_, n, piece_bytes_, [&](uint64_t offset, absl::string_view piece) {
+        reader_->Read(pos_, n, piece_bytes_, [&](uint64_t offset, absl::string_view piece) {
           // Fill messages up to piece_bytes across chunk boundaries.
           while (!piece.empty()) {
             if (pieces_.empty() || pieces_.back().data().size() >= piece_bytes_) {
@@ -190,6 +195,7 @@ class GetReactor final : public grpc::ServerWriteReactor<GetResponse> {
   cas::Digest digest_;
   uint64_t pos_ = 0;
   uint64_t end_ = 0;
+  std::unique_ptr<cas::ObjectReader> reader_;
   std::deque<GetResponse> pieces_;
 };
 
