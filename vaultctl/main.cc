@@ -2,6 +2,8 @@
 #include <grpc/support/log.h>
 
 #include <CLI/CLI.hpp>
+#include <malloc.h>
+
 #include <csignal>
 #include <iostream>
 
@@ -12,6 +14,11 @@
 int main(int argc, char** argv) {
   using namespace vault::vaultctl;
   std::signal(SIGPIPE, SIG_IGN);
+  // Batches of file contents are allocated and freed by the megabyte: keep freed memory in the
+  // heap instead of returning it to the kernel and faulting it in again (measured: ~13% of
+  // vaultctl's time in page faults when storing 4 KiB files).
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   // gRPC's own log lines (e.g. a TLS handshake failure) would duplicate the error we report.
   if (std::getenv("GRPC_VERBOSITY") == nullptr) gpr_set_log_function([](gpr_log_func_args*) {});
   CLI::App app{
