@@ -11,6 +11,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace vault::capability {
@@ -25,22 +26,10 @@ constexpr absl::string_view kRfcSignatureHex =
     "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b4"
     "6bd25bf5f0595bbe24655141438e7a100b";
 
-// A fresh directory under TEST_TMPDIR (or /tmp), removed at the end of the test.
-class TempDir {
+// A fresh directory, removed at the end of the test.
+class TempDir : public common::testing::TempDir {
  public:
-  TempDir() {
-    const char* base = getenv("TEST_TMPDIR");
-    std::string templ = absl::StrCat(base != nullptr ? base : "/tmp", "/principal_test.XXXXXX");
-    path_ = mkdtemp(templ.data()) != nullptr ? templ : "";
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : common::testing::TempDir("principal_test") {}
 };
 
 mode_t FileMode(const std::string& path) {

@@ -19,6 +19,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 #include "rocksdb/iterator.h"
 #include "storage/database.h"
@@ -77,11 +78,7 @@ absl::flat_hash_set<uint64_t> ChunkEnds(absl::string_view data) {
 class StoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* base = getenv("TMPDIR");
-    std::string templ =
-        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/store_test.XXXXXX";
-    ASSERT_NE(mkdtemp(templ.data()), nullptr) << strerror(errno);
-    dir_ = templ;
+    dir_ = tmp_.path();
     options_.chunk_avg_bytes = kAvg;
     options_.chunking_threshold = kThreshold;
     ASSERT_NO_FATAL_FAILURE(Open());
@@ -89,8 +86,6 @@ class StoreTest : public ::testing::Test {
   void TearDown() override {
     store_.reset();
     db_.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
   }
 
   void Open() {
@@ -208,6 +203,7 @@ class StoreTest : public ::testing::Test {
                     .ok());
   }
 
+  common::testing::TempDir tmp_{"store_test"};
   std::string dir_;
   StoreOptions options_;
   std::unique_ptr<storage::Database> db_;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string>
 
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace vault::common {
@@ -17,17 +18,7 @@ namespace {
 // A fresh directory per test, removed with everything in it afterwards.
 class FileUtilTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const char* base = getenv("TMPDIR");
-    std::string templ =
-        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/file_util_test.XXXXXX";
-    ASSERT_NE(mkdtemp(templ.data()), nullptr) << strerror(errno);
-    dir_ = templ;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
+  void SetUp() override { dir_ = tmp_.path(); }
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
 
   static mode_t ModeOf(const std::string& path) {
@@ -36,6 +27,7 @@ class FileUtilTest : public ::testing::Test {
     return st.st_mode & 07777;
   }
 
+  common::testing::TempDir tmp_{"file_util_test"};
   std::string dir_;
 };
 

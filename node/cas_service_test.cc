@@ -24,6 +24,7 @@
 #include "cas/digest.h"
 #include "cas/store.h"
 #include "common/executor.h"
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 #include "node/membership.h"
 #include "node/tls_material.h"
@@ -120,11 +121,7 @@ struct FeedResult {
 class CasServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* base = getenv("TMPDIR");
-    std::string templ =
-        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/cas_service_test.XXXXXX";
-    ASSERT_NE(mkdtemp(templ.data()), nullptr) << strerror(errno);
-    dir_ = templ;
+    dir_ = tmp_.path();
     absl::StatusOr<std::unique_ptr<storage::Database>> db =
         storage::Database::Open({.path = dir_ + "/db", .sync_writes = false, .block_cache_mb = 8},
                                 cas::Store::ColumnFamilies());
@@ -156,8 +153,6 @@ class CasServiceTest : public ::testing::Test {
     executor_.reset();
     store_.reset();
     db_.reset();
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
   }
 
   vault::v1::Cas::StubInterface* stub() { return stub_.get(); }
@@ -256,6 +251,7 @@ class CasServiceTest : public ::testing::Test {
     return out;
   }
 
+  common::testing::TempDir tmp_{"cas_service_test"};
   std::string dir_;
   std::unique_ptr<storage::Database> db_;
   std::unique_ptr<cas::Store> store_;

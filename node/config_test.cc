@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -25,23 +26,10 @@ constexpr char kSource[] = "/etc/vault/a.conf";
 constexpr char kKeyA[] = "ed25519:00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 constexpr char kKeyB[] = "ed25519:ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
 
-// A fresh directory under TMPDIR (or /tmp), removed at the end of the test.
-class TempDir {
+// A fresh directory, removed at the end of the test.
+class TempDir : public common::testing::TempDir {
  public:
-  TempDir() {
-    const char* base = getenv("TMPDIR");
-    std::string templ =
-        absl::StrCat(base != nullptr && *base != '\0' ? base : "/tmp", "/config_test.XXXXXX");
-    path_ = mkdtemp(templ.data()) != nullptr ? templ : "";
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : common::testing::TempDir("config_test") {}
 };
 
 // The smallest config that passes FinalizeConfig(check_files=false).

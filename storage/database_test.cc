@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 #include "rocksdb/iterator.h"
 #include "rocksdb/write_batch.h"
@@ -19,17 +20,7 @@ namespace {
 
 class DatabaseTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const char* base = getenv("TMPDIR");
-    std::string templ =
-        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/database_test.XXXXXX";
-    ASSERT_NE(mkdtemp(templ.data()), nullptr) << strerror(errno);
-    dir_ = templ;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
+  void SetUp() override { dir_ = tmp_.path(); }
 
   DatabaseOptions Options() const {
     return DatabaseOptions{.path = dir_ + "/db", .sync_writes = false, .block_cache_mb = 8};
@@ -40,6 +31,7 @@ class DatabaseTest : public ::testing::Test {
             {.name = "gamma", .point_lookups = false}};
   }
 
+  common::testing::TempDir tmp_{"database_test"};
   std::string dir_;
 };
 

@@ -17,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 #include "rocksdb/iterator.h"
 #include "storage/database.h"
@@ -32,21 +33,13 @@ struct TestOp {
 class GroupCommitTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* base = getenv("TMPDIR");
-    std::string templ =
-        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/group_commit_test.XXXXXX";
-    ASSERT_NE(mkdtemp(templ.data()), nullptr) << strerror(errno);
-    dir_ = templ;
+    dir_ = tmp_.path();
     absl::StatusOr<std::unique_ptr<Database>> db = Database::Open(
         {.path = dir_ + "/db", .sync_writes = true, .block_cache_mb = 8}, {{.name = "ops"}});
     ASSERT_EQ(db.status(), absl::OkStatus());
     db_ = std::move(*db);
   }
-  void TearDown() override {
-    db_.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
+  void TearDown() override { db_.reset(); }
 
   static std::string Key(int id) { return absl::StrCat("op-", id); }
 
@@ -60,6 +53,7 @@ class GroupCommitTest : public ::testing::Test {
     return keys;
   }
 
+  common::testing::TempDir tmp_{"group_commit_test"};
   std::string dir_;
   std::unique_ptr<Database> db_;
 };

@@ -1,9 +1,8 @@
 // vaultctl: the operator's command line for vaults. See `vaultctl --help`.
 #include <grpc/support/log.h>
-
-#include <CLI/CLI.hpp>
 #include <malloc.h>
 
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <iostream>
 
