@@ -299,16 +299,24 @@ int PutCommand(const GlobalOptions& g, const std::vector<std::string>& paths) {
   return ExitCodeFor(first_error);
 }
 
-absl::StatusOr<cas::Digest> ParseDigestArg(const std::string& text) {
-  return cas::Digest::Parse(text);
+// Parses command-line digests; a malformed one is a usage error (exit 2), reported here.
+bool ParseDigestArgs(const std::vector<std::string>& texts, bool json,
+                     std::vector<cas::Digest>* out) {
+  for (const std::string& t : texts) {
+    absl::StatusOr<cas::Digest> d = cas::Digest::Parse(t);
+    if (!d.ok()) {
+      ReportError(d.status(), json);
+      return false;
+    }
+    out->push_back(*d);
+  }
+  return true;
 }
 
 int GetCommand(const GlobalOptions& g, const std::string& digest_text, const std::string& out) {
-  absl::StatusOr<cas::Digest> digest = ParseDigestArg(digest_text);
-  if (!digest.ok()) {
-    ReportError(digest.status(), g.json());
-    return kExitUsage;
-  }
+  std::vector<cas::Digest> parsed;
+  if (!ParseDigestArgs({digest_text}, g.json(), &parsed)) return kExitUsage;
+  const cas::Digest* digest = &parsed[0];
   absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
   if (!conn.ok()) return ReportConnectError(conn.status(), g.json());
   std::string tmp = out.empty() ? "" : absl::StrCat(out, ".part-", getpid());
@@ -372,11 +380,9 @@ int GetCommand(const GlobalOptions& g, const std::string& digest_text, const std
 }
 
 int StatCommand(const GlobalOptions& g, const std::string& digest_text) {
-  absl::StatusOr<cas::Digest> digest = ParseDigestArg(digest_text);
-  if (!digest.ok()) {
-    ReportError(digest.status(), g.json());
-    return kExitUsage;
-  }
+  std::vector<cas::Digest> parsed;
+  if (!ParseDigestArgs({digest_text}, g.json(), &parsed)) return kExitUsage;
+  const cas::Digest* digest = &parsed[0];
   absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
   if (!conn.ok()) return ReportConnectError(conn.status(), g.json());
   vault::v1::StatRequest req;
@@ -448,14 +454,7 @@ int LsCommand(const GlobalOptions& g, uint64_t after, uint32_t limit) {
 
 int HasCommand(const GlobalOptions& g, const std::vector<std::string>& texts) {
   std::vector<cas::Digest> digests;
-  for (const std::string& t : texts) {
-    absl::StatusOr<cas::Digest> d = ParseDigestArg(t);
-    if (!d.ok()) {
-      ReportError(d.status(), g.json());
-      return kExitUsage;
-    }
-    digests.push_back(*d);
-  }
+  if (!ParseDigestArgs(texts, g.json(), &digests)) return kExitUsage;
   absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
   if (!conn.ok()) return ReportConnectError(conn.status(), g.json());
   vault::v1::FindMissingRequest req;
