@@ -23,6 +23,7 @@ class CasCliTest : public VaultTest {
     VaultTest::SetUp();
     absl::StatusOr<Vaultd*> d = StartStandaloneVault("a");
     ASSERT_TRUE(d.ok()) << d.status();
+    vaultd_ = *d;
     vault_ = (*d)->vault();
 
     std::mt19937_64 rng(Seed());
@@ -44,6 +45,7 @@ class CasCliTest : public VaultTest {
     return Vaultctl(args);
   }
 
+  Vaultd* vaultd_ = nullptr;
   VaultDir vault_;
   std::vector<TestFile> files_;
   RunResult put_;
@@ -205,6 +207,23 @@ TEST_F(CasCliTest, TcpVaultWithoutTlsMaterialIsAUsageError) {
   EXPECT_EQ(r.exit_code, kExitUsage) << r;
   EXPECT_NE(r.err.find("mutual TLS needs --tls-cert, --tls-key and --tls-ca"), std::string::npos)
       << r;
+}
+
+// cas put retries BatchPut (idempotent) while the vault is unreachable or busy: a vault that
+// comes back within the backoff gets the files.
+TEST_F(CasCliTest, PutRetriesWhileTheVaultRestarts) {
+  ASSERT_EQ(vaultd_->Stop(), std::optional<int>(0));
+  const std::string file = root() + "/late";
+  ASSERT_EQ(WriteFile(file, "stored after a restart"), absl::OkStatus());
+  absl::StatusOr<std::unique_ptr<ChildProcess>> put = ChildProcess::Spawn(
+      {VaultctlPath(), "--vault", vault_.socket, "cas", "put", file}, root() + "/put.log");
+  ASSERT_TRUE(put.ok()) << put.status();
+  absl::SleepFor(absl::Milliseconds(400));  // its first attempts fail: nothing listens
+  ASSERT_EQ(vaultd_->Start(), absl::OkStatus());
+  std::optional<int> code = (*put)->WaitExit(absl::Seconds(30));
+  absl::StatusOr<std::string> log = ReadFile(root() + "/put.log");
+  ASSERT_EQ(code, std::optional<int>(kExitOk)) << (log.ok() ? *log : "");
+  EXPECT_EQ(Ctl({"cas", "has", DigestText("stored after a restart")}).exit_code, kExitOk);
 }
 
 }  // namespace

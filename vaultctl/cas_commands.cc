@@ -136,7 +136,29 @@ void SendBatch(const Connection& conn, Batch& batch, Progress& progress) {
     item->set_data(std::move(batch.data[i]));
   }
   vault::v1::BatchPutResponse resp;
-  absl::Status s = FromGrpc(conn.cas()->BatchPut(conn.Context().get(), req, &resp));
+  // BatchPut is idempotent (the vault de-duplicates): a busy or briefly unreachable vault is
+  // retried 4 times with exponential backoff (0.2 s to 1.6 s). A retry waits for the connection
+  // to come back (wait_for_ready) for twice its backoff plus a second, so an unreachable vault
+  // fails the command after about 12 s.
+  absl::Status s, first;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    std::unique_ptr<grpc::ClientContext> ctx = conn.Context();
+    if (attempt > 0) {
+      absl::Duration backoff = absl::Milliseconds(200) * (1 << (attempt - 1));
+      absl::SleepFor(backoff);
+      ctx->set_wait_for_ready(true);
+      ctx->set_deadline(absl::ToChronoTime(absl::Now() + 2 * backoff + absl::Seconds(1)));
+    }
+    resp.Clear();
+    s = FromGrpc(conn.cas()->BatchPut(ctx.get(), req, &resp));
+    if (attempt == 0) first = s;
+    bool retry = absl::IsResourceExhausted(s) || absl::IsUnavailable(s) ||
+                 (attempt > 0 && absl::IsDeadlineExceeded(s));
+    if (!retry) break;
+  }
+  if (absl::IsDeadlineExceeded(s) && !first.ok()) {  // waited in vain: say why it began
+    s = absl::Status(first.code(), absl::StrCat(first.message(), " (still, after 5 attempts)"));
+  }
   if (s.ok() && resp.results_size() != static_cast<int>(sent.size())) {
     s = absl::InternalError("vault answered BatchPut with the wrong number of results");
   }

@@ -33,6 +33,9 @@ absl::StatusOr<Connection> Connection::Connect(const ConnectOptions& in) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(64 << 20);
+  // Reconnect quickly: vaultctl's own retries (cas put) must find a vault that came back.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (absl::StartsWith(o.vault, "unix:") || absl::StrContains(o.vault, "/")) {
     c.target_ = absl::StartsWith(o.vault, "unix:") ? o.vault : absl::StrCat("unix:", o.vault);

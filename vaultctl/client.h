@@ -38,6 +38,7 @@ class Connection {
   vault::v1::Cas::Stub* cas() const { return cas_.get(); }
   vault::v1::Admin::Stub* admin() const { return admin_.get(); }
   const std::string& target() const { return target_; }
+  absl::Duration timeout() const { return timeout_; }
   // A context whose deadline is now + the call timeout.
   std::unique_ptr<grpc::ClientContext> Context() const;
   // A context for a long stream: the deadline scales with the bytes it moves (at >= 8 MiB/s).
