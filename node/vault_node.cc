@@ -118,13 +118,19 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
       .max_upload_buffer_bytes = config.cas().max_upload_buffer_bytes(),
   };
   VAULT_ASSIGN_OR_RETURN(node->store_, cas::Store::Open(node->db_.get(), store_options));
-  node->executor_ =
+  // One work queue per listener: members flooding the TCP listener cannot starve the
+  // operator's admin socket.
+  node->tcp_executor_ =
+      std::make_unique<common::Executor>(config.server().worker_threads(), /*max_queue=*/4096);
+  node->unix_executor_ =
       std::make_unique<common::Executor>(config.server().worker_threads(), /*max_queue=*/4096);
   CasLimits limits{.max_batch_bytes = config.cas().max_batch_bytes(),
                    .max_find_missing = config.cas().max_find_missing(),
                    .max_batch_items = config.cas().max_batch_items()};
-  node->tcp_cas_ = std::make_unique<CasService>(node->store_.get(), node->executor_.get(), limits);
-  node->unix_cas_ = std::make_unique<CasService>(node->store_.get(), node->executor_.get(), limits);
+  node->tcp_cas_ =
+      std::make_unique<CasService>(node->store_.get(), node->tcp_executor_.get(), limits);
+  node->unix_cas_ =
+      std::make_unique<CasService>(node->store_.get(), node->unix_executor_.get(), limits);
 
   // Federation listener.
   if (!config.listen_address().empty()) {
@@ -187,7 +193,8 @@ void VaultNode::Shutdown(absl::Duration drain) {
   });
   if (unix_server_ != nullptr) unix_server_->Shutdown(deadline);
   tcp_drain.join();
-  if (executor_ != nullptr) executor_->Shutdown();
+  if (tcp_executor_ != nullptr) tcp_executor_->Shutdown();
+  if (unix_executor_ != nullptr) unix_executor_->Shutdown();
   if (tcp_server_ != nullptr) tcp_server_->Wait();
   if (unix_server_ != nullptr) unix_server_->Wait();
   tcp_server_.reset();

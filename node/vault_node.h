@@ -51,7 +51,8 @@ class VaultNode {
   std::string listen_address_;
   std::unique_ptr<storage::Database> db_;
   std::unique_ptr<cas::Store> store_;
-  std::unique_ptr<common::Executor> executor_;
+  std::unique_ptr<common::Executor> tcp_executor_;
+  std::unique_ptr<common::Executor> unix_executor_;
   std::unique_ptr<CasService> tcp_cas_;
   std::unique_ptr<CasService> unix_cas_;
   std::unique_ptr<AdminService> admin_;
