@@ -189,7 +189,8 @@ std::vector<absl::StatusOr<PutOutcome>> Store::PutMany(absl::Span<const PutItem>
   absl::Status written = committer_->CommitMany(ptrs);
   for (size_t k = 0; k < ops.size(); ++k) {
     if (written.ok()) {
-      results[op_index[k]] = ops[k].outcome;
+      results[op_index[k]] = ops[k].status.ok() ? absl::StatusOr<PutOutcome>(ops[k].outcome)
+                                                : absl::StatusOr<PutOutcome>(ops[k].status);
     } else {
       results[op_index[k]] = written;
     }
@@ -213,11 +214,14 @@ absl::Status Store::PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::Write
   for (size_t i = 0; i < ops.size(); ++i) {
     CommitOp* op = ops[i];
     op->outcome = PutOutcome{};
+    op->status = absl::OkStatus();
     if (statuses[i].ok()) {
       vault::v1::ObjectRecord rec;
       if (!rec.ParseFromArray(values[i].data(), static_cast<int>(values[i].size()))) {
-        return absl::DataLossError(
+        // This item's own damage: the rest of the group is written.
+        op->status = absl::DataLossError(
             absl::StrCat("object record of ", op->digest->ToString(), " does not parse"));
+        continue;
       }
       op->outcome = {rec.seq(), true};
     } else if (!statuses[i].IsNotFound()) {

@@ -220,6 +220,7 @@ class Store {
     uint32_t chunk_count = 0;
     bool from_upload = false;  // delete the upload's records
     PutOutcome outcome;
+    absl::Status status;  // this item's own failure (the group's write may still succeed)
   };
 
   Store(storage::Database* db, const StoreOptions& options, ChunkerParams chunker);

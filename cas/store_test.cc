@@ -431,5 +431,20 @@ TEST_F(StoreTest, CloseWakesEveryWaiterAndLaterOnesAreReady) {
   EXPECT_EQ(woken, 3);
 }
 
+// Regression (review): one damaged object record failed every writer of its commit group.
+TEST_F(StoreTest, ADamagedRecordFailsOnlyItsOwnItem) {
+  PutOk("damaged later");
+  const Digest damaged = Digest::Of("damaged later");
+  ASSERT_NO_FATAL_FAILURE(Overwrite("cas_meta", damaged.Key(), "\xff\xff\xff"));
+  const std::string fine = "an unrelated object";
+  std::vector<absl::StatusOr<PutOutcome>> out =
+      store_->PutMany({PutItem{damaged, "damaged later"}, PutItem{Digest::Of(fine), fine}});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].status().code(), StatusCode::kDataLoss);
+  ASSERT_EQ(out[1].status(), absl::OkStatus());
+  EXPECT_EQ(out[1]->seq, 2u);
+  EXPECT_TRUE(SameBytes(ReadAllOk(Digest::Of(fine)), fine));
+}
+
 }  // namespace
 }  // namespace vault::cas

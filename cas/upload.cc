@@ -229,6 +229,7 @@ absl::StatusOr<PutOutcome> Upload::Finish() {
     op.data = inline_data_;
   }
   VAULT_RETURN_IF_ERROR(store_->committer_->Commit(&op));
+  VAULT_RETURN_IF_ERROR(op.status);
   return op.outcome;
 }
 
