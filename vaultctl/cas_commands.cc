@@ -514,7 +514,9 @@ void AddCasCommands(CLI::App& app, GlobalOptions& g, Command& command) {
   put->callback([&] { command = [&g] { return PutCommand(g, put_paths); }; });
 
   auto* get = cas->add_subcommand(
-      "get", "Fetch an object (verified against its digest) to a file or stdout");
+      "get",
+      "Fetch an object, verified against its digest: with -o, the file appears only once "
+      "verified; to stdout, bytes stream as they come and a mismatch fails at the end (exit 1)");
   static std::string get_digest, get_out;
   get->add_option("DIGEST", get_digest, "sha256:<hex>/<size>")->required();
   get->add_option("-o,--out", get_out, "Write here (atomically, after verification)");
