@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "rocksdb/iterator.h"
 #include "rocksdb/write_batch.h"
+#include "storage/keys.h"
 #include "vault/v1/cas_records.pb.h"
 
 namespace vault::cas {
@@ -21,17 +22,8 @@ constexpr char kUploads[] = "cas_uploads";
 constexpr char kFeed[] = "cas_feed";
 constexpr absl::string_view kTotalsKey("\0stats", 6);
 
-std::string BigEndian64(uint64_t v) {
-  std::string out(8, '\0');
-  for (int i = 7; i >= 0; --i, v >>= 8) out[i] = static_cast<char>(v & 0xff);
-  return out;
-}
-
-uint64_t ParseBigEndian64(absl::string_view s) {
-  uint64_t v = 0;
-  for (char c : s.substr(0, 8)) v = (v << 8) | static_cast<uint8_t>(c);
-  return v;
-}
+using storage::BigEndian64;
+using storage::ParseBigEndian64;
 
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 

@@ -6,15 +6,12 @@
 #include "cas/store.h"
 #include "common/status_macros.h"
 #include "rocksdb/write_batch.h"
+#include "storage/keys.h"
 
 namespace vault::cas {
 namespace {
 
-std::string BigEndian32(uint32_t v) {
-  std::string out(4, '\0');
-  for (int i = 3; i >= 0; --i, v >>= 8) out[i] = static_cast<char>(v & 0xff);
-  return out;
-}
+using storage::BigEndian32;
 
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 

@@ -4,9 +4,13 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "audit/merkle.h"
 #include "node/grpc_status.h"
+#include "node/unary.h"
 
 namespace vault::node {
 namespace {
@@ -18,8 +22,7 @@ using vault::v1::GetResponse;
 using vault::v1::PutRequest;
 using vault::v1::PutResponse;
 
-const grpc::Status kBusy(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                         "vault is busy: storage work queue is full; retry with backoff");
+const grpc::Status& kBusy = BusyStatus();
 
 // `what` names the field in the error; with index >= 0 it is a repeated field's element. The
 // label is built only on error (FindMissing parses 100,000 digests a call).
@@ -29,6 +32,52 @@ absl::StatusOr<cas::Digest> ParseDigest(const vault::v1::Digest& d, absl::string
   if (out.ok()) return out;
   std::string label = index < 0 ? std::string(what) : absl::StrCat(what, "[", index, "]");
   return absl::InvalidArgumentError(absl::StrCat(label, ": ", out.status().message()));
+}
+
+// Records one call's outcome: an entry for the objects it added (if any), a DENIED entry per
+// object refused. The digest list's hash covers "sha256:<hex>/<size>\n" per new object, in
+// feed order, so anyone holding the feed can recompute it.
+absl::Status AuditPuts(Auditor* auditor, const std::string& actor,
+                       absl::Span<const cas::Digest> digests,
+                       absl::Span<const absl::StatusOr<cas::PutOutcome>> outcomes) {
+  std::vector<vault::v1::AuditEntry> entries;
+  std::string listing;
+  uint64_t count = 0, bytes = 0, first = 0, last = 0;
+  for (size_t i = 0; i < digests.size(); ++i) {
+    const absl::StatusOr<cas::PutOutcome>& o = outcomes[i];
+    if (o.ok()) {
+      if (o->already_present) continue;
+      if (count == 0 || o->seq < first) first = o->seq;
+      if (count == 0 || o->seq > last) last = o->seq;
+      ++count;
+      bytes += digests[i].size();
+      absl::StrAppend(&listing, digests[i].ToString(), "\n");
+    } else {
+      entries.push_back(Auditor::Entry(actor, "cas.put", digests[i].ToString(),
+                                       vault::v1::AuditEntry::DENIED,
+                                       std::string(o.status().message()),
+                                       {{"code", absl::StatusCodeToString(o.status().code())}}));
+    }
+  }
+  if (count > 0) {
+    std::string subject = count == 1 ? std::string(absl::StripSuffix(listing, "\n"))
+                                     : absl::StrCat(count, " objects");
+    entries.insert(
+        entries.begin(),
+        Auditor::Entry(
+            actor, "cas.put", std::move(subject), vault::v1::AuditEntry::ALLOWED, "",
+            {{"objects", absl::StrCat(count)},
+             {"bytes", absl::StrCat(bytes)},
+             {"feed_first", absl::StrCat(first)},
+             {"feed_last", absl::StrCat(last)},
+             {"digests_sha256", absl::BytesToHexString(audit::AsBytes(audit::Sha256(listing)))}}));
+  }
+  absl::Status s = auditor->RecordMany(std::move(entries));
+  if (!s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat("objects were stored but could not be audited: ", s.message()));
+  }
+  return absl::OkStatus();
 }
 
 void FillPutResult(const cas::Digest& digest, const absl::StatusOr<cas::PutOutcome>& outcome,
@@ -60,8 +109,13 @@ class FinishOnce {
 class PutReactor final : public grpc::ServerReadReactor<PutRequest> {
  public:
   PutReactor(grpc::CallbackServerContext* ctx, cas::Store* store, common::Executor* executor,
-             PutResponse* resp)
-      : ctx_(ctx), store_(store), executor_(executor), resp_(resp) {
+             Auditor* auditor, PutResponse* resp)
+      : ctx_(ctx),
+        store_(store),
+        executor_(executor),
+        auditor_(auditor),
+        actor_(auditor->Actor(ctx)),
+        resp_(resp) {
     StartRead(&req_);
   }
 
@@ -102,7 +156,9 @@ class PutReactor final : public grpc::ServerReadReactor<PutRequest> {
     }
     absl::StatusOr<cas::PutOutcome> outcome = upload_->Finish();
     FillPutResult(digest_, outcome, resp_->mutable_result());
-    Done(ToGrpc(outcome.status()));
+    absl::Status audited = AuditPuts(auditor_, actor_, absl::MakeConstSpan(&digest_, 1),
+                                     absl::MakeConstSpan(&outcome, 1));
+    Done(ToGrpc(outcome.ok() ? audited : outcome.status()));
   }
 
   void Done(const grpc::Status& status) {
@@ -113,6 +169,8 @@ class PutReactor final : public grpc::ServerReadReactor<PutRequest> {
   grpc::CallbackServerContext* const ctx_;
   cas::Store* const store_;
   common::Executor* const executor_;
+  Auditor* const auditor_;
+  const std::string actor_;
   PutResponse* const resp_;
   PutRequest req_;
   cas::Digest digest_;
@@ -281,19 +339,10 @@ class FeedReactor final : public grpc::ServerWriteReactor<FeedResponse> {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* CasService::RunUnary(grpc::CallbackServerContext* ctx,
-                                               std::function<absl::Status()> work) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  bool queued =
-      executor_->Schedule([reactor, work = std::move(work)] { reactor->Finish(ToGrpc(work())); });
-  if (!queued) reactor->Finish(kBusy);
-  return reactor;
-}
-
 grpc::ServerUnaryReactor* CasService::FindMissing(grpc::CallbackServerContext* ctx,
                                                   const vault::v1::FindMissingRequest* req,
                                                   vault::v1::FindMissingResponse* resp) {
-  return RunUnary(ctx, [this, req, resp]() -> absl::Status {
+  return RunUnary(ctx, executor_, [this, req, resp]() -> absl::Status {
     if (static_cast<uint64_t>(req->digests_size()) > limits_.max_find_missing) {
       return absl::InvalidArgumentError(absl::StrCat("FindMissing: ", req->digests_size(),
                                                      " digests; the limit is ",
@@ -316,52 +365,56 @@ grpc::ServerUnaryReactor* CasService::FindMissing(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* CasService::BatchPut(grpc::CallbackServerContext* ctx,
                                                const vault::v1::BatchPutRequest* req,
                                                vault::v1::BatchPutResponse* resp) {
-  return RunUnary(ctx, [this, req, resp]() -> absl::Status {
-    if (static_cast<uint64_t>(req->items_size()) > limits_.max_batch_items) {
-      return absl::InvalidArgumentError(absl::StrCat("BatchPut: ", req->items_size(),
-                                                     " items; the limit is ",
-                                                     limits_.max_batch_items, " per call"));
-    }
-    uint64_t total = 0;
-    for (const auto& item : req->items()) total += item.data().size();
-    if (total > limits_.max_batch_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "BatchPut: ", total, " bytes of data; the limit is ", limits_.max_batch_bytes,
-          " per call (use several calls, or the streaming Put for large objects)"));
-    }
-    std::vector<cas::Digest> digests(req->items_size());
-    std::vector<absl::Status> parse(req->items_size());
-    std::vector<cas::PutItem> items;
-    std::vector<int> index;
-    for (int i = 0; i < req->items_size(); ++i) {
-      absl::StatusOr<cas::Digest> d = ParseDigest(req->items(i).digest(), "BatchPut: items", i);
-      if (!d.ok()) {
-        parse[i] = d.status();
-        continue;
-      }
-      digests[i] = *std::move(d);
-      items.push_back(cas::PutItem{digests[i], req->items(i).data()});
-      index.push_back(i);
-    }
-    std::vector<absl::StatusOr<cas::PutOutcome>> outcomes = store_->PutMany(items);
-    for (int i = 0; i < req->items_size(); ++i) resp->add_results();
-    for (int i = 0; i < req->items_size(); ++i) {
-      if (!parse[i].ok()) {
-        SetItemStatus(parse[i], resp->mutable_results(i)->mutable_status());
-        *resp->mutable_results(i)->mutable_digest() = req->items(i).digest();
-      }
-    }
-    for (size_t k = 0; k < index.size(); ++k) {
-      FillPutResult(digests[index[k]], outcomes[k], resp->mutable_results(index[k]));
-    }
-    return absl::OkStatus();
-  });
+  return RunUnary(
+      ctx, executor_, [this, req, resp, actor = auditor_->Actor(ctx)]() -> absl::Status {
+        if (static_cast<uint64_t>(req->items_size()) > limits_.max_batch_items) {
+          return absl::InvalidArgumentError(absl::StrCat("BatchPut: ", req->items_size(),
+                                                         " items; the limit is ",
+                                                         limits_.max_batch_items, " per call"));
+        }
+        uint64_t total = 0;
+        for (const auto& item : req->items()) total += item.data().size();
+        if (total > limits_.max_batch_bytes) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "BatchPut: ", total, " bytes of data; the limit is ", limits_.max_batch_bytes,
+              " per call (use several calls, or the streaming Put for large objects)"));
+        }
+        std::vector<cas::Digest> digests(req->items_size());
+        std::vector<absl::Status> parse(req->items_size());
+        std::vector<cas::PutItem> items;
+        std::vector<int> index;
+        for (int i = 0; i < req->items_size(); ++i) {
+          absl::StatusOr<cas::Digest> d = ParseDigest(req->items(i).digest(), "BatchPut: items", i);
+          if (!d.ok()) {
+            parse[i] = d.status();
+            continue;
+          }
+          digests[i] = *std::move(d);
+          items.push_back(cas::PutItem{digests[i], req->items(i).data()});
+          index.push_back(i);
+        }
+        std::vector<absl::StatusOr<cas::PutOutcome>> outcomes = store_->PutMany(items);
+        for (int i = 0; i < req->items_size(); ++i) resp->add_results();
+        for (int i = 0; i < req->items_size(); ++i) {
+          if (!parse[i].ok()) {
+            SetItemStatus(parse[i], resp->mutable_results(i)->mutable_status());
+            *resp->mutable_results(i)->mutable_digest() = req->items(i).digest();
+          }
+        }
+        std::vector<cas::Digest> stored_digests;
+        stored_digests.reserve(index.size());
+        for (size_t k = 0; k < index.size(); ++k) {
+          FillPutResult(digests[index[k]], outcomes[k], resp->mutable_results(index[k]));
+          stored_digests.push_back(digests[index[k]]);
+        }
+        return AuditPuts(auditor_, actor, stored_digests, outcomes);
+      });
 }
 
 grpc::ServerUnaryReactor* CasService::BatchGet(grpc::CallbackServerContext* ctx,
                                                const vault::v1::BatchGetRequest* req,
                                                vault::v1::BatchGetResponse* resp) {
-  return RunUnary(ctx, [this, req, resp]() -> absl::Status {
+  return RunUnary(ctx, executor_, [this, req, resp]() -> absl::Status {
     if (static_cast<uint64_t>(req->digests_size()) > limits_.max_batch_items) {
       return absl::InvalidArgumentError(absl::StrCat("BatchGet: ", req->digests_size(),
                                                      " digests; the limit is ",
@@ -395,7 +448,7 @@ grpc::ServerUnaryReactor* CasService::BatchGet(grpc::CallbackServerContext* ctx,
 
 grpc::ServerReadReactor<PutRequest>* CasService::Put(grpc::CallbackServerContext* ctx,
                                                      PutResponse* resp) {
-  return new PutReactor(ctx, store_, executor_, resp);
+  return new PutReactor(ctx, store_, executor_, auditor_, resp);
 }
 
 grpc::ServerWriteReactor<GetResponse>* CasService::Get(grpc::CallbackServerContext* ctx,
@@ -406,7 +459,7 @@ grpc::ServerWriteReactor<GetResponse>* CasService::Get(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* CasService::Stat(grpc::CallbackServerContext* ctx,
                                            const vault::v1::StatRequest* req,
                                            vault::v1::StatResponse* resp) {
-  return RunUnary(ctx, [this, req, resp]() -> absl::Status {
+  return RunUnary(ctx, executor_, [this, req, resp]() -> absl::Status {
     absl::StatusOr<cas::Digest> d = ParseDigest(req->digest(), "Stat");
     if (!d.ok()) return d.status();
     ToProto(*d, resp->mutable_digest());

@@ -7,7 +7,11 @@
 //   node::CasService cas(store.get(), &executor, limits);
 //   builder.RegisterService(&cas);
 //
-// Thread-safety: the service is thread-safe; the store and executor must outlive it.
+// Audit: one entry per call for the objects it stored (their count, bytes, feed range and the
+// SHA-256 of their digest list), and one DENIED entry per object refused. A call whose entries
+// cannot be written fails with that error (the objects stay stored; a retry finds them present).
+//
+// Thread-safety: the service is thread-safe; the store, executor and auditor must outlive it.
 #ifndef VAULT_NODE_CAS_SERVICE_H_
 #define VAULT_NODE_CAS_SERVICE_H_
 
@@ -15,6 +19,7 @@
 
 #include "cas/store.h"
 #include "common/executor.h"
+#include "node/auditor.h"
 #include "vault/v1/cas.grpc.pb.h"
 
 namespace vault::node {
@@ -29,8 +34,9 @@ struct CasLimits {
 
 class CasService final : public vault::v1::Cas::CallbackService {
  public:
-  CasService(cas::Store* store, common::Executor* executor, CasLimits limits)
-      : store_(store), executor_(executor), limits_(limits) {}
+  // Every object stored and every object refused is recorded through `auditor`.
+  CasService(cas::Store* store, common::Executor* executor, CasLimits limits, Auditor* auditor)
+      : store_(store), executor_(executor), limits_(limits), auditor_(auditor) {}
 
   grpc::ServerUnaryReactor* FindMissing(grpc::CallbackServerContext* ctx,
                                         const vault::v1::FindMissingRequest* req,
@@ -52,13 +58,10 @@ class CasService final : public vault::v1::Cas::CallbackService {
       grpc::CallbackServerContext* ctx, const vault::v1::FeedRequest* req) override;
 
  private:
-  // Runs `work` on the executor and finishes the unary call with its status.
-  grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* ctx,
-                                     std::function<absl::Status()> work);
-
   cas::Store* const store_;
   common::Executor* const executor_;
   const CasLimits limits_;
+  Auditor* const auditor_;
 };
 
 }  // namespace vault::node

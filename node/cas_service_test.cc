@@ -650,7 +650,7 @@ TEST_F(CasServiceTest, FeedFollowEndsUnavailableWhenTheStoreCloses) {
 
 TEST_F(CasServiceTest, FullExecutorAnswersResourceExhausted) {
   common::Executor busy(/*threads=*/1, /*max_queue=*/1);
-  CasService service(store_.get(), &busy, kLimits);
+  CasService service(store_.get(), &busy, kLimits, auditor_.get());
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

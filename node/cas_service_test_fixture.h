@@ -23,6 +23,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "audit/log.h"
+#include "capability/principal.h"
 #include "cas/chunker.h"
 #include "cas/digest.h"
 #include "cas/store.h"
@@ -124,11 +126,27 @@ struct FeedResult {
 
 class CasServiceTest : public ::testing::Test {
  protected:
+  static std::vector<storage::ColumnFamilySpec> ColumnFamilies() {
+    std::vector<storage::ColumnFamilySpec> cfs = cas::Store::ColumnFamilies();
+    for (storage::ColumnFamilySpec& cf : audit::LogStore::ColumnFamilies()) cfs.push_back(cf);
+    return cfs;
+  }
+
+  // The audit entries written so far, parsed.
+  std::vector<vault::v1::AuditEntry> AuditEntries() {
+    std::vector<vault::v1::AuditEntry> out;
+    absl::StatusOr<std::vector<std::string>> raw =
+        audit_log_->store().ReadEntries(0, audit_log_->size(), 1 << 20, 1 << 30);
+    EXPECT_TRUE(raw.ok()) << raw.status();
+    if (!raw.ok()) return out;
+    for (const std::string& r : *raw) out.emplace_back().ParseFromString(r);
+    return out;
+  }
+
   void SetUp() override {
     dir_ = tmp_.path();
-    absl::StatusOr<std::unique_ptr<storage::Database>> db =
-        storage::Database::Open({.path = dir_ + "/db", .sync_writes = false, .block_cache_mb = 8},
-                                cas::Store::ColumnFamilies());
+    absl::StatusOr<std::unique_ptr<storage::Database>> db = storage::Database::Open(
+        {.path = dir_ + "/db", .sync_writes = false, .block_cache_mb = 8}, ColumnFamilies());
     ASSERT_TRUE(db.ok()) << db.status();
     db_ = *std::move(db);
     absl::StatusOr<std::unique_ptr<cas::Store>> store = cas::Store::Open(
@@ -136,8 +154,17 @@ class CasServiceTest : public ::testing::Test {
         cas::StoreOptions{.chunking_threshold = kChunkingThreshold, .chunk_avg_bytes = kChunkAvg});
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
+    absl::StatusOr<capability::PrivateKey> key = capability::PrivateKey::Generate();
+    ASSERT_TRUE(key.ok()) << key.status();
+    key_ = std::make_unique<capability::PrivateKey>(*std::move(key));
+    absl::StatusOr<std::unique_ptr<audit::AuditLog>> log = audit::AuditLog::Open(
+        db_.get(), key_.get(), {.vault_name = "vault-t", .background_checkpoints = false});
+    ASSERT_TRUE(log.ok()) << log.status();
+    audit_log_ = *std::move(log);
+    auditor_ = std::make_unique<Auditor>(audit_log_.get(), vault::v1::VaultConfig(),
+                                         key_->public_key().ToText());
     executor_ = std::make_unique<common::Executor>(/*threads=*/4, /*max_queue=*/256);
-    service_ = std::make_unique<CasService>(store_.get(), executor_.get(), kLimits);
+    service_ = std::make_unique<CasService>(store_.get(), executor_.get(), kLimits, auditor_.get());
     grpc::ServerBuilder builder;
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
@@ -155,6 +182,8 @@ class CasServiceTest : public ::testing::Test {
     server_.reset();
     service_.reset();
     executor_.reset();
+    auditor_.reset();
+    audit_log_.reset();
     store_.reset();
     db_.reset();
   }
@@ -259,6 +288,9 @@ class CasServiceTest : public ::testing::Test {
   std::string dir_;
   std::unique_ptr<storage::Database> db_;
   std::unique_ptr<cas::Store> store_;
+  std::unique_ptr<capability::PrivateKey> key_;
+  std::unique_ptr<audit::AuditLog> audit_log_;
+  std::unique_ptr<Auditor> auditor_;
   std::unique_ptr<common::Executor> executor_;
   std::unique_ptr<CasService> service_;
   std::unique_ptr<grpc::Server> server_;

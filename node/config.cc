@@ -149,6 +149,11 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
   if (srv->max_message_bytes() == 0) srv->set_max_message_bytes(8 << 20);
   if (srv->memory_quota_mb() == 0) srv->set_memory_quota_mb(1024);
   if (srv->max_concurrent_streams() == 0) srv->set_max_concurrent_streams(128);
+  auto* audit = c->mutable_audit();
+  if (audit->checkpoint_every_entries() == 0) audit->set_checkpoint_every_entries(1000);
+  if (audit->checkpoint_interval_ms() == 0) audit->set_checkpoint_interval_ms(1000);
+  if (audit->mirror_interval_ms() == 0) audit->set_mirror_interval_ms(2000);
+  if (audit->mirror_rpc_timeout_ms() == 0) audit->set_mirror_rpc_timeout_ms(10000);
 
   // Validation.
   if (c->name().empty()) return FieldError(source, "name", "is required");
@@ -229,6 +234,15 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
   }
   if (srv->max_message_bytes() < (1 << 20) || srv->max_message_bytes() > (64u << 20)) {
     return FieldError(source, "server.max_message_bytes", "must be between 1 MiB and 64 MiB");
+  }
+  if (audit->checkpoint_interval_ms() < 10) {
+    return FieldError(source, "audit.checkpoint_interval_ms", "must be at least 10");
+  }
+  if (audit->mirror_interval_ms() < 10) {
+    return FieldError(source, "audit.mirror_interval_ms", "must be at least 10");
+  }
+  if (audit->mirror_rpc_timeout_ms() < 100) {
+    return FieldError(source, "audit.mirror_rpc_timeout_ms", "must be at least 100");
   }
   if (check_files) {
     VAULT_RETURN_IF_ERROR(CheckReadable(source, "key_file", c->key_file()));

@@ -171,6 +171,10 @@ TEST(FinalizeConfig, FillsEveryDefault) {
   EXPECT_EQ(c.server().worker_threads(), std::max(4u, 2 * std::thread::hardware_concurrency()));
   EXPECT_EQ(c.server().drain_timeout_ms(), 10000u);
   EXPECT_EQ(c.server().max_message_bytes(), 8u << 20);
+  EXPECT_EQ(c.audit().checkpoint_every_entries(), 1000u);
+  EXPECT_EQ(c.audit().checkpoint_interval_ms(), 1000u);
+  EXPECT_EQ(c.audit().mirror_interval_ms(), 2000u);
+  EXPECT_EQ(c.audit().mirror_rpc_timeout_ms(), 10000u);
   // Fields without a default stay empty.
   EXPECT_EQ(c.listen_address(), "");
   EXPECT_EQ(c.members_size(), 0);
@@ -195,6 +199,10 @@ TEST(FinalizeConfig, KeepsExplicitValues) {
   c.mutable_server()->set_max_message_bytes(2 << 20);
   c.mutable_server()->set_memory_quota_mb(64);
   c.mutable_server()->set_max_concurrent_streams(4);
+  c.mutable_audit()->set_checkpoint_every_entries(7);
+  c.mutable_audit()->set_checkpoint_interval_ms(20);
+  c.mutable_audit()->set_mirror_interval_ms(30);
+  c.mutable_audit()->set_mirror_rpc_timeout_ms(400);
   const vault::v1::VaultConfig before = c;
   ASSERT_TRUE(FinalizeConfig(kSource, &c, /*check_files=*/false).ok());
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(c, before))

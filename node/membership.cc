@@ -19,10 +19,11 @@ grpc::Status MemberAuthProcessor::Process(const InputMetadata&, grpc::AuthContex
     }
     names.push_back(std::move(name));
   }
-  return grpc::Status(
-      grpc::StatusCode::UNAUTHENTICATED,
-      absl::StrCat("TLS client is not a member of this federation (certificate names: ",
-                   names.empty() ? "none" : absl::StrJoin(names, ", "), ")"));
+  std::string joined = names.empty() ? "none" : absl::StrJoin(names, ",");
+  std::string reason = absl::StrCat(
+      "TLS client is not a member of this federation (certificate names: ", joined, ")");
+  if (on_refused_) on_refused_(joined, reason);
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, reason);
 }
 
 }  // namespace vault::node

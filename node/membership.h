@@ -11,6 +11,7 @@
 
 #include <grpcpp/security/auth_metadata_processor.h>
 
+#include <functional>
 #include <string>
 
 #include "absl/container/flat_hash_set.h"
@@ -22,8 +23,12 @@ inline constexpr char kMemberProperty[] = "vault_member";
 
 class MemberAuthProcessor final : public grpc::AuthMetadataProcessor {
  public:
-  explicit MemberAuthProcessor(absl::flat_hash_set<std::string> members)
-      : members_(std::move(members)) {}
+  // Told of every refused call: the certificate's names and the reason. Must not block.
+  using RefusalHook = std::function<void(const std::string& names, const std::string& reason)>;
+
+  explicit MemberAuthProcessor(absl::flat_hash_set<std::string> members,
+                               RefusalHook on_refused = nullptr)
+      : members_(std::move(members)), on_refused_(std::move(on_refused)) {}
   bool IsBlocking() const override { return false; }
   grpc::Status Process(const InputMetadata& auth_metadata, grpc::AuthContext* context,
                        OutputMetadata* consumed_auth_metadata,
@@ -31,6 +36,7 @@ class MemberAuthProcessor final : public grpc::AuthMetadataProcessor {
 
  private:
   const absl::flat_hash_set<std::string> members_;
+  const RefusalHook on_refused_;
 };
 
 }  // namespace vault::node

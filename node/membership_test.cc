@@ -26,7 +26,8 @@ class MemberTlsTest : public CasServiceTest {
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", creds, &port);
-    tls_service_ = std::make_unique<CasService>(store_.get(), executor_.get(), kLimits);
+    tls_service_ =
+        std::make_unique<CasService>(store_.get(), executor_.get(), kLimits, auditor_.get());
     builder.RegisterService(tls_service_.get());
     tls_server_ = builder.BuildAndStart();
     ASSERT_NE(tls_server_, nullptr);

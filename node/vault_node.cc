@@ -21,7 +21,7 @@ namespace vault::node {
 namespace {
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MemberCredentials(
-    const vault::v1::VaultConfig& config) {
+    const vault::v1::VaultConfig& config, MemberAuthProcessor::RefusalHook on_refused) {
   VAULT_ASSIGN_OR_RETURN(std::string cert, common::ReadFile(config.tls().cert_file()));
   VAULT_ASSIGN_OR_RETURN(std::string key, common::ReadPrivateFile(config.tls().key_file()));
   VAULT_ASSIGN_OR_RETURN(std::string ca, common::ReadFile(config.tls().ca_file()));
@@ -33,7 +33,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MemberCredentials(
   absl::flat_hash_set<std::string> members;
   for (const vault::v1::Member& m : config.members()) members.insert(m.name());
   members.insert(config.name());
-  creds->SetAuthMetadataProcessor(std::make_shared<MemberAuthProcessor>(std::move(members)));
+  creds->SetAuthMetadataProcessor(
+      std::make_shared<MemberAuthProcessor>(std::move(members), std::move(on_refused)));
   return creds;
 }
 
@@ -99,8 +100,11 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
       .sync_writes = config.storage().sync_writes(),
       .block_cache_mb = config.storage().block_cache_mb(),
   };
-  absl::StatusOr<std::unique_ptr<storage::Database>> db =
-      storage::Database::Open(db_options, cas::Store::ColumnFamilies());
+  std::vector<storage::ColumnFamilySpec> cfs = cas::Store::ColumnFamilies();
+  for (storage::ColumnFamilySpec& cf : audit::LogStore::ColumnFamilies()) {
+    cfs.push_back(std::move(cf));
+  }
+  absl::StatusOr<std::unique_ptr<storage::Database>> db = storage::Database::Open(db_options, cfs);
   if (!db.ok()) {
     if (absl::StrContains(db.status().message(), "lock")) {
       return absl::FailedPreconditionError(absl::StrCat("data directory ", config.data_dir(),
@@ -118,6 +122,25 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
       .max_upload_buffer_bytes = config.cas().max_upload_buffer_bytes(),
   };
   VAULT_ASSIGN_OR_RETURN(node->store_, cas::Store::Open(node->db_.get(), store_options));
+  node->key_ = std::make_unique<capability::PrivateKey>(std::move(key));
+  VAULT_ASSIGN_OR_RETURN(
+      node->audit_log_,
+      audit::AuditLog::Open(
+          node->db_.get(), node->key_.get(),
+          {.vault_name = config.name(),
+           .checkpoint_every_entries = config.audit().checkpoint_every_entries(),
+           .checkpoint_interval = absl::Milliseconds(config.audit().checkpoint_interval_ms())}));
+  const std::string self_key = node->key_->public_key().ToText();
+  node->auditor_ = std::make_unique<Auditor>(node->audit_log_.get(), config, self_key);
+  VAULT_RETURN_IF_ERROR(node->auditor_->Record(
+      Auditor::Entry(self_key, "vault.start", config.name(), vault::v1::AuditEntry::ALLOWED, "",
+                     {{"version", kVersion},
+                      {"listen_address", config.listen_address()},
+                      {"members", absl::StrCat(config.members_size())}})));
+  // Every served log has a checkpoint from the start (peers and `audit tail` rely on one).
+  VAULT_RETURN_IF_ERROR(node->audit_log_->IssueCheckpoint().status());
+  VAULT_ASSIGN_OR_RETURN(node->follower_,
+                         AuditFollower::Start(config, node->db_.get(), node->auditor_.get()));
   // One work queue per listener: members flooding the TCP listener cannot starve the
   // operator's admin socket.
   node->tcp_executor_ =
@@ -127,15 +150,30 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
   CasLimits limits{.max_batch_bytes = config.cas().max_batch_bytes(),
                    .max_find_missing = config.cas().max_find_missing(),
                    .max_batch_items = config.cas().max_batch_items()};
-  node->tcp_cas_ =
-      std::make_unique<CasService>(node->store_.get(), node->tcp_executor_.get(), limits);
-  node->unix_cas_ =
-      std::make_unique<CasService>(node->store_.get(), node->unix_executor_.get(), limits);
+  node->tcp_cas_ = std::make_unique<CasService>(node->store_.get(), node->tcp_executor_.get(),
+                                                limits, node->auditor_.get());
+  node->unix_cas_ = std::make_unique<CasService>(node->store_.get(), node->unix_executor_.get(),
+                                                 limits, node->auditor_.get());
+  node->tcp_audit_ = std::make_unique<AuditService>(node->audit_log_.get(), node->follower_.get(),
+                                                    node->tcp_executor_.get(), /*admin=*/false);
+  node->unix_audit_ = std::make_unique<AuditService>(node->audit_log_.get(), node->follower_.get(),
+                                                     node->unix_executor_.get(), /*admin=*/true);
+  node->audit_admin_ = std::make_unique<AuditAdminService>(
+      node->audit_log_.get(), node->follower_.get(), node->unix_executor_.get());
 
   // Federation listener.
   if (!config.listen_address().empty()) {
+    // Refused callers are audited from the TCP work queue (never on gRPC's own threads).
+    Auditor* auditor = node->auditor_.get();
+    common::Executor* executor = node->tcp_executor_.get();
+    auto on_refused = [auditor, executor](const std::string& names, const std::string& reason) {
+      executor->Schedule([auditor, names, reason] {
+        (void)auditor->Record(Auditor::Entry(absl::StrCat("tls:", names), "federation.connect",
+                                             names, vault::v1::AuditEntry::DENIED, reason));
+      });
+    };
     VAULT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds,
-                           MemberCredentials(config));
+                           MemberCredentials(config, on_refused));
     grpc::ServerBuilder b;
     ConfigureBuilder(config, &b);
     // Without this gRPC sets SO_REUSEPORT, and a second vault on the same port would silently
@@ -144,6 +182,7 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
     int port = 0;
     b.AddListeningPort(config.listen_address(), creds, &port);
     b.RegisterService(node->tcp_cas_.get());
+    b.RegisterService(node->tcp_audit_.get());
     node->tcp_server_ = b.BuildAndStart();
     if (node->tcp_server_ == nullptr || port == 0) {
       return absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen_address(),
@@ -158,7 +197,7 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
   const std::string& sock = config.admin_socket();
   VAULT_RETURN_IF_ERROR(ClaimSocketPath(sock));
   node->owns_socket_ = true;
-  node->admin_ = std::make_unique<AdminService>(config, key.public_key().ToText(),
+  node->admin_ = std::make_unique<AdminService>(config, node->key_->public_key().ToText(),
                                                 node->listen_address_, node->store_.get());
   grpc::ServerBuilder b;
   ConfigureBuilder(config, &b);
@@ -166,6 +205,8 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
   b.AddListeningPort(absl::StrCat("unix:", sock), grpc::InsecureServerCredentials());
   b.RegisterService(node->unix_cas_.get());
   b.RegisterService(node->admin_.get());
+  b.RegisterService(node->unix_audit_.get());
+  b.RegisterService(node->audit_admin_.get());
   node->unix_server_ = b.BuildAndStart();
   umask(old_umask);
   if (node->unix_server_ == nullptr) {
@@ -181,6 +222,7 @@ VaultNode::~VaultNode() { Shutdown(absl::ZeroDuration()); }
 void VaultNode::Shutdown(absl::Duration drain) {
   if (shut_down_) return;
   shut_down_ = true;
+  if (follower_ != nullptr) follower_->Stop();
   if (store_ != nullptr) store_->Close();  // wakes Feed followers
   auto deadline = std::chrono::system_clock::now() + absl::ToChronoMilliseconds(drain);
   for (grpc::Server* s : {tcp_server_.get(), unix_server_.get()}) {
@@ -199,6 +241,15 @@ void VaultNode::Shutdown(absl::Duration drain) {
   if (unix_server_ != nullptr) unix_server_->Wait();
   tcp_server_.reset();
   unix_server_.reset();
+  if (audit_log_ != nullptr) {
+    if (auditor_ != nullptr) {
+      (void)auditor_->Record(Auditor::Entry(auditor_->self(), "vault.stop", config_.name(),
+                                            vault::v1::AuditEntry::ALLOWED));
+    }
+    audit_log_->Close();  // signs a final checkpoint
+  }
+  follower_.reset();
+  audit_log_.reset();
   store_.reset();
   db_.reset();
   // Only a vault that got as far as binding the socket owns it: a vaultd that failed to start

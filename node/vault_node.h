@@ -1,7 +1,9 @@
 // node: a running vault — its database, store and gRPC servers (vaultd's body).
 //
-// Two servers share one store: the federation listener (TCP, mutual TLS, members only) with
-// Cas, health and reflection; and the admin socket (Unix, 0600) with the same plus Admin.
+// Two servers share one store and one audit log: the federation listener (TCP, mutual TLS,
+// members only) with Cas, Audit, health and reflection; and the admin socket (Unix, 0600) with
+// the same plus Admin and AuditAdmin. Start appends "vault.start" to the audit log and starts
+// mirroring the peers' logs; Shutdown appends "vault.stop" and signs a final checkpoint.
 //
 //   VAULT_ASSIGN_OR_RETURN(auto node, node::VaultNode::Start(config));
 //   ... wait for SIGTERM ...
@@ -18,9 +20,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "audit/log.h"
+#include "capability/principal.h"
 #include "cas/store.h"
 #include "common/executor.h"
 #include "node/admin_service.h"
+#include "node/audit_follower.h"
+#include "node/audit_service.h"
+#include "node/auditor.h"
 #include "node/cas_service.h"
 #include "storage/database.h"
 #include "vault/v1/config.pb.h"
@@ -43,19 +50,27 @@ class VaultNode {
   const std::string& listen_address() const { return listen_address_; }
   const std::string& admin_socket() const { return config_.admin_socket(); }
   cas::Store* store() const { return store_.get(); }
+  audit::AuditLog* audit_log() const { return audit_log_.get(); }
 
  private:
   VaultNode() = default;
 
   vault::v1::VaultConfig config_;
   std::string listen_address_;
+  std::unique_ptr<capability::PrivateKey> key_;
   std::unique_ptr<storage::Database> db_;
   std::unique_ptr<cas::Store> store_;
+  std::unique_ptr<audit::AuditLog> audit_log_;
+  std::unique_ptr<Auditor> auditor_;
+  std::unique_ptr<AuditFollower> follower_;
   std::unique_ptr<common::Executor> tcp_executor_;
   std::unique_ptr<common::Executor> unix_executor_;
   std::unique_ptr<CasService> tcp_cas_;
   std::unique_ptr<CasService> unix_cas_;
   std::unique_ptr<AdminService> admin_;
+  std::unique_ptr<AuditService> tcp_audit_;
+  std::unique_ptr<AuditService> unix_audit_;
+  std::unique_ptr<AuditAdminService> audit_admin_;
   std::unique_ptr<grpc::Server> tcp_server_;
   std::unique_ptr<grpc::Server> unix_server_;
   bool shut_down_ = false;

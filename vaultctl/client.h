@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "vault/v1/admin.grpc.pb.h"
+#include "vault/v1/audit.grpc.pb.h"
 #include "vault/v1/cas.grpc.pb.h"
 
 namespace vault::vaultctl {
@@ -37,6 +38,8 @@ class Connection {
 
   vault::v1::Cas::Stub* cas() const { return cas_.get(); }
   vault::v1::Admin::Stub* admin() const { return admin_.get(); }
+  vault::v1::Audit::Stub* audit() const { return audit_.get(); }
+  vault::v1::AuditAdmin::Stub* audit_admin() const { return audit_admin_.get(); }
   const std::string& target() const { return target_; }
   absl::Duration timeout() const { return timeout_; }
   // A context whose deadline is now + the call timeout.
@@ -50,6 +53,8 @@ class Connection {
   std::shared_ptr<grpc::Channel> channel_;
   std::shared_ptr<vault::v1::Cas::Stub> cas_;
   std::shared_ptr<vault::v1::Admin::Stub> admin_;
+  std::shared_ptr<vault::v1::Audit::Stub> audit_;
+  std::shared_ptr<vault::v1::AuditAdmin::Stub> audit_admin_;
 };
 
 }  // namespace vault::vaultctl

@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   AddInitCommands(app, g, command);
   AddStatusCommand(app, g, command);
   AddCasCommands(app, g, command);
+  AddAuditCommands(app, g, command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,41 @@
+// node: running a unary call's work on a bounded executor (callback API reactors never block).
+//
+//   return RunUnary(ctx, executor_, [=]() -> absl::Status { ...; return absl::OkStatus(); });
+//
+// Thread-safety: pure functions.
+#ifndef VAULT_NODE_UNARY_H_
+#define VAULT_NODE_UNARY_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "common/executor.h"
+#include "node/grpc_status.h"
+
+namespace vault::node {
+
+inline const grpc::Status& BusyStatus() {
+  static const grpc::Status* busy =
+      new grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                       "vault is busy: storage work queue is full; retry with backoff");
+  return *busy;
+}
+
+// Runs `work` on `executor` and finishes the call with its status; RESOURCE_EXHAUSTED when the
+// executor's queue is full.
+inline grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* ctx,
+                                          common::Executor* executor,
+                                          std::function<absl::Status()> work) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  bool queued =
+      executor->Schedule([reactor, work = std::move(work)] { reactor->Finish(ToGrpc(work())); });
+  if (!queued) reactor->Finish(BusyStatus());
+  return reactor;
+}
+
+}  // namespace vault::node
+
+#endif  // VAULT_NODE_UNARY_H_
