@@ -2,6 +2,8 @@
 // handshake; a vault of the same CA that is not a member is UNAUTHENTICATED; admin stays local.
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "integration-tests/harness.h"
 
 namespace vault::integration {
@@ -80,6 +82,26 @@ TEST_F(FederationTest, NonMemberOfTheFederationCaIsUnauthenticated) {
   EXPECT_EQ(r.err,
             "vaultctl: TLS client is not a member of this federation (certificate names: y) "
             "[UNAUTHENTICATED]\n");
+
+  // b's audit log witnesses the refusal: one entry per name per minute however often y tries.
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(Vaultctl({"--config", y->config, "--vault", b_.address, "cas", "ls"}).exit_code,
+              kExitRefused);
+  }
+  auto refusals = [&] {
+    RunResult tail = Vaultctl({"--vault", b_.socket, "-o", "json", "audit", "tail"});
+    int n = 0;
+    for (absl::string_view line : absl::StrSplit(tail.out, '\n', absl::SkipEmpty())) {
+      if (JsonField(line, "action") == "federation.connect") {
+        ++n;
+        EXPECT_EQ(JsonField(line, "decision"), "DENIED") << line;
+        EXPECT_EQ(JsonField(line, "subject"), "y") << line;
+      }
+    }
+    return n;
+  };
+  for (int i = 0; i < 50 && refusals() == 0; ++i) absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(refusals(), 1);
 
   // Once b lists y and restarts, y gets in.
   ASSERT_EQ(AddMember(b_, *y), absl::OkStatus());

@@ -8,9 +8,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <optional>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "capability/principal.h"
 #include "common/file_util.h"
@@ -19,6 +22,31 @@
 
 namespace vault::node {
 namespace {
+
+// Admits one refusal entry per certificate name per minute; the admitted one carries the count of
+// refusals since the last entry for that name.
+class RefusalThrottle {
+ public:
+  std::optional<uint64_t> Admit(const std::string& names, absl::Time now) {
+    absl::MutexLock lock(&mu_);
+    if (seen_.size() > 10000) seen_.clear();  // bounded memory under a storm of names
+    Seen& s = seen_[names];
+    ++s.count;
+    if (now - s.last < absl::Minutes(1)) return std::nullopt;
+    s.last = now;
+    uint64_t n = s.count;
+    s.count = 0;
+    return n;
+  }
+
+ private:
+  struct Seen {
+    absl::Time last = absl::InfinitePast();
+    uint64_t count = 0;
+  };
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Seen> seen_ ABSL_GUARDED_BY(mu_);
+};
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MemberCredentials(
     const vault::v1::VaultConfig& config, MemberAuthProcessor::RefusalHook on_refused) {
@@ -163,13 +191,20 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
 
   // Federation listener.
   if (!config.listen_address().empty()) {
-    // Refused callers are audited from the TCP work queue (never on gRPC's own threads).
+    // Refused callers are audited from the TCP work queue (never on gRPC's own threads), at
+    // most one entry per certificate name per minute, so a non-member retrying in a loop cannot
+    // flood the log; the entry counts the refusals it stands for.
     Auditor* auditor = node->auditor_.get();
     common::Executor* executor = node->tcp_executor_.get();
-    auto on_refused = [auditor, executor](const std::string& names, const std::string& reason) {
-      executor->Schedule([auditor, names, reason] {
+    auto throttle = std::make_shared<RefusalThrottle>();
+    auto on_refused = [auditor, executor, throttle](const std::string& names,
+                                                    const std::string& reason) {
+      std::optional<uint64_t> count = throttle->Admit(names, absl::Now());
+      if (!count.has_value()) return;
+      executor->Schedule([auditor, names, reason, n = *count] {
         (void)auditor->Record(Auditor::Entry(absl::StrCat("tls:", names), "federation.connect",
-                                             names, vault::v1::AuditEntry::DENIED, reason));
+                                             names, vault::v1::AuditEntry::DENIED, reason,
+                                             {{"refusals", absl::StrCat(n)}}));
       });
     };
     VAULT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds,
