@@ -1,6 +1,8 @@
 #include "audit/verify.h"
 
+#include <future>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +15,82 @@ namespace {
 struct Failure {
   std::optional<uint64_t> seq;
   std::string error;
+};
+
+// The checks of one entry record that need nothing but the record and the stored leaf hash of
+// the record before it: they run on a worker thread, batch by batch, while the calling thread
+// scans the next batch and rebuilds the tree in order. `prev_leaf` is the previous record's
+// *stored* leaf hash; since every record's stored hash is checked against its bytes, and the
+// first failure in sequence order wins, this is the same check as against the recomputed one.
+std::optional<std::string> CheckRecord(uint64_t seq, absl::string_view stored_leaf,
+                                       absl::string_view bytes, absl::string_view prev_leaf,
+                                       absl::string_view vault_name, vault::v1::AuditEntry& entry,
+                                       Hash* leaf) {
+  if (stored_leaf.empty()) return absl::StrCat("entry ", seq, ": record is truncated");
+  if (!entry.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return absl::StrCat("entry ", seq, " does not parse");
+  }
+  if (entry.sequence() != seq) {
+    return absl::StrCat("entry ", seq, " holds sequence number ", entry.sequence(),
+                        " (moved or reordered)");
+  }
+  if (entry.vault() != vault_name) {
+    return absl::StrCat("entry ", seq, " names vault \"", entry.vault(), "\", not \"", vault_name,
+                        "\"");
+  }
+  if (entry.prev_hash() != prev_leaf) {
+    return absl::StrCat("entry ", seq,
+                        ": prev_hash is not the hash of the entry before it (hash chain broken)");
+  }
+  *leaf = LeafHash(bytes);
+  if (stored_leaf != AsBytes(*leaf)) {
+    return absl::StrCat("entry ", seq, ": its bytes do not match its stored hash");
+  }
+  return std::nullopt;
+}
+
+// A batch of consecutive records, copied out of the scan.
+struct Batch {
+  static constexpr size_t kRecords = 4096;
+  struct Record {
+    uint64_t seq;
+    size_t offset;      // of the stored leaf hash in `data`, followed by the entry bytes
+    size_t leaf_size;   // 0 (truncated record) or kHashSize
+    size_t entry_size;
+  };
+  std::string prev_leaf;  // the stored leaf hash of the record before the first
+  std::string data;
+  std::vector<Record> records;
+  // Filled by Check:
+  std::vector<Hash> leaves;
+  std::optional<std::pair<size_t, std::string>> failure;  // the first failing record
+
+  void Clear() {
+    data.clear();
+    records.clear();
+    failure.reset();
+  }
+  absl::string_view leaf(const Record& r) const {
+    return absl::string_view(data).substr(r.offset, r.leaf_size);
+  }
+  absl::string_view entry(const Record& r) const {
+    return absl::string_view(data).substr(r.offset + r.leaf_size, r.entry_size);
+  }
+  void Check(absl::string_view vault_name) {
+    vault::v1::AuditEntry e;
+    leaves.resize(records.size());
+    absl::string_view prev = prev_leaf;
+    for (size_t i = 0; i < records.size(); ++i) {
+      std::optional<std::string> error =
+          CheckRecord(records[i].seq, leaf(records[i]), entry(records[i]), prev, vault_name, e,
+                      &leaves[i]);
+      if (error.has_value()) {
+        failure.emplace(i, std::move(*error));
+        return;
+      }
+      prev = leaf(records[i]);
+    }
+  }
 };
 
 }  // namespace
@@ -103,49 +181,78 @@ VerifyReport VerifyStoredLog(const LogStore& store, absl::string_view vault_name
   Frontier tree;
   Hash prev{};
   uint64_t expected = 0;
-  vault::v1::AuditEntry entry;
+  // Two batches: the worker checks one while this thread fills the other; then this thread
+  // feeds the checked one's leaves to the tree, in order.
+  Batch batches[2];
+  int filling = 0;
+  std::future<void> checking;  // of batches[1 - filling]
+  bool have_checked = false;
+  // Feeds a checked batch into the tree. False once something failed.
+  auto consume = [&](Batch& b) {
+    const size_t good = b.failure.has_value() ? b.failure->first : b.records.size();
+    for (size_t i = 0; i < good; ++i) {
+      const Hash& leaf = b.leaves[i];
+      tree.Append(leaf, check_node);
+      if (failure.has_value()) return false;
+      if (signed_cp.has_value() && tree.size() == signed_cp->size &&
+          tree.Root() != signed_cp->root) {
+        return fail(std::nullopt,
+                    absl::StrCat("the first ", tree.size(),
+                                 " entries do not hash to the signed checkpoint's root (the "
+                                 "log was rewritten)"));
+      }
+      prev = leaf;
+      ++report.entries_checked;
+    }
+    if (b.failure.has_value()) return fail(b.records[good].seq, std::move(b.failure->second));
+    return true;
+  };
+  // Waits for the batch being checked (if any) and consumes it.
+  auto drain = [&]() {
+    if (!have_checked) return !failure.has_value();
+    checking.get();
+    have_checked = false;
+    return consume(batches[1 - filling]);
+  };
+  // Hands the filled batch to the worker after consuming the previous one.
+  auto hand_off = [&]() {
+    if (!drain()) return false;
+    Batch& full = batches[filling];
+    checking = std::async(std::launch::async, [&full, vault_name] { full.Check(vault_name); });
+    have_checked = true;
+    filling = 1 - filling;
+    Batch& next = batches[filling];
+    next.Clear();
+    // The next batch's first record follows `full`'s last one.
+    next.prev_leaf = std::string(full.leaf(full.records.back()));
+    return true;
+  };
+  batches[0].prev_leaf = std::string(AsBytes(Hash{}));
+  bool gap = false;
   absl::Status scan = store.ScanEntries(0, [&](uint64_t seq, absl::string_view stored_leaf,
                                                absl::string_view bytes) {
     if (expected >= limit) return false;
     if (seq != expected) {
-      return fail(expected, absl::StrCat("entry ", expected, " is missing"));
+      gap = true;
+      return false;
     }
-    if (stored_leaf.empty()) {
-      return fail(seq, absl::StrCat("entry ", seq, ": record is truncated"));
-    }
-    if (!entry.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-      return fail(seq, absl::StrCat("entry ", seq, " does not parse"));
-    }
-    if (entry.sequence() != seq) {
-      return fail(seq, absl::StrCat("entry ", seq, " holds sequence number ", entry.sequence(),
-                                    " (moved or reordered)"));
-    }
-    if (entry.vault() != vault_name) {
-      return fail(seq, absl::StrCat("entry ", seq, " names vault \"", entry.vault(), "\", not \"",
-                                    vault_name, "\""));
-    }
-    if (entry.prev_hash() != AsBytes(prev)) {
-      return fail(seq, absl::StrCat("entry ", seq,
-                                    ": prev_hash is not the hash of the entry before it "
-                                    "(hash chain broken)"));
-    }
-    const Hash leaf = LeafHash(bytes);
-    if (stored_leaf != AsBytes(leaf)) {
-      return fail(seq, absl::StrCat("entry ", seq, ": its bytes do not match its stored hash"));
-    }
-    tree.Append(leaf, check_node);
-    if (failure.has_value()) return false;
-    if (signed_cp.has_value() && tree.size() == signed_cp->size && tree.Root() != signed_cp->root) {
-      return fail(std::nullopt,
-                  absl::StrCat("the first ", tree.size(),
-                               " entries do not hash to the signed checkpoint's root (the "
-                               "log was rewritten)"));
-    }
-    prev = leaf;
+    Batch& b = batches[filling];
+    b.records.push_back({seq, b.data.size(), stored_leaf.size(), bytes.size()});
+    b.data.append(stored_leaf.data(), stored_leaf.size());
+    b.data.append(bytes.data(), bytes.size());
     ++expected;
-    report.entries_checked = expected;
-    return true;
+    if (b.records.size() < Batch::kRecords) return true;
+    return hand_off();
   });
+  // The rest, in order: the batch being checked, then the partial one.
+  if (drain() && !batches[filling].records.empty()) {
+    batches[filling].Check(vault_name);
+    consume(batches[filling]);
+  }
+  if (gap && !failure.has_value()) {
+    fail(expected, absl::StrCat("entry ", expected, " is missing"));
+  }
+  expected = report.entries_checked;
   if (failure.has_value()) return finish();
   if (!scan.ok()) {
     fail(expected, std::string(scan.message()));

@@ -1,6 +1,7 @@
 #include "capability/principal.h"
 
 #include <openssl/bio.h>
+#include <openssl/bn.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -10,6 +11,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <memory>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -103,6 +105,51 @@ bool IsNonCanonical(absl::string_view raw32) {
   return b[0] >= 0xed;
 }
 
+// True when the encoding decodes to a point of the curve -x^2 + y^2 = 1 + d x^2 y^2 (RFC 8032
+// §5.1.3): x^2 = (y^2 - 1) / (d y^2 + 1) must be a square mod p, and x = 0 must not carry the sign
+// bit. OpenSSL would only find out at verification time; an identity must be a point.
+bool IsOnCurve(absl::string_view raw32) {
+  unsigned char be[32];
+  const unsigned char* b = Bytes(raw32);
+  for (int i = 0; i < 32; ++i) be[i] = b[31 - i];
+  const bool x_sign = (be[0] & 0x80) != 0;
+  be[0] &= 0x7f;
+  std::unique_ptr<BN_CTX, decltype(&BN_CTX_free)> ctx(BN_CTX_new(), BN_CTX_free);
+  auto bn = [] { return std::unique_ptr<BIGNUM, decltype(&BN_free)>(BN_new(), BN_free); };
+  auto p = bn(), y = bn(), d = bn(), num = bn(), t = bn(), den = bn(), e = bn(), w = bn(),
+       one = bn();
+  if (ctx == nullptr || p == nullptr || y == nullptr || d == nullptr || num == nullptr ||
+      t == nullptr || den == nullptr || e == nullptr || w == nullptr || one == nullptr) {
+    return false;
+  }
+  // p = 2^255 - 19; d = -121665 / 121666 mod p.
+  BN_set_bit(p.get(), 255);
+  BN_sub_word(p.get(), 19);
+  BN_one(one.get());
+  BN_bin2bn(be, 32, y.get());
+  BN_set_word(t.get(), 121666);
+  BN_mod_inverse(t.get(), t.get(), p.get(), ctx.get());
+  BN_set_word(d.get(), 121665);
+  BN_mod_mul(d.get(), d.get(), t.get(), p.get(), ctx.get());
+  BN_mod_sub(d.get(), p.get(), d.get(), p.get(), ctx.get());      // -d', so d = -121665/121666
+  BN_mod_sqr(t.get(), y.get(), p.get(), ctx.get());               // y^2
+  BN_mod_sub(num.get(), t.get(), one.get(), p.get(), ctx.get());  // y^2 - 1
+  BN_mod_mul(den.get(), d.get(), t.get(), p.get(), ctx.get());
+  BN_mod_add(den.get(), den.get(), one.get(), p.get(), ctx.get());  // d y^2 + 1
+  if (BN_is_zero(num.get())) return !x_sign;                        // x = 0
+  if (BN_is_zero(den.get())) return false;
+  // Euler's criterion on num * den^(p-2) = num / den.
+  BN_copy(e.get(), p.get());
+  BN_sub_word(e.get(), 2);
+  BN_mod_exp(w.get(), den.get(), e.get(), p.get(), ctx.get());
+  BN_mod_mul(w.get(), w.get(), num.get(), p.get(), ctx.get());
+  BN_copy(e.get(), p.get());
+  BN_sub_word(e.get(), 1);
+  BN_rshift1(e.get(), e.get());
+  BN_mod_exp(w.get(), w.get(), e.get(), p.get(), ctx.get());
+  return BN_is_one(w.get());
+}
+
 bool IsLowerHex(absl::string_view s) {
   for (char c : s) {
     if (!absl::ascii_isdigit(c) && !(c >= 'a' && c <= 'f')) return false;
@@ -127,6 +174,10 @@ absl::StatusOr<PublicKey> PublicKey::FromRaw(absl::string_view raw32) {
     return absl::InvalidArgumentError(
         absl::StrCat("Ed25519 public key is not canonically encoded (y >= 2^255-19): ",
                      absl::BytesToHexString(raw32)));
+  }
+  if (!IsOnCurve(raw32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Ed25519 public key is not a curve point: ", absl::BytesToHexString(raw32)));
   }
   return PublicKey(std::string(raw32));
 }

@@ -1,0 +1,137 @@
+#include "capability/revocation.h"
+
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "rocksdb/iterator.h"
+
+namespace vault::capability {
+namespace {
+
+constexpr char kCf[] = "cap_revocations";
+
+std::string Canonical(const vault::v1::RevocationPayload& m) {
+  std::string out;
+  {
+    google::protobuf::io::StringOutputStream stream(&out);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    m.SerializeToCodedStream(&coded);
+  }
+  return out;
+}
+
+std::string TargetKey(char kind, absl::string_view target, absl::string_view revoker) {
+  // kind, 4-byte length of the target, target, revoker (32 bytes): unambiguous.
+  const uint32_t n = static_cast<uint32_t>(target.size());
+  const char len[4] = {static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                       static_cast<char>(n >> 8), static_cast<char>(n)};
+  return absl::StrCat(absl::string_view(&kind, 1), absl::string_view(len, 4), target, revoker);
+}
+
+absl::Status CheckPayload(const vault::v1::RevocationPayload& p) {
+  if (p.version() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("revocation version ", p.version(), " is not supported (only 1)"));
+  }
+  if (p.agent_id().empty() == p.link_hash().empty()) {
+    return absl::InvalidArgumentError("a revocation names exactly one agent id or link hash");
+  }
+  if (!p.link_hash().empty() && p.link_hash().size() != 32) {
+    return absl::InvalidArgumentError("a revoked link hash is 32 bytes");
+  }
+  return PublicKey::FromRaw(p.revoker()).status();
+}
+
+}  // namespace
+
+absl::StatusOr<vault::v1::SignedRevocation> SignRevocation(
+    const vault::v1::RevocationPayload& payload, const PrivateKey& revoker) {
+  VAULT_RETURN_IF_ERROR(CheckPayload(payload));
+  if (payload.revoker() != revoker.public_key().raw()) {
+    return absl::InvalidArgumentError("the signing key is not the revocation's revoker");
+  }
+  vault::v1::SignedRevocation out;
+  out.set_payload(Canonical(payload));
+  VAULT_ASSIGN_OR_RETURN(std::string sig,
+                         revoker.Sign(absl::StrCat(kRevocationDomain, out.payload())));
+  out.set_signature(std::move(sig));
+  return out;
+}
+
+absl::StatusOr<vault::v1::RevocationPayload> OpenRevocation(
+    const vault::v1::SignedRevocation& revocation) {
+  vault::v1::RevocationPayload p;
+  if (!p.ParseFromString(revocation.payload()) || !p.GetReflection()->GetUnknownFields(p).empty() ||
+      Canonical(p) != revocation.payload()) {
+    return absl::InvalidArgumentError("revocation payload is malformed or not canonical");
+  }
+  VAULT_RETURN_IF_ERROR(CheckPayload(p));
+  VAULT_ASSIGN_OR_RETURN(PublicKey revoker, PublicKey::FromRaw(p.revoker()));
+  VAULT_RETURN_IF_ERROR(revoker.Verify(absl::StrCat(kRevocationDomain, revocation.payload()),
+                                       revocation.signature()));
+  return p;
+}
+
+std::vector<storage::ColumnFamilySpec> RevocationStore::ColumnFamilies() { return {{.name = kCf}}; }
+
+RevocationStore::RevocationStore(const storage::Database* db) : db_(db), cf_(db->Handle(kCf)) {}
+
+std::string RevocationStore::Key(const vault::v1::RevocationPayload& p) {
+  return p.link_hash().empty() ? TargetKey('a', p.agent_id(), p.revoker())
+                               : TargetKey('l', p.link_hash(), p.revoker());
+}
+
+absl::StatusOr<std::unique_ptr<RevocationStore>> RevocationStore::Open(
+    const storage::Database* db) {
+  std::unique_ptr<RevocationStore> store(new RevocationStore(db));
+  std::unique_ptr<rocksdb::Iterator> it(db->db()->NewIterator(rocksdb::ReadOptions(), store->cf_));
+  absl::MutexLock lock(&store->mu_);
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    store->keys_.insert(std::string(storage::View(it->key())));
+  }
+  VAULT_RETURN_IF_ERROR(storage::ToStatus(it->status(), "revocations: load"));
+  store->epoch_ = store->keys_.size();
+  return store;
+}
+
+absl::Status RevocationStore::Add(const vault::v1::SignedRevocation& revocation) {
+  VAULT_ASSIGN_OR_RETURN(vault::v1::RevocationPayload p, OpenRevocation(revocation));
+  std::string key = Key(p);
+  if (Holds(key)) return absl::OkStatus();
+  rocksdb::WriteBatch batch;
+  batch.Put(cf_, key, revocation.SerializeAsString());
+  VAULT_RETURN_IF_ERROR(db_->Write(&batch));
+  absl::MutexLock lock(&mu_);
+  if (keys_.insert(std::move(key)).second) ++epoch_;
+  return absl::OkStatus();
+}
+
+bool RevocationStore::Holds(const std::string& key) const {
+  absl::MutexLock lock(&mu_);
+  return keys_.contains(key);
+}
+
+bool RevocationStore::LinkRevoked(absl::string_view link_hash, const PublicKey& by) const {
+  return Holds(TargetKey('l', link_hash, by.raw()));
+}
+
+bool RevocationStore::AgentRevoked(absl::string_view agent_id, const PublicKey& by) const {
+  return Holds(TargetKey('a', agent_id, by.raw()));
+}
+
+uint64_t RevocationStore::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
+}
+
+size_t RevocationStore::size() const {
+  absl::MutexLock lock(&mu_);
+  return keys_.size();
+}
+
+}  // namespace vault::capability
