@@ -13,10 +13,13 @@
 #include <cstdio>
 #include <memory>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
 
@@ -107,47 +110,51 @@ bool IsNonCanonical(absl::string_view raw32) {
 
 // True when the encoding decodes to a point of the curve -x^2 + y^2 = 1 + d x^2 y^2 (RFC 8032
 // §5.1.3): x^2 = (y^2 - 1) / (d y^2 + 1) must be a square mod p, and x = 0 must not carry the sign
-// bit. OpenSSL would only find out at verification time; an identity must be a point.
+// bit. OpenSSL would only find out at verification time; an identity must be a point. The square
+// test is a Jacobi symbol of (y^2 - 1)(d y^2 + 1) (the same residuosity as the quotient), so no
+// modular exponentiation is needed.
 bool IsOnCurve(absl::string_view raw32) {
   unsigned char be[32];
   const unsigned char* b = Bytes(raw32);
   for (int i = 0; i < 32; ++i) be[i] = b[31 - i];
   const bool x_sign = (be[0] & 0x80) != 0;
   be[0] &= 0x7f;
+  using Bn = std::unique_ptr<BIGNUM, decltype(&BN_free)>;
+  auto bn = [] { return Bn(BN_new(), BN_free); };
+  // p = 2^255 - 19 and d = -121665 / 121666 mod p, computed once.
+  static const BIGNUM* const kP = [] {
+    BIGNUM* p = BN_new();
+    BN_set_bit(p, 255);
+    BN_sub_word(p, 19);
+    return p;
+  }();
+  static const BIGNUM* const kD = [] {
+    BN_CTX* ctx = BN_CTX_new();
+    BIGNUM* inv = BN_new();
+    BIGNUM* d = BN_new();
+    BN_set_word(inv, 121666);
+    BN_mod_inverse(inv, inv, kP, ctx);
+    BN_set_word(d, 121665);
+    BN_mod_mul(d, d, inv, kP, ctx);
+    BN_sub(d, kP, d);
+    BN_free(inv);
+    BN_CTX_free(ctx);
+    return d;
+  }();
   std::unique_ptr<BN_CTX, decltype(&BN_CTX_free)> ctx(BN_CTX_new(), BN_CTX_free);
-  auto bn = [] { return std::unique_ptr<BIGNUM, decltype(&BN_free)>(BN_new(), BN_free); };
-  auto p = bn(), y = bn(), d = bn(), num = bn(), t = bn(), den = bn(), e = bn(), w = bn(),
-       one = bn();
-  if (ctx == nullptr || p == nullptr || y == nullptr || d == nullptr || num == nullptr ||
-      t == nullptr || den == nullptr || e == nullptr || w == nullptr || one == nullptr) {
+  Bn y = bn(), y2 = bn(), num = bn(), den = bn(), w = bn();
+  if (ctx == nullptr || y == nullptr || y2 == nullptr || num == nullptr || den == nullptr ||
+      w == nullptr || BN_bin2bn(be, 32, y.get()) == nullptr) {
     return false;
   }
-  // p = 2^255 - 19; d = -121665 / 121666 mod p.
-  BN_set_bit(p.get(), 255);
-  BN_sub_word(p.get(), 19);
-  BN_one(one.get());
-  BN_bin2bn(be, 32, y.get());
-  BN_set_word(t.get(), 121666);
-  BN_mod_inverse(t.get(), t.get(), p.get(), ctx.get());
-  BN_set_word(d.get(), 121665);
-  BN_mod_mul(d.get(), d.get(), t.get(), p.get(), ctx.get());
-  BN_mod_sub(d.get(), p.get(), d.get(), p.get(), ctx.get());      // -d', so d = -121665/121666
-  BN_mod_sqr(t.get(), y.get(), p.get(), ctx.get());               // y^2
-  BN_mod_sub(num.get(), t.get(), one.get(), p.get(), ctx.get());  // y^2 - 1
-  BN_mod_mul(den.get(), d.get(), t.get(), p.get(), ctx.get());
-  BN_mod_add(den.get(), den.get(), one.get(), p.get(), ctx.get());  // d y^2 + 1
+  BN_mod_sqr(y2.get(), y.get(), kP, ctx.get());                    // y^2
+  BN_mod_sub(num.get(), y2.get(), BN_value_one(), kP, ctx.get());  // y^2 - 1
+  BN_mod_mul(den.get(), kD, y2.get(), kP, ctx.get());
+  BN_mod_add(den.get(), den.get(), BN_value_one(), kP, ctx.get());  // d y^2 + 1
   if (BN_is_zero(num.get())) return !x_sign;                        // x = 0
   if (BN_is_zero(den.get())) return false;
-  // Euler's criterion on num * den^(p-2) = num / den.
-  BN_copy(e.get(), p.get());
-  BN_sub_word(e.get(), 2);
-  BN_mod_exp(w.get(), den.get(), e.get(), p.get(), ctx.get());
-  BN_mod_mul(w.get(), w.get(), num.get(), p.get(), ctx.get());
-  BN_copy(e.get(), p.get());
-  BN_sub_word(e.get(), 1);
-  BN_rshift1(e.get(), e.get());
-  BN_mod_exp(w.get(), w.get(), e.get(), p.get(), ctx.get());
-  return BN_is_one(w.get());
+  BN_mod_mul(w.get(), num.get(), den.get(), kP, ctx.get());
+  return BN_kronecker(w.get(), kP, ctx.get()) == 1;
 }
 
 bool IsLowerHex(absl::string_view s) {
@@ -161,7 +168,39 @@ bool IsLowerHex(absl::string_view s) {
 
 // --- PublicKey ---------------------------------------------------------------------------------
 
+namespace {
+
+// Keys that passed every check: identities repeat (the same principals and vaults sign every
+// chain), and decoding the point costs as much as a fifth of a signature verification. Bounded;
+// cleared when full.
+class ValidatedKeys {
+ public:
+  bool Contains(absl::string_view raw) {
+    absl::MutexLock lock(&mu_);
+    return keys_.contains(raw);
+  }
+  void Insert(absl::string_view raw) {
+    absl::MutexLock lock(&mu_);
+    if (keys_.size() >= 4096) keys_.clear();
+    keys_.emplace(raw);
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_set<std::string> keys_ ABSL_GUARDED_BY(mu_);
+};
+
+ValidatedKeys& Validated() {
+  static ValidatedKeys* keys = new ValidatedKeys();
+  return *keys;
+}
+
+}  // namespace
+
 absl::StatusOr<PublicKey> PublicKey::FromRaw(absl::string_view raw32) {
+  if (raw32.size() == kRawSize && Validated().Contains(raw32)) {
+    return PublicKey(std::string(raw32));
+  }
   if (raw32.size() != kRawSize) {
     return absl::InvalidArgumentError(
         absl::StrCat("Ed25519 public key must be ", kRawSize, " bytes, got ", raw32.size()));
@@ -179,6 +218,7 @@ absl::StatusOr<PublicKey> PublicKey::FromRaw(absl::string_view raw32) {
     return absl::InvalidArgumentError(
         absl::StrCat("Ed25519 public key is not a curve point: ", absl::BytesToHexString(raw32)));
   }
+  Validated().Insert(raw32);
   return PublicKey(std::string(raw32));
 }
 
