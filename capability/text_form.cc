@@ -227,6 +227,14 @@ std::string ConstraintNameList() {
 // ------------------------------------------------------------------------------------------------
 // S-expressions.
 
+// People write directories with a trailing '/' ("/vault/papers/"); the canonical form has none.
+// Only that one character is dropped ("//" stays, and is refused): nothing else is repaired.
+void DropDirectorySlash(std::string* path) {
+  if (path->size() > 1 && path->back() == '/' && (*path)[path->size() - 2] != '/') {
+    path->pop_back();
+  }
+}
+
 struct Sexp {
   enum class Type { kList, kString, kSymbol, kInteger };
   Type type = Type::kList;
@@ -496,6 +504,15 @@ class SexpMapper {
   }
 
   absl::Status ConstraintsDocument(const Sexp& doc, Constraints* out) const {
+    if (doc.head() != "constraints" && FindConstraintName(doc.head()) != nullptr) {
+      // A single limit, as vaultctl --constraints '(max-migrations 3)' gives it.
+      Sexp wrapped;
+      wrapped.pos = doc.pos;
+      wrapped.items.push_back(doc.items[0]);
+      wrapped.items[0].text = "constraints";
+      wrapped.items.push_back(doc);
+      return ConstraintsForm(wrapped, out);
+    }
     if (doc.head() != "constraints") {
       return Error(doc, absl::StrCat("expected (constraints ...), found ", Describe(doc)));
     }
@@ -697,6 +714,9 @@ class SexpMapper {
       if (!inserted) return Repeated(sub, *it->second);
       if (head == "path") {
         VAULT_ASSIGN_OR_RETURN(*grant.mutable_path(), OneName(sub));
+        // People write directories with a trailing '/' ("/vault/papers/"); the canonical form
+        // has none. Only that one character is dropped: everything else is refused, not fixed.
+        DropDirectorySlash(grant.mutable_path());
       } else if (head == "hash") {
         VAULT_ASSIGN_OR_RETURN(std::string text, OneString(sub));
         std::optional<std::string> hash = ParseHash(text);
@@ -1516,6 +1536,7 @@ absl::StatusOr<Grant> GrantFromShorthand(absl::string_view text, absl::string_vi
     VAULT_RETURN_IF_ERROR(need("a path", absl::StrCat(kind, ":/vault/pub")));
     grant.set_kind(kind == "read" ? Grant::READ : Grant::WRITE);
     grant.set_path(std::string(arg));
+    DropDirectorySlash(grant.mutable_path());
   } else if (kind == "read-hash") {
     VAULT_RETURN_IF_ERROR(need("a hash", "read-hash:sha256:<64 hex digits>"));
     std::optional<std::string> hash = ParseHash(arg);

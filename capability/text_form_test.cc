@@ -685,3 +685,39 @@ TEST(ParseConstraints, SexprAndShorthand) {
 
 }  // namespace
 }  // namespace vault::capability
+
+namespace vault::capability {
+namespace {
+
+TEST(TextFormCli, DirectoryPathsLoseOnlyTheirTrailingSlash) {
+  absl::StatusOr<std::vector<vault::v1::Grant>> g =
+      ParseGrants("(read (path \"/vault/papers/\"))", "--grant");
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_EQ(g->size(), 1u);
+  EXPECT_EQ((*g)[0].path(), "/vault/papers");
+  g = ParseGrants("write:/vault/out/", "--grant");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ((*g)[0].path(), "/vault/out");
+  // Nothing else is repaired.
+  EXPECT_EQ(ParseGrants("(read (path \"/vault//\"))", "--grant").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseGrants("(read (path \"/vault/../x/\"))", "--grant").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseGrants("(read (path \"/\"))", "--grant")->at(0).path(), "/");
+}
+
+TEST(TextFormCli, ASingleLimitIsAConstraintsForm) {
+  absl::StatusOr<vault::v1::Constraints> c =
+      ParseConstraints("(max-migrations 3)", "--constraints");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_migrations(), 3u);
+  EXPECT_FALSE(c->has_max_memory_bytes());
+  c = ParseConstraints("(max-runtime (* 24 3600))", "--constraints");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_runtime_ms(), 86400000u);
+  EXPECT_EQ(ParseConstraints("(max-bananas 3)", "--constraints").status().message(),
+            "--constraints:1:1: expected (constraints ...), found (max-bananas ...)");
+}
+
+}  // namespace
+}  // namespace vault::capability

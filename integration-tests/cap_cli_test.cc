@@ -106,5 +106,32 @@ TEST_F(CapCliTest, VerifyNamesTheRuleAndTheLink) {
   }
 }
 
+TEST_F(CapCliTest, KeysAndSexpressionGrantsAsTheIssueWritesThem) {
+  const std::string key = root() + "/alice.key";
+  RunResult gen = Vaultctl({"-o", "json", "key", "generate", "--out", key});
+  ASSERT_EQ(gen.exit_code, kExitOk) << gen;
+  const std::string alice = JsonField(gen.out, "principal").value_or("");
+  ASSERT_TRUE(absl::StartsWith(alice, "ed25519:")) << gen.out;
+  RunResult again = Vaultctl({"key", "generate", "--out", key});
+  EXPECT_EQ(again.exit_code, kExitRefused) << again;  // never overwrites a key
+  RunResult show = Vaultctl({"key", "show", key});
+  EXPECT_EQ(show.exit_code, kExitOk) << show;
+  EXPECT_EQ(show.out, absl::StrCat(alice, "\nshort id: ", alice.substr(8, 8), "\n"));
+
+  // --grant and --constraints in the S-expression form; --to and --trust as key files.
+  const std::string c = root() + "/alice-chain";
+  RunResult issue = Vaultctl({"cap", "issue", "--key", key, "--to", Key(1), "--grant",
+                              "(read (path \"/vault/papers/\"))", "--constraints",
+                              "(max-migrations 3)", "--out", c});
+  ASSERT_EQ(issue.exit_code, kExitOk) << issue;
+  RunResult verify = Vaultctl({"cap", "verify", c, "--trust", key, "--as", Key(1)});
+  EXPECT_EQ(verify.exit_code, kExitOk) << verify;
+  EXPECT_TRUE(absl::EndsWith(verify.out, "grants:\n  read /vault/papers\n")) << verify.out;
+  RunResult bad = Vaultctl({"cap", "issue", "--key", key, "--to", Key(1), "--grant",
+                            "(read (path \"/vault/../etc\"))", "--out", c + "2"});
+  EXPECT_EQ(bad.exit_code, kExitRefused) << bad;
+  EXPECT_TRUE(absl::StartsWith(bad.err, "vaultctl: --grant:1:1: ")) << bad;
+}
+
 }  // namespace
 }  // namespace vault::integration

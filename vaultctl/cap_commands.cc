@@ -5,6 +5,7 @@
 #include <iostream>
 #include <optional>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -47,11 +48,34 @@ struct CapFlags {
   std::string vault_config;
 };
 
+// A principal given on the command line: its id (ed25519:<hex>), or a key file — a private key
+// (PKCS#8 PEM, as `vaultctl key generate` or `vaultctl init` write) or a file holding the id.
 absl::StatusOr<PublicKey> KeyArg(const std::string& text, absl::string_view what) {
-  absl::StatusOr<PublicKey> k = PublicKey::FromText(text);
+  if (absl::StartsWith(text, PublicKey::kTextPrefix)) {
+    absl::StatusOr<PublicKey> k = PublicKey::FromText(text);
+    if (!k.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": \"", text, "\" is not an ed25519:<64 hex> public key"));
+    }
+    return k;
+  }
+  absl::StatusOr<std::string> content = common::ReadFile(text);
+  if (!content.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": \"", text,
+                     "\" is neither a principal id (ed25519:<hex>) nor a readable key file"));
+  }
+  if (absl::StrContains(*content, "PRIVATE KEY")) {
+    absl::StatusOr<PrivateKey> key = PrivateKey::LoadFile(text);
+    if (!key.ok()) {
+      return absl::Status(key.status().code(), absl::StrCat(what, ": ", key.status().message()));
+    }
+    return key->public_key();
+  }
+  absl::StatusOr<PublicKey> k = PublicKey::FromText(absl::StripAsciiWhitespace(*content));
   if (!k.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, ": \"", text, "\" is not an ed25519:<64 hex> public key"));
+        absl::StrCat(what, ": ", text, " holds neither a private key nor an ed25519:<hex> id"));
   }
   return k;
 }
@@ -186,6 +210,53 @@ int Fail(const absl::Status& s, bool json) { return ReportError(s, json); }
 
 }  // namespace
 
+void AddKeyCommands(CLI::App& app, GlobalOptions& g, Command& command) {
+  static std::string key_file;
+  auto* key = app.add_subcommand("key", "Principal keys (Ed25519)");
+  key->require_subcommand(1);
+  auto* gen = key->add_subcommand(
+      "generate", "Create a new Ed25519 key: PKCS#8 PEM, mode 0600; refuses an existing file");
+  gen->add_option("--out", key_file, "The key file to create")->required();
+  gen->callback([&] {
+    command = [&g] {
+      absl::StatusOr<PrivateKey> k = PrivateKey::Generate();
+      absl::Status s = k.ok() ? k->SaveNewFile(key_file) : k.status();
+      if (!s.ok()) return Fail(s, g.json());
+      const PublicKey& pub = k->public_key();
+      if (g.json()) {
+        std::cout << Json::Object()
+                         .Add("file", key_file)
+                         .Add("principal", pub.ToText())
+                         .Add("short_id", pub.ShortId())
+                         .ToString()
+                  << "\n";
+      } else {
+        std::cout << pub.ToText() << "  " << key_file << "\n";
+      }
+      return kExitOk;
+    };
+  });
+  auto* show = key->add_subcommand("show", "Print the principal id of a key file");
+  show->add_option("FILE", key_file, "A private key file")->required();
+  show->callback([&] {
+    command = [&g] {
+      absl::StatusOr<PrivateKey> k = PrivateKey::LoadFile(key_file);
+      if (!k.ok()) return Fail(k.status(), g.json());
+      const PublicKey& pub = k->public_key();
+      if (g.json()) {
+        std::cout << Json::Object()
+                         .Add("principal", pub.ToText())
+                         .Add("short_id", pub.ShortId())
+                         .ToString()
+                  << "\n";
+      } else {
+        std::cout << pub.ToText() << "\nshort id: " << pub.ShortId() << "\n";
+      }
+      return kExitOk;
+    };
+  });
+}
+
 void AddCapCommands(CLI::App& app, GlobalOptions& g, Command& command) {
   static CapFlags f;
   auto* cap = app.add_subcommand("cap", "Capability chains: issue, delegate, show, verify");
@@ -194,14 +265,17 @@ void AddCapCommands(CLI::App& app, GlobalOptions& g, Command& command) {
   auto* issue =
       cap->add_subcommand("issue", "Sign a root link: ISSUER grants authority to AUDIENCE");
   issue->add_option("--key", f.key, "The issuer's private key (PKCS#8 PEM)")->required();
-  issue->add_option("--to", f.to, "The audience: ed25519:<hex>")->required();
+  issue->add_option("--to", f.to, "The audience: ed25519:<hex>, or a key file")->required();
   issue->add_option("--grant", f.grants,
-                    "A grant (repeatable): read:/p, write:/p, read-hash:sha256:<hex>, cas-read, "
+                    "A grant (repeatable), in the S-expression form '(read (path \"/vault/p/\"))' "
+                    "or the shorthand read:/p, write:/p, read-hash:sha256:<hex>, cas-read, "
                     "cas-write, spawn, network:HOST[:PORT], send:AGENT, receive:AGENT, "
-                    "migrate:V1,V2 — or an S-expression (capabilities ...)");
-  issue->add_option("--constraints", f.constraints,
-                    "Limits: max-runtime=S,max-memory=B,max-storage=B,max-cpu=S,max-open-files=N,"
-                    "max-processes=N,max-migrations=N,expires=UNIX_S — or (constraints ...)");
+                    "migrate:V1,V2");
+  issue->add_option(
+      "--constraints", f.constraints,
+      "Limits: '(max-migrations 3)', '(constraints (max-memory (* 512 1024 1024)) ...)' "
+      "or max-runtime=S,max-memory=B,max-storage=B,max-cpu=S,max-open-files=N,"
+      "max-processes=N,max-migrations=N,expires=UNIX_S");
   issue->add_option("--kind", f.kind, "delegate (principal to principal) or spawn (to a vault)")
       ->capture_default_str();
   issue->add_option("--agent-id", f.agent_id, "The agent this authority is for (spawn)");
@@ -250,7 +324,7 @@ void AddCapCommands(CLI::App& app, GlobalOptions& g, Command& command) {
   del->add_option("--chain", f.chain, "The chain file to extend")->required();
   del->add_option("--key", f.key, "The holder's private key (the last link's audience)")
       ->required();
-  del->add_option("--to", f.to, "The new audience: ed25519:<hex>")->required();
+  del->add_option("--to", f.to, "The new audience: ed25519:<hex>, or a key file")->required();
   del->add_option("--grant", f.grants, "Grants (repeatable; default: all of the holder's)");
   del->add_option("--constraints", f.constraints, "Limits (default: the holder's)");
   del->add_option("--kind", f.kind, "delegate or spawn")->capture_default_str();
@@ -325,9 +399,12 @@ void AddCapCommands(CLI::App& app, GlobalOptions& g, Command& command) {
   auto* verify = cap->add_subcommand(
       "verify", "Verify a chain file as a vault would (exit 4 naming the rule and the link)");
   verify->add_option("FILE", f.chain, "Chain file")->required();
-  verify->add_option("--trust", f.trust, "A trusted root principal, ed25519:<hex> (repeatable)")
+  verify
+      ->add_option("--trust", f.trust,
+                   "A trusted root principal: ed25519:<hex> or a key file (repeatable)")
       ->required();
-  verify->add_option("--as", f.as, "Verify as this audience (ed25519:<hex>): the last link's");
+  verify->add_option("--as", f.as,
+                     "Verify as this audience (ed25519:<hex> or a key file): the last link's");
   verify->add_option("--vault-key", f.vault_keys,
                      "NAME=ed25519:<hex>: a vault's key, for migrate grants (repeatable)");
   verify->add_option("--federation", f.vault_config,

@@ -25,6 +25,7 @@ using Command = std::function<int()>;
 
 void AddInitCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddCasCommands(CLI::App& app, GlobalOptions& global, Command& command);
+void AddKeyCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddCapCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddAuditCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddStatusCommand(CLI::App& app, GlobalOptions& global, Command& command);

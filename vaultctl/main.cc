@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   AddStatusCommand(app, g, command);
   AddCasCommands(app, g, command);
   AddAuditCommands(app, g, command);
+  AddKeyCommands(app, g, command);
   AddCapCommands(app, g, command);
   try {
     app.parse(argc, argv);
