@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "google/protobuf/stubs/logging.h"
 #include "node/config.h"
 #include "node/vault_node.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -81,6 +82,17 @@ int main(int argc, char** argv) {
   auto logger = spdlog::stderr_color_mt("vaultd");
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::from_str(config.log_level()));
+  // protobuf logs every parse of a peer's message with invalid UTF-8 in a string field (the
+  // parse fails and the caller refuses the message): at debug level, so a hostile peer cannot
+  // flood the log through it.
+  google::protobuf::SetLogHandler(
+      [](google::protobuf::LogLevel level, const char* file, int line, const std::string& message) {
+        if (level >= google::protobuf::LOGLEVEL_FATAL) {
+          spdlog::critical("protobuf {}:{}: {}", file, line, message);
+        } else {
+          spdlog::debug("protobuf {}:{}: {}", file, line, message);
+        }
+      });
   umask(0077);  // everything vaultd creates is private to its user
 
   // Signals are taken synchronously by this thread; block them before any thread starts.
