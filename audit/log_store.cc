@@ -135,14 +135,15 @@ absl::StatusOr<std::vector<std::string>> LogStore::ReadEntries(uint64_t from, ui
 }
 
 absl::Status LogStore::ScanEntries(
-    uint64_t from,
-    const std::function<bool(uint64_t, absl::string_view, absl::string_view)>& fn) const {
+    uint64_t from, const std::function<bool(uint64_t, absl::string_view, absl::string_view)>& fn,
+    bool verify_checksums) const {
   std::string upper = log_ + std::string(1, '\x01');
   rocksdb::Slice upper_slice(upper);
   rocksdb::ReadOptions ro;
   ro.iterate_upper_bound = &upper_slice;
   ro.fill_cache = false;
   ro.readahead_size = 2 << 20;
+  ro.verify_checksums = verify_checksums;
   std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(ro, entries_));
   for (it->Seek(EntryKey(from)); it->Valid(); it->Next()) {
     absl::string_view key = View(it->key());
@@ -176,6 +177,7 @@ LogStore::NodeCursor LogStore::Nodes(uint8_t level) const {
   rocksdb::ReadOptions ro;
   ro.iterate_upper_bound = &cursor.upper_->slice;
   ro.fill_cache = false;
+  ro.verify_checksums = false;  // every node read here is recomputed from the entries
   ro.readahead_size = 2 << 20;
   cursor.it_.reset(db_->db()->NewIterator(ro, nodes_));
   cursor.it_->Seek(cursor.lower_);

@@ -64,9 +64,12 @@ class LogStore {
   // Visits stored entry records in key order from `from`: fn(seq, leaf hash, entry bytes).
   // A malformed record (short value) is passed with an empty leaf hash view. fn returns false to
   // stop.
+  // `verify_checksums` false skips RocksDB's block CRC32C: only for readers that hash every byte
+  // themselves (whole-log verification), where it would check the same bytes twice.
   absl::Status ScanEntries(uint64_t from,
                            const std::function<bool(uint64_t seq, absl::string_view leaf_hash,
-                                                    absl::string_view entry)>& fn) const;
+                                                    absl::string_view entry)>& fn,
+                           bool verify_checksums = true) const;
   // Walks the stored nodes of one level (>= 1) in index order.
   class NodeCursor {
    public:

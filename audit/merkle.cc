@@ -28,7 +28,7 @@ const EVP_MD* Sha256Md() {
 // costs two small digests (its leaf and, amortized, one node).
 EVP_MD_CTX* ThreadDigestContext() {
   thread_local const std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(),
-                                                                          &EVP_MD_CTX_free);
+                                                                            &EVP_MD_CTX_free);
   return ctx.get();
 }
 

@@ -54,8 +54,8 @@ struct Batch {
   static constexpr size_t kRecords = 4096;
   struct Record {
     uint64_t seq;
-    size_t offset;      // of the stored leaf hash in `data`, followed by the entry bytes
-    size_t leaf_size;   // 0 (truncated record) or kHashSize
+    size_t offset;     // of the stored leaf hash in `data`, followed by the entry bytes
+    size_t leaf_size;  // 0 (truncated record) or kHashSize
     size_t entry_size;
   };
   std::string prev_leaf;  // the stored leaf hash of the record before the first
@@ -64,11 +64,22 @@ struct Batch {
   // Filled by Check:
   std::vector<Hash> leaves;
   std::optional<std::pair<size_t, std::string>> failure;  // the first failing record
+  struct EmittedNode {
+    size_t record;  // the record whose leaf completed it
+    NodeId id;
+    Hash hash;
+  };
+  std::vector<EmittedNode> nodes;       // interior nodes the batch's leaves completed, in order
+  std::optional<size_t> root_mismatch;  // the record at the checkpoint's size, if its root is wrong
+  size_t appended = 0;                  // leaves appended to the tree
 
   void Clear() {
     data.clear();
     records.clear();
     failure.reset();
+    nodes.clear();
+    root_mismatch.reset();
+    appended = 0;
   }
   absl::string_view leaf(const Record& r) const {
     return absl::string_view(data).substr(r.offset, r.leaf_size);
@@ -81,14 +92,29 @@ struct Batch {
     leaves.resize(records.size());
     absl::string_view prev = prev_leaf;
     for (size_t i = 0; i < records.size(); ++i) {
-      std::optional<std::string> error =
-          CheckRecord(records[i].seq, leaf(records[i]), entry(records[i]), prev, vault_name, e,
-                      &leaves[i]);
+      std::optional<std::string> error = CheckRecord(
+          records[i].seq, leaf(records[i]), entry(records[i]), prev, vault_name, e, &leaves[i]);
       if (error.has_value()) {
         failure.emplace(i, std::move(*error));
         return;
       }
       prev = leaf(records[i]);
+    }
+  }
+  // Appends the checked leaves to `tree` (batches are appended strictly in order, one at a time),
+  // recording the interior nodes they complete and a root that differs from the checkpoint's.
+  void Grow(Frontier* tree, const std::optional<Checkpoint>& signed_cp) {
+    const size_t good = failure.has_value() ? failure->first : records.size();
+    for (size_t i = 0; i < good; ++i) {
+      tree->Append(leaves[i], [&](NodeId id, const Hash& h) {
+        if (id.level > 0) nodes.push_back({i, id, h});
+      });
+      appended = i + 1;
+      if (signed_cp.has_value() && tree->size() == signed_cp->size &&
+          tree->Root() != signed_cp->root) {
+        root_mismatch = i;
+        return;
+      }
     }
   }
 };
@@ -187,24 +213,27 @@ VerifyReport VerifyStoredLog(const LogStore& store, absl::string_view vault_name
   int filling = 0;
   std::future<void> checking;  // of batches[1 - filling]
   bool have_checked = false;
-  // Feeds a checked batch into the tree. False once something failed.
+  // Takes a checked batch's results in order: the stored nodes its leaves completed must match,
+  // the root at the checkpoint's size, then the first failing record. False once something failed.
   auto consume = [&](Batch& b) {
-    const size_t good = b.failure.has_value() ? b.failure->first : b.records.size();
-    for (size_t i = 0; i < good; ++i) {
-      const Hash& leaf = b.leaves[i];
-      tree.Append(leaf, check_node);
+    size_t n = 0;
+    for (size_t i = 0; i < b.appended; ++i) {
+      for (; n < b.nodes.size() && b.nodes[n].record == i; ++n) {
+        check_node(b.nodes[n].id, b.nodes[n].hash);
+      }
       if (failure.has_value()) return false;
-      if (signed_cp.has_value() && tree.size() == signed_cp->size &&
-          tree.Root() != signed_cp->root) {
+      if (b.root_mismatch == i) {
         return fail(std::nullopt,
-                    absl::StrCat("the first ", tree.size(),
+                    absl::StrCat("the first ", report.entries_checked + 1,
                                  " entries do not hash to the signed checkpoint's root (the "
                                  "log was rewritten)"));
       }
-      prev = leaf;
+      prev = b.leaves[i];
       ++report.entries_checked;
     }
-    if (b.failure.has_value()) return fail(b.records[good].seq, std::move(b.failure->second));
+    if (b.failure.has_value()) {
+      return fail(b.records[b.failure->first].seq, std::move(b.failure->second));
+    }
     return true;
   };
   // Waits for the batch being checked (if any) and consumes it.
@@ -214,39 +243,49 @@ VerifyReport VerifyStoredLog(const LogStore& store, absl::string_view vault_name
     have_checked = false;
     return consume(batches[1 - filling]);
   };
-  // Hands the filled batch to the worker after consuming the previous one.
+  // Waits for the batch being checked, hands the filled one to the worker (its leaves extend the
+  // tree the previous one grew), then consumes the previous one meanwhile.
   auto hand_off = [&]() {
-    if (!drain()) return false;
+    if (have_checked) checking.get();
     Batch& full = batches[filling];
-    checking = std::async(std::launch::async, [&full, vault_name] { full.Check(vault_name); });
+    Batch& previous = batches[1 - filling];
+    const bool consume_previous = have_checked;
+    checking = std::async(std::launch::async, [&full, &tree, &signed_cp, vault_name] {
+      full.Check(vault_name);
+      full.Grow(&tree, signed_cp);
+    });
     have_checked = true;
+    const bool ok = !consume_previous || consume(previous);
     filling = 1 - filling;
-    Batch& next = batches[filling];
+    Batch& next = batches[filling];  // `previous`, consumed
     next.Clear();
     // The next batch's first record follows `full`'s last one.
     next.prev_leaf = std::string(full.leaf(full.records.back()));
-    return true;
+    return ok;
   };
   batches[0].prev_leaf = std::string(AsBytes(Hash{}));
   bool gap = false;
-  absl::Status scan = store.ScanEntries(0, [&](uint64_t seq, absl::string_view stored_leaf,
-                                               absl::string_view bytes) {
-    if (expected >= limit) return false;
-    if (seq != expected) {
-      gap = true;
-      return false;
-    }
-    Batch& b = batches[filling];
-    b.records.push_back({seq, b.data.size(), stored_leaf.size(), bytes.size()});
-    b.data.append(stored_leaf.data(), stored_leaf.size());
-    b.data.append(bytes.data(), bytes.size());
-    ++expected;
-    if (b.records.size() < Batch::kRecords) return true;
-    return hand_off();
-  });
+  absl::Status scan = store.ScanEntries(
+      0,
+      [&](uint64_t seq, absl::string_view stored_leaf, absl::string_view bytes) {
+        if (expected >= limit) return false;
+        if (seq != expected) {
+          gap = true;
+          return false;
+        }
+        Batch& b = batches[filling];
+        b.records.push_back({seq, b.data.size(), stored_leaf.size(), bytes.size()});
+        b.data.append(stored_leaf.data(), stored_leaf.size());
+        b.data.append(bytes.data(), bytes.size());
+        ++expected;
+        if (b.records.size() < Batch::kRecords) return true;
+        return hand_off();
+      },
+      /*verify_checksums=*/false);  // every byte is hashed here
   // The rest, in order: the batch being checked, then the partial one.
   if (drain() && !batches[filling].records.empty()) {
     batches[filling].Check(vault_name);
+    batches[filling].Grow(&tree, signed_cp);
     consume(batches[filling]);
   }
   if (gap && !failure.has_value()) {
