@@ -222,8 +222,8 @@ TEST_F(InteropTest, GoVerifiesCheckpointAndProofs) {
   {
     std::vector<std::string> entry4 = Entries(sock, 4, 5);
     ASSERT_EQ(entry4.size(), 1u);
-    RunResult r = Verify({"-vkey", vkey, "-checkpoint", note_file, "-inclusion", inc_file,
-                          "-entry", Save("entry-4.bin", entry4[0])});
+    RunResult r = Verify({"-vkey", vkey, "-checkpoint", note_file, "-inclusion", inc_file, "-entry",
+                          Save("entry-4.bin", entry4[0])});
     EXPECT_EQ(r.exit_code, 1) << r;
     EXPECT_TRUE(absl::StrContains(r.err, "FAIL: served leaf_hash ")) << r;
   }
@@ -262,17 +262,22 @@ TEST_F(InteropTest, GoVerifiesEveryProofOfASmallLog) {
   for (uint64_t i = 0; i < kSize; ++i) {
     const std::string size1 = absl::StrCat(i + 1);
     std::vector<std::string> args = {
-        "-vkey", vkey, "-checkpoint", note_file, "-inclusion",
+        "-vkey",
+        vkey,
+        "-checkpoint",
+        note_file,
+        "-inclusion",
         Save(absl::StrCat("inclusion-", i, ".json"),
              Ctl(sock, {"-o", "json", "audit", "proof", "inclusion", absl::StrCat(i)})),
-        "-entry", Save(absl::StrCat("entry-", i, ".bin"), entries[i]), "-consistency",
+        "-entry",
+        Save(absl::StrCat("entry-", i, ".bin"), entries[i]),
+        "-consistency",
         Save(absl::StrCat("consistency-", size1, ".json"),
-             Ctl(sock, {"-o", "json", "audit", "proof", "consistency", size1,
-                        absl::StrCat(kSize)}))};
+             Ctl(sock,
+                 {"-o", "json", "audit", "proof", "consistency", size1, absl::StrCat(kSize)}))};
     RunResult r = Verify(args);
     EXPECT_EQ(r.exit_code, 0) << "entry " << i << ", size1 " << size1 << ": " << r;
-    EXPECT_TRUE(absl::StrContains(r.out, absl::StrCat("ok: inclusion of entry ", i, " ")))
-        << r;
+    EXPECT_TRUE(absl::StrContains(r.out, absl::StrCat("ok: inclusion of entry ", i, " "))) << r;
     EXPECT_TRUE(absl::StrContains(r.out, absl::StrCat("ok: consistency of size ", size1, " ")))
         << r;
   }

@@ -13,8 +13,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "capability/principal.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
