@@ -37,11 +37,18 @@ absl::StatusOr<cas::Digest> ParseDigest(const vault::v1::Digest& d, absl::string
 // Records one call's outcome: an entry for the objects it added (if any), a DENIED entry per
 // object refused. The digest list's hash covers "sha256:<hex>/<size>\n" per new object, in
 // feed order, so anyone holding the feed can recompute it.
+// At most this many refused objects of one call get an entry each; the rest of them share one
+// entry (their count and the SHA-256 of their digest list), so a caller cannot multiply the log's
+// growth by the size of its batches.
+constexpr size_t kMaxDeniedEntriesPerCall = 16;
+
 absl::Status AuditPuts(Auditor* auditor, const std::string& actor,
                        absl::Span<const cas::Digest> digests,
                        absl::Span<const absl::StatusOr<cas::PutOutcome>> outcomes) {
   std::vector<vault::v1::AuditEntry> entries;
   std::string listing;
+  std::string denied_rest;  // digests of refused objects beyond the per-call cap
+  uint64_t denied = 0;
   uint64_t count = 0, bytes = 0, first = 0, last = 0;
   for (size_t i = 0; i < digests.size(); ++i) {
     const absl::StatusOr<cas::PutOutcome>& o = outcomes[i];
@@ -52,12 +59,22 @@ absl::Status AuditPuts(Auditor* auditor, const std::string& actor,
       ++count;
       bytes += digests[i].size();
       absl::StrAppend(&listing, digests[i].ToString(), "\n");
-    } else {
+    } else if (++denied <= kMaxDeniedEntriesPerCall) {
       entries.push_back(Auditor::Entry(actor, "cas.put", digests[i].ToString(),
                                        vault::v1::AuditEntry::DENIED,
                                        std::string(o.status().message()),
                                        {{"code", absl::StatusCodeToString(o.status().code())}}));
+    } else {
+      absl::StrAppend(&denied_rest, digests[i].ToString(), "\n");
     }
+  }
+  if (denied > kMaxDeniedEntriesPerCall) {
+    const uint64_t rest = denied - kMaxDeniedEntriesPerCall;
+    entries.push_back(Auditor::Entry(
+        actor, "cas.put", absl::StrCat(rest, " more objects"), vault::v1::AuditEntry::DENIED,
+        "refused in the same call (see the entries before)",
+        {{"objects", absl::StrCat(rest)},
+         {"digests_sha256", absl::BytesToHexString(audit::AsBytes(audit::Sha256(denied_rest)))}}));
   }
   if (count > 0) {
     std::string subject = count == 1 ? std::string(absl::StripSuffix(listing, "\n"))

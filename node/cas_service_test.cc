@@ -133,6 +133,52 @@ TEST_F(CasServiceTest, BatchPutReportsPerItemStatuses) {
   GetResult back = Get(DigestOf(good), 0, 0);
   ASSERT_TRUE(back.status.ok()) << back.status.error_message();
   EXPECT_EQ(back.data, good);
+
+  // The audit log witnesses both: the stored object (one entry for the call) and the refused
+  // one (the malformed third item is no object and is not audited).
+  std::vector<vault::v1::AuditEntry> entries = AuditEntries();
+  ASSERT_EQ(entries.size(), 2u);
+  const std::string good_text = cas::Digest::Of(good).ToString();
+  EXPECT_EQ(entries[0].action(), "cas.put");
+  EXPECT_EQ(entries[0].decision(), vault::v1::AuditEntry::ALLOWED);
+  EXPECT_EQ(entries[0].subject(), good_text);
+  EXPECT_EQ(entries[0].actor(), kLocalAdminActor);
+  ASSERT_EQ(entries[0].details_size(), 5);
+  EXPECT_EQ(entries[0].details(0).key(), "objects");
+  EXPECT_EQ(entries[0].details(0).value(), "1");
+  EXPECT_EQ(entries[0].details(2).value(), "1");  // feed_first
+  EXPECT_EQ(entries[0].details(4).key(), "digests_sha256");
+  EXPECT_EQ(entries[0].details(4).value(),
+            absl::BytesToHexString(audit::AsBytes(audit::Sha256(good_text + "\n"))));
+  EXPECT_EQ(entries[1].decision(), vault::v1::AuditEntry::DENIED);
+  EXPECT_EQ(entries[1].subject(), DigestText(put.items(1).digest()));
+  EXPECT_NE(entries[1].motivation().find("digest mismatch"), std::string::npos);
+}
+
+TEST_F(CasServiceTest, RefusedObjectsOfOneCallShareTheirAuditEntriesPastSixteen) {
+  BatchPutRequest put;
+  std::string rest;
+  for (int i = 0; i < 40; ++i) {
+    BatchPutRequest::Item* item = put.add_items();
+    *item->mutable_digest() = DigestOf(absl::StrCat("claimed ", i));
+    item->set_data(absl::StrCat("carried ", i));  // same length, other bytes
+    if (i >= 16) absl::StrAppend(&rest, DigestText(item->digest()), "\n");
+  }
+  BatchPutResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  ASSERT_TRUE(stub()->BatchPut(&ctx, put, &resp).ok());
+  std::vector<vault::v1::AuditEntry> entries = AuditEntries();
+  ASSERT_EQ(entries.size(), 17u);
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(entries[i].decision(), vault::v1::AuditEntry::DENIED);
+    EXPECT_EQ(entries[i].subject(), DigestText(put.items(i).digest()));
+  }
+  EXPECT_EQ(entries[16].subject(), "24 more objects");
+  ASSERT_EQ(entries[16].details_size(), 2);
+  EXPECT_EQ(entries[16].details(0).value(), "24");
+  EXPECT_EQ(entries[16].details(1).value(),
+            absl::BytesToHexString(audit::AsBytes(audit::Sha256(rest))));
 }
 
 TEST_F(CasServiceTest, BatchPutOverTheBatchLimitFailsTheWholeCall) {

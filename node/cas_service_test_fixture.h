@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -123,6 +124,11 @@ struct FeedResult {
   std::vector<FeedResponse> messages;
   std::vector<uint64_t> seqs;
 };
+
+// A wire digest as text: sha256:<hex>/<size>.
+inline std::string DigestText(const vault::v1::Digest& d) {
+  return absl::StrCat("sha256:", absl::BytesToHexString(d.sha256()), "/", d.size());
+}
 
 class CasServiceTest : public ::testing::Test {
  protected:
