@@ -3,27 +3,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_util.h"
 #include "common/status_macros.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
 namespace vault::audit {
-namespace {
-
-// The bytes that become the leaf: a deterministic serialization, written once and hashed as
-// stored (never re-serialized).
-std::string EntryBytes(const vault::v1::AuditEntry& entry) {
-  std::string out;
-  {
-    google::protobuf::io::StringOutputStream stream(&out);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    entry.SerializeToCodedStream(&coded);
-  }
-  return out;
-}
-
-}  // namespace
 
 std::string LogOrigin(absl::string_view vault_name) {
   return absl::StrCat("vault.audit/", vault_name);
@@ -117,7 +100,8 @@ absl::Status AuditLog::Prepare(absl::Span<AppendOp* const> ops, rocksdb::WriteBa
       e.set_time_unix_micros(now);
       e.set_vault(options_.vault_name);
       e.set_prev_hash(std::string(AsBytes(pending_.last_leaf)));
-      std::string bytes = EntryBytes(e);
+      // The leaf is these bytes, written once and hashed as stored (never re-serialized).
+      std::string bytes = common::SerializeDeterministic(e);
       Hash leaf = LeafHash(bytes);
       store_.AddEntry(batch, seq, leaf, bytes);
       pending_.frontier.Append(leaf,

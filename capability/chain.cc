@@ -10,9 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "capability/grant.h"
+#include "common/proto_util.h"
 #include "common/status_macros.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
 namespace vault::capability {
 namespace {
@@ -77,17 +76,6 @@ std::string Sha256(absl::string_view a, absl::string_view b, absl::string_view c
   return std::string(reinterpret_cast<char*>(out), len);
 }
 
-std::string Canonical(const google::protobuf::Message& m) {
-  std::string out;
-  {
-    google::protobuf::io::StringOutputStream stream(&out);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    m.SerializeToCodedStream(&coded);
-  }
-  return out;
-}
-
 bool HasUnknownFields(const google::protobuf::Message& m) {
   const google::protobuf::Reflection* r = m.GetReflection();
   if (!r->GetUnknownFields(m).empty()) return true;
@@ -149,7 +137,7 @@ absl::StatusOr<vault::v1::SignedLink> SignLink(const vault::v1::LinkPayload& pay
     return absl::InvalidArgumentError("the signing key is not the link's issuer");
   }
   vault::v1::SignedLink link;
-  link.set_payload(Canonical(payload));
+  link.set_payload(common::SerializeDeterministic(payload));
   VAULT_ASSIGN_OR_RETURN(std::string sig, issuer.Sign(absl::StrCat(kLinkDomain, link.payload())));
   link.set_signature(std::move(sig));
   return link;
@@ -167,7 +155,7 @@ absl::StatusOr<vault::v1::LinkPayload> ParseLinkPayload(absl::string_view bytes)
     return absl::InvalidArgumentError(
         absl::StrCat("link payload version ", p.version(), " is not supported (only 1)"));
   }
-  if (Canonical(p) != bytes) {
+  if (common::SerializeDeterministic(p) != bytes) {
     return absl::InvalidArgumentError("link payload is not canonically encoded");
   }
   return p;

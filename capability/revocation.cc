@@ -4,26 +4,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_util.h"
 #include "common/status_macros.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "rocksdb/iterator.h"
 
 namespace vault::capability {
 namespace {
 
 constexpr char kCf[] = "cap_revocations";
-
-std::string Canonical(const vault::v1::RevocationPayload& m) {
-  std::string out;
-  {
-    google::protobuf::io::StringOutputStream stream(&out);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    m.SerializeToCodedStream(&coded);
-  }
-  return out;
-}
 
 std::string TargetKey(char kind, absl::string_view target, absl::string_view revoker) {
   // kind, 4-byte length of the target, target, revoker (32 bytes): unambiguous.
@@ -56,7 +44,7 @@ absl::StatusOr<vault::v1::SignedRevocation> SignRevocation(
     return absl::InvalidArgumentError("the signing key is not the revocation's revoker");
   }
   vault::v1::SignedRevocation out;
-  out.set_payload(Canonical(payload));
+  out.set_payload(common::SerializeDeterministic(payload));
   VAULT_ASSIGN_OR_RETURN(std::string sig,
                          revoker.Sign(absl::StrCat(kRevocationDomain, out.payload())));
   out.set_signature(std::move(sig));
@@ -67,7 +55,7 @@ absl::StatusOr<vault::v1::RevocationPayload> OpenRevocation(
     const vault::v1::SignedRevocation& revocation) {
   vault::v1::RevocationPayload p;
   if (!p.ParseFromString(revocation.payload()) || !p.GetReflection()->GetUnknownFields(p).empty() ||
-      Canonical(p) != revocation.payload()) {
+      common::SerializeDeterministic(p) != revocation.payload()) {
     return absl::InvalidArgumentError("revocation payload is malformed or not canonical");
   }
   VAULT_RETURN_IF_ERROR(CheckPayload(p));

@@ -267,9 +267,35 @@ std::string Describe(const Sexp& x) {
   return "a list";
 }
 
-class SexpReader {
+// A position in a text being read, shared by the S-expression and JSON readers: the byte index
+// and its 1-based line and column, for error messages.
+class TextCursor {
+ protected:
+  TextCursor(absl::string_view text, absl::string_view source) : text_(text), source_(source) {}
+
+  bool AtEnd() const { return i_ >= text_.size(); }
+  char Peek() const { return text_[i_]; }
+  Pos Here() const { return pos_; }
+  void Advance() {
+    if (text_[i_] == '\n') {
+      ++pos_.line;
+      pos_.col = 1;
+    } else {
+      ++pos_.col;
+    }
+    ++i_;
+  }
+  absl::Status Error(Pos pos, absl::string_view what) const { return ErrorAt(source_, pos, what); }
+
+  absl::string_view text_;
+  absl::string_view source_;
+  size_t i_ = 0;
+  Pos pos_;
+};
+
+class SexpReader : private TextCursor {
  public:
-  SexpReader(absl::string_view text, absl::string_view source) : text_(text), source_(source) {}
+  SexpReader(absl::string_view text, absl::string_view source) : TextCursor(text, source) {}
 
   // Exactly one form, with only blanks and comments around it.
   absl::StatusOr<Sexp> ReadDocument(absl::string_view expected) {
@@ -285,19 +311,6 @@ class SexpReader {
   }
 
  private:
-  bool AtEnd() const { return i_ >= text_.size(); }
-  char Peek() const { return text_[i_]; }
-  Pos Here() const { return pos_; }
-  void Advance() {
-    if (text_[i_] == '\n') {
-      ++pos_.line;
-      pos_.col = 1;
-    } else {
-      ++pos_.col;
-    }
-    ++i_;
-  }
-  absl::Status Error(Pos pos, absl::string_view what) const { return ErrorAt(source_, pos, what); }
   static bool IsBlank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
   static bool IsDelimiter(char c) {
     return IsBlank(c) || c == '(' || c == ')' || c == '"' || c == ';';
@@ -414,11 +427,6 @@ class SexpReader {
     atom.type = IsIntegerLiteral(atom.text) ? Sexp::Type::kInteger : Sexp::Type::kSymbol;
     return atom;
   }
-
-  absl::string_view text_;
-  absl::string_view source_;
-  size_t i_ = 0;
-  Pos pos_;
 };
 
 // From S-expressions to messages.
@@ -1020,9 +1028,9 @@ struct JsonMember {
   JsonValue value;
 };
 
-class JsonReader {
+class JsonReader : private TextCursor {
  public:
-  JsonReader(absl::string_view text, absl::string_view source) : text_(text), source_(source) {}
+  JsonReader(absl::string_view text, absl::string_view source) : TextCursor(text, source) {}
 
   absl::StatusOr<JsonValue> ReadDocument() {
     SkipBlank();
@@ -1033,19 +1041,6 @@ class JsonReader {
   }
 
  private:
-  bool AtEnd() const { return i_ >= text_.size(); }
-  char Peek() const { return text_[i_]; }
-  Pos Here() const { return pos_; }
-  void Advance() {
-    if (text_[i_] == '\n') {
-      ++pos_.line;
-      pos_.col = 1;
-    } else {
-      ++pos_.col;
-    }
-    ++i_;
-  }
-  absl::Status Error(Pos pos, absl::string_view what) const { return ErrorAt(source_, pos, what); }
   void SkipBlank() {
     while (!AtEnd() && (Peek() == ' ' || Peek() == '\t' || Peek() == '\n' || Peek() == '\r')) {
       Advance();
@@ -1292,11 +1287,6 @@ class JsonReader {
     if (!IsValidUtf8(out)) return Error(open, "string is not valid UTF-8");
     return out;
   }
-
-  absl::string_view text_;
-  absl::string_view source_;
-  size_t i_ = 0;
-  Pos pos_;
 };
 
 const FieldDescriptor* JsonField(const Descriptor* descriptor, const std::string& key) {
