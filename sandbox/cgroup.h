@@ -1,0 +1,95 @@
+// cgroup: one control group per sandbox, for memory, pids, CPU and the freezer, on cgroup v1,
+// v2, or a hybrid of both.
+//
+// Detect() reads /proc/self/mountinfo and /proc/self/cgroup once and decides, controller by
+// controller, where it lives: a v1 hierarchy that has it, else the v2 hierarchy when its
+// cgroup.controllers lists it (the v2 freezer and kill are core files, cgroup.freeze and
+// cgroup.kill, present in every non-root v2 cgroup). Sandboxes are created under
+// "<this process's cgroup>/<folder>/<name>" in each hierarchy used. A controller whose folder
+// cannot be created (read-only cgroupfs, no permission, no delegation) is reported missing
+// with the reason, never silently skipped.
+//
+//   ASSIGN_OR_RETURN(auto manager, CgroupManager::Detect({}));
+//   ASSIGN_OR_RETURN(auto cg, manager->Create("sb-1", {.memory_bytes = 64 << 20,
+//                                                       .max_pids = 32, .cpu_percent = 100}));
+//   RETURN_IF_ERROR(cg->AddProcess(pid));
+//   RETURN_IF_ERROR(cg->Freeze());
+//
+// Thread safety: CgroupManager is immutable after Detect and may be shared. A Cgroup may be
+// used from several threads; its operations are single file writes/reads.
+#ifndef VAULT_SANDBOX_CGROUP_H_
+#define VAULT_SANDBOX_CGROUP_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace vault::sandbox {
+
+enum class CgroupController { kMemory, kPids, kCpu, kCpuAcct, kFreezer };
+
+struct CgroupLimits {
+  uint64_t memory_bytes = 0;  // memory limit; swap is limited to 0 where the file exists
+  uint32_t max_pids = 0;      // pids.max
+  uint32_t cpu_percent = 0;   // CFS quota: 100 = one core per 100 ms period
+};
+
+struct CgroupReadings {
+  uint64_t memory_current = 0;  // bytes
+  uint64_t memory_peak = 0;     // bytes (v1 max_usage_in_bytes, v2 memory.peak)
+  uint64_t cpu_usage_ns = 0;    // cpuacct.usage (v1) or cpu.stat usage_usec*1000 (v2)
+  uint32_t pids_current = 0;
+  uint64_t oom_kills = 0;       // v1 memory.oom_control "oom_kill", v2 memory.events "oom_kill"
+};
+
+class Cgroup {
+ public:
+  virtual ~Cgroup() = default;  // best-effort Remove()
+  // Moves `pid` (the whole process) into this cgroup in every hierarchy used.
+  virtual absl::Status AddProcess(pid_t pid) = 0;
+  // Freezes / thaws every task; Freeze returns once the kernel reports the group frozen
+  // (DeadlineExceeded after 2 s).
+  virtual absl::Status Freeze() = 0;
+  virtual absl::Status Thaw() = 0;
+  // SIGKILLs every task (v2 cgroup.kill; v1: freeze, kill each pid in cgroup.procs, thaw),
+  // and returns once cgroup.procs is empty (DeadlineExceeded after 5 s).
+  virtual absl::Status KillAll() = 0;
+  virtual absl::StatusOr<CgroupReadings> Read() const = 0;
+  // Removes the cgroup folders (retries EBUSY for up to 2 s while exiting tasks leave).
+  virtual absl::Status Remove() = 0;
+};
+
+class CgroupManager {
+ public:
+  struct Options {
+    std::string folder = "vault-sandbox";
+    bool prefer_v2_freezer = false;
+    // For tests: read these instead of /proc/self/{mountinfo,cgroup}. Empty: the real ones.
+    std::string mountinfo_path;
+    std::string cgroup_path;
+  };
+  static absl::StatusOr<std::unique_ptr<CgroupManager>> Detect(const Options& options);
+  virtual ~CgroupManager() = default;
+
+  virtual bool Has(CgroupController controller) const = 0;
+  // "memory=v1 pids=v1 cpu=v1 cpuacct=v1 freezer=v1" (missing ones as "memory=missing").
+  virtual std::string Describe() const = 0;
+  // One line per missing controller: why.
+  virtual std::string Warnings() const = 0;
+  // Creates "<folder>/<name>" in every hierarchy used and writes the limits for the controllers
+  // present. AlreadyExists if it exists; InvalidArgument for a name outside [A-Za-z0-9._-]{1,64}.
+  virtual absl::StatusOr<std::unique_ptr<Cgroup>> Create(const std::string& name,
+                                                         const CgroupLimits& limits) const = 0;
+  // Removes empty cgroups left in <folder> by a previous process (after a crash). Returns how
+  // many were removed.
+  virtual int RemoveStale() const = 0;
+};
+
+}  // namespace vault::sandbox
+
+#endif  // VAULT_SANDBOX_CGROUP_H_

@@ -1,0 +1,436 @@
+// Lifecycle tests of the posix sandbox: real namespaces, cgroups, seccomp and Landlock, with
+// ordinary programs (sh, python3, coreutils) inside. The attacks are in hostile_test.cc.
+#include "sandbox/linux_sandbox.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/testing/temp_dir.h"
+#include "sandbox/channel.h"
+
+namespace vault::sandbox {
+namespace {
+
+using ::testing::HasSubstr;
+
+// One sandbox for the suite (probing the kernel costs a clone).
+LinuxSandbox* Shared() {
+  static LinuxSandbox* sandbox = [] {
+    absl::StatusOr<std::unique_ptr<LinuxSandbox>> created = LinuxSandbox::Create({});
+    if (!created.ok()) {
+      fprintf(stderr, "LinuxSandbox::Create: %s\n", created.status().ToString().c_str());
+      return static_cast<LinuxSandbox*>(nullptr);
+    }
+    return created->release();
+  }();
+  return sandbox;
+}
+
+#define REQUIRE_SANDBOX()                                                              \
+  if (Shared() == nullptr) GTEST_SKIP() << "the sandbox's fences are not available here"
+
+// Reads a pipe to the end on a thread while the sandbox runs.
+class Capture {
+ public:
+  Capture() {
+    int fds[2];
+    EXPECT_EQ(pipe2(fds, O_CLOEXEC), 0);
+    read_ = fds[0];
+    write_ = fds[1];
+    reader_ = std::thread([this] {
+      char buf[4096];
+      ssize_t n;
+      while ((n = read(read_, buf, sizeof buf)) > 0) text_.append(buf, static_cast<size_t>(n));
+    });
+  }
+  ~Capture() {
+    CloseWriter();
+    if (reader_.joinable()) reader_.join();
+    close(read_);
+  }
+  int fd() const { return write_; }
+  void CloseWriter() {
+    if (write_ >= 0) close(write_);
+    write_ = -1;
+  }
+  std::string Finish() {
+    CloseWriter();
+    if (reader_.joinable()) reader_.join();
+    return text_;
+  }
+
+ private:
+  int read_ = -1;
+  int write_ = -1;
+  std::thread reader_;
+  std::string text_;
+};
+
+SandboxSpec Shell(const std::string& script) {
+  SandboxSpec spec;
+  spec.program = "/bin/sh";
+  spec.argv = {"sh", "-c", script};
+  spec.limits.wall_time = absl::Seconds(30);
+  return spec;
+}
+
+ExitInfo RunToEnd(SandboxSpec spec, std::string* out = nullptr) {
+  Capture capture;
+  spec.stdout_fd = capture.fd();
+  spec.stderr_fd = capture.fd();
+  absl::StatusOr<std::unique_ptr<SandboxHandle>> handle = Shared()->Spawn(spec);
+  EXPECT_TRUE(handle.ok()) << handle.status();
+  if (!handle.ok()) return {};
+  capture.CloseWriter();
+  absl::StatusOr<ExitInfo> exit = (*handle)->Wait(absl::Seconds(60));
+  EXPECT_TRUE(exit.ok()) << exit.status();
+  std::string text = capture.Finish();
+  if (out != nullptr) *out = text;
+  return exit.ok() ? *exit : ExitInfo{};
+}
+
+TEST(LinuxSandbox, FencesAreReported) {
+  REQUIRE_SANDBOX();
+  const FenceReport& fences = Shared()->fences();
+  EXPECT_TRUE(fences.user_namespaces);
+  EXPECT_TRUE(fences.seccomp);
+  EXPECT_THAT(fences.Describe(), HasSubstr("seccomp filter: active"));
+  EXPECT_THAT(fences.Describe(), HasSubstr("namespaces (user, mount, pid, net, ipc, uts, cgroup): active"));
+}
+
+TEST(LinuxSandbox, ReportsTheExitCode) {
+  REQUIRE_SANDBOX();
+  ExitInfo exit = RunToEnd(Shell("exit 7"));
+  EXPECT_TRUE(exit.exited);
+  EXPECT_EQ(exit.exit_code, 7);
+  EXPECT_EQ(exit.limit, LimitHit::kNone);
+  EXPECT_FALSE(exit.killed);
+  EXPECT_EQ(DescribeExit(exit), "exited with code 7");
+}
+
+TEST(LinuxSandbox, SeesItsOwnIdentityAndMinimalEnvironment) {
+  REQUIRE_SANDBOX();
+  std::string out;
+  SandboxSpec spec = Shell(
+      "echo \"$HOME $TMPDIR $USER\"; id -u; id -g; uname -n; ls /; ls /dev; "
+      "cat /proc/self/status | grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):'; env | sort | "
+      "grep -c .");
+  spec.env = {"EXTRA=1"};
+  ExitInfo exit = RunToEnd(spec, &out);
+  EXPECT_TRUE(exit.exited);
+  EXPECT_EQ(exit.exit_code, 0);
+  EXPECT_THAT(out, HasSubstr("/work /tmp agent\n1000\n1000\nvault-sandbox\n"));
+  // Only what the sandbox made: no /home, /root, /var, /sys, /run, /code without a code dir.
+  EXPECT_THAT(out, HasSubstr("bin\ndev\netc\nlib\nlib32\nlib64\nlibx32\nproc\nsbin\ntmp\nusr\nwork\n"));
+  EXPECT_THAT(out, HasSubstr("fd\nnull\nrandom\nstderr\nstdin\nstdout\nurandom\nzero\n"));
+  EXPECT_THAT(out, HasSubstr("CapEff:\t0000000000000000\n"));
+  EXPECT_THAT(out, HasSubstr("CapBnd:\t0000000000000000\n"));
+  EXPECT_THAT(out, HasSubstr("NoNewPrivs:\t1\n"));
+  EXPECT_THAT(out, HasSubstr("Seccomp:\t2\n"));
+}
+
+TEST(LinuxSandbox, FirstFrameOnTheChannel) {
+  REQUIRE_SANDBOX();
+  absl::StatusOr<Channel::PairResult> pair = Channel::Pair();
+  ASSERT_TRUE(pair.ok());
+  SandboxSpec spec = Shell("printf '\\000\\000\\000\\005hello' >&3; test \"$VAULT_CHANNEL_FD\" = 3");
+  spec.channel_fd = pair->guest_fd;
+  absl::StatusOr<std::unique_ptr<SandboxHandle>> handle = Shared()->Spawn(spec);
+  close(pair->guest_fd);
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  absl::StatusOr<std::string> frame = pair->host.ReadFrame(absl::Seconds(10));
+  ASSERT_TRUE(frame.ok()) << frame.status();
+  EXPECT_EQ(*frame, "hello");
+  absl::StatusOr<ExitInfo> exit = (*handle)->Wait(absl::Seconds(10));
+  ASSERT_TRUE(exit.ok());
+  EXPECT_EQ(exit->exit_code, 0);
+  EXPECT_EQ(pair->host.ReadFrame(absl::Seconds(5)).status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(LinuxSandbox, CodeDirectoryIsReadOnlyAndExecutable) {
+  REQUIRE_SANDBOX();
+  common::testing::TempDir code("sandbox_code");
+  {
+    std::ofstream script(code.Path("run.sh"));
+    script << "#!/bin/sh\necho ran \"$@\"\ntouch /code/new 2>&1 || echo refused\n";
+  }
+  chmod(code.Path("run.sh").c_str(), 0755);
+  SandboxSpec spec;
+  spec.program = "/code/run.sh";
+  spec.argv = {"run.sh", "a", "b"};
+  spec.code_dir = code.path();
+  std::string out;
+  ExitInfo exit = RunToEnd(spec, &out);
+  EXPECT_EQ(exit.exit_code, 0);
+  EXPECT_THAT(out, HasSubstr("ran a b\n"));
+  EXPECT_THAT(out, HasSubstr("Read-only file system"));
+  EXPECT_FALSE(std::ifstream(code.Path("new")).good());
+}
+
+TEST(LinuxSandbox, PythonRuns) {
+  REQUIRE_SANDBOX();
+  if (access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no python3";
+  SandboxSpec spec;
+  spec.program = "/usr/bin/python3";
+  spec.argv = {"python3", "-c", "import os, json; print(json.dumps([os.getuid(), os.getcwd()]))"};
+  std::string out;
+  ExitInfo exit = RunToEnd(spec, &out);
+  EXPECT_EQ(exit.exit_code, 0) << out;
+  EXPECT_EQ(out, "[1000, \"/\"]\n");
+}
+
+TEST(LinuxSandbox, MissingProgramIsNotFound) {
+  REQUIRE_SANDBOX();
+  SandboxSpec spec;
+  spec.program = "/usr/bin/no-such-program";
+  absl::StatusOr<std::unique_ptr<SandboxHandle>> handle = Shared()->Spawn(spec);
+  EXPECT_EQ(handle.status().code(), absl::StatusCode::kNotFound) << handle.status();
+  EXPECT_THAT(handle.status().message(), HasSubstr("/usr/bin/no-such-program"));
+}
+
+TEST(LinuxSandbox, BadSpecsAreRefused) {
+  REQUIRE_SANDBOX();
+  SandboxSpec relative = Shell("true");
+  relative.program = "bin/sh";
+  EXPECT_EQ(Shared()->Spawn(relative).status().code(), absl::StatusCode::kInvalidArgument);
+  SandboxSpec dotdot = Shell("true");
+  dotdot.program = "/code/../bin/sh";
+  EXPECT_EQ(Shared()->Spawn(dotdot).status().code(), absl::StatusCode::kInvalidArgument);
+  SandboxSpec no_code = Shell("true");
+  no_code.code_dir = "/nonexistent/code";
+  EXPECT_EQ(Shared()->Spawn(no_code).status().code(), absl::StatusCode::kNotFound);
+  SandboxSpec root_ro = Shell("true");
+  root_ro.read_only_dirs = {"/"};
+  EXPECT_EQ(Shared()->Spawn(root_ro).status().code(), absl::StatusCode::kInvalidArgument);
+  SandboxSpec proc_ro = Shell("true");
+  proc_ro.read_only_dirs = {"/proc/1"};
+  EXPECT_EQ(Shared()->Spawn(proc_ro).status().code(), absl::StatusCode::kInvalidArgument);
+  SandboxSpec bad_env = Shell("true");
+  bad_env.env = {"NOEQUALS"};
+  EXPECT_EQ(Shared()->Spawn(bad_env).status().code(), absl::StatusCode::kInvalidArgument);
+  SandboxSpec zero_memory = Shell("true");
+  zero_memory.limits.memory_bytes = 0;
+  absl::Status status = Shared()->Spawn(zero_memory).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("memory_bytes"));
+}
+
+TEST(LinuxSandbox, ReadOnlyDirectoryAppearsAtTheSamePath) {
+  REQUIRE_SANDBOX();
+  common::testing::TempDir data("sandbox_ro");
+  std::ofstream(data.Path("input.txt")) << "input bytes";
+  SandboxSpec spec = Shell(absl::StrCat("cat ", data.Path("input.txt"), "; echo x > ",
+                                        data.Path("out.txt"), " 2>/dev/null || echo refused"));
+  spec.read_only_dirs = {data.path()};
+  std::string out;
+  ExitInfo exit = RunToEnd(spec, &out);
+  EXPECT_EQ(exit.exit_code, 0);
+  EXPECT_EQ(out, "input bytesrefused\n");
+}
+
+TEST(LinuxSandbox, KillEndsEveryProcess) {
+  REQUIRE_SANDBOX();
+  absl::StatusOr<std::unique_ptr<SandboxHandle>> handle =
+      Shared()->Spawn(Shell("sleep 100 & sleep 100 & (sleep 100 &) ; sleep 100"));
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  // Wait until all four sleeps run (plus the shell).
+  absl::Time give_up = absl::Now() + absl::Seconds(5);
+  uint32_t processes = 0;
+  while (absl::Now() < give_up) {
+    absl::StatusOr<Usage> usage = (*handle)->GetUsage();
+    ASSERT_TRUE(usage.ok()) << usage.status();
+    processes = usage->processes;
+    if (processes >= 6) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_GE(processes, 6u);  // init, sh, 4 x sleep (one orphaned)
+  ASSERT_TRUE((*handle)->Kill().ok());
+  absl::StatusOr<ExitInfo> exit = (*handle)->Wait(absl::ZeroDuration());
+  ASSERT_TRUE(exit.ok());
+  EXPECT_TRUE(exit->killed);
+  EXPECT_FALSE(exit->exited);
+  EXPECT_EQ(exit->signal, SIGKILL);
+  EXPECT_EQ(exit->limit, LimitHit::kNone);
+  EXPECT_EQ(DescribeExit(*exit), "killed by signal 9 (SIGKILL), killed on request");
+  EXPECT_TRUE((*handle)->Kill().ok());  // idempotent
+}
+
+TEST(LinuxSandbox, WallTimeLimitKills) {
+  REQUIRE_SANDBOX();
+  SandboxSpec spec = Shell("sleep 30");
+  spec.limits.wall_time = absl::Milliseconds(500);
+  ExitInfo exit = RunToEnd(spec);
+  EXPECT_EQ(exit.limit, LimitHit::kWallTime);
+  EXPECT_EQ(exit.signal, SIGKILL);
+  EXPECT_FALSE(exit.killed);
+  EXPECT_GE(exit.wall_time, absl::Milliseconds(500));
+  EXPECT_LT(exit.wall_time, absl::Seconds(5));
+}
+
+TEST(LinuxSandbox, CpuTimeLimitKills) {
+  REQUIRE_SANDBOX();
+  SandboxSpec spec = Shell("while :; do :; done");
+  spec.limits.cpu_seconds = 1;
+  ExitInfo exit = RunToEnd(spec);
+  EXPECT_EQ(exit.limit, LimitHit::kCpuTime);
+  EXPECT_FALSE(exit.exited);
+  EXPECT_GE(exit.final_usage.cpu_time, absl::Milliseconds(900));
+}
+
+TEST(LinuxSandbox, MemoryLimitOomKillsOnlyTheSandbox) {
+  REQUIRE_SANDBOX();
+  if (access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no python3";
+  SandboxSpec spec;
+  spec.program = "/usr/bin/python3";
+  spec.argv = {"python3", "-c", "b = bytearray(200 << 20)\nprint('allocated')"};
+  spec.limits.memory_bytes = 64 << 20;
+  std::string out;
+  ExitInfo exit = RunToEnd(spec, &out);
+  EXPECT_EQ(exit.limit, LimitHit::kMemory) << DescribeExit(exit) << " " << out;
+  EXPECT_EQ(exit.signal, SIGKILL);
+  EXPECT_EQ(out.find("allocated"), std::string::npos);
+  EXPECT_LE(exit.final_usage.memory_peak_bytes, uint64_t{64} << 20);
+}
+
+TEST(LinuxSandbox, PauseStopsCpuAndResumeContinues) {
+  REQUIRE_SANDBOX();
+  if (!Shared()->fences().cgroup_freezer) GTEST_SKIP() << "no freezer";
+  absl::StatusOr<std::unique_ptr<SandboxHandle>> handle = Shared()->Spawn(Shell("while :; do :; done"));
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE((*handle)->Pause().ok());
+  EXPECT_TRUE((*handle)->paused());
+  absl::Duration frozen_at = (*handle)->GetUsage()->cpu_time;
+  absl::SleepFor(absl::Milliseconds(400));
+  absl::Duration still = (*handle)->GetUsage()->cpu_time;
+  EXPECT_LT(still - frozen_at, absl::Milliseconds(5));
+  ASSERT_TRUE((*handle)->Resume().ok());
+  absl::SleepFor(absl::Milliseconds(400));
+  absl::Duration resumed = (*handle)->GetUsage()->cpu_time;
+  EXPECT_GT(resumed - still, absl::Milliseconds(100));
+  ASSERT_TRUE((*handle)->Kill().ok());
+  EXPECT_EQ((*handle)->Pause().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(LinuxSandbox, KillWhilePausedEndsTheSandbox) {
+  REQUIRE_SANDBOX();
+  if (!Shared()->fences().cgroup_freezer) GTEST_SKIP() << "no freezer";
+  absl::StatusOr<std::unique_ptr<SandboxHandle>> handle = Shared()->Spawn(Shell("sleep 100"));
+  ASSERT_TRUE(handle.ok());
+  ASSERT_TRUE((*handle)->Pause().ok());
+  ASSERT_TRUE((*handle)->Kill().ok());
+  EXPECT_TRUE((*handle)->Wait(absl::ZeroDuration())->killed);
+}
+
+TEST(LinuxSandbox, UsageReadingsArePlausible) {
+  REQUIRE_SANDBOX();
+  absl::StatusOr<std::unique_ptr<SandboxHandle>> handle = Shared()->Spawn(
+      Shell("head -c 3145728 /dev/zero > /work/f && touch /tmp/a /tmp/b && exec sleep 100"));
+  ASSERT_TRUE(handle.ok());
+  absl::StatusOr<Usage> usage;
+  absl::Time give_up = absl::Now() + absl::Seconds(5);
+  do {
+    absl::SleepFor(absl::Milliseconds(20));
+    usage = (*handle)->GetUsage();
+    ASSERT_TRUE(usage.ok());
+  } while (usage->work_inodes < 5 && absl::Now() < give_up);
+  EXPECT_GE(usage->work_bytes, 3u << 20);
+  EXPECT_LT(usage->work_bytes, 4u << 20);
+  EXPECT_EQ(usage->work_inodes, 6u);  // root, work, tmp, f, a, b
+  EXPECT_GE(usage->memory_current_bytes, 3u << 20);  // tmpfs pages are charged to the sandbox
+  EXPECT_EQ(usage->processes, 2u);                   // init + sleep
+  ASSERT_TRUE((*handle)->Kill().ok());
+  absl::StatusOr<Usage> final_usage = (*handle)->GetUsage();
+  ASSERT_TRUE(final_usage.ok());
+  EXPECT_GE(final_usage->memory_peak_bytes, 3u << 20);
+}
+
+TEST(LinuxSandbox, StorageQuotaIsEnforcedByTheKernel) {
+  REQUIRE_SANDBOX();
+  SandboxSpec spec = Shell("head -c 2097152 /dev/zero > /work/f; echo rc=$?; "
+                           "head -c 2097152 /dev/zero > /tmp/g; echo rc=$?");
+  spec.limits.storage_bytes = 3 << 20;
+  std::string out;
+  ExitInfo exit = RunToEnd(spec, &out);
+  EXPECT_EQ(exit.exit_code, 0);
+  EXPECT_THAT(out, HasSubstr("rc=0\n"));
+  EXPECT_THAT(out, HasSubstr("No space left on device"));
+  EXPECT_THAT(out, HasSubstr("rc=1\n"));
+}
+
+TEST(LinuxSandbox, ReadWorkFileRefusesSymlinksAndEscapes) {
+  REQUIRE_SANDBOX();
+  absl::StatusOr<std::unique_ptr<SandboxHandle>> handle = Shared()->Spawn(
+      Shell("echo -n result > /work/out && ln -s /etc/passwd /work/link && "
+            "mkdir /work/d && ln -s .. /work/d/up && mkfifo /work/fifo && exec sleep 100"));
+  ASSERT_TRUE(handle.ok());
+  absl::Time give_up = absl::Now() + absl::Seconds(5);
+  while ((*handle)->ReadWorkFile("fifo", 10).status().code() == absl::StatusCode::kNotFound &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(*(*handle)->ReadWorkFile("out", 100), "result");
+  EXPECT_EQ((*handle)->ReadWorkFile("out", 3).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ((*handle)->ReadWorkFile("link", 100).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ((*handle)->ReadWorkFile("d/up/out", 100).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ((*handle)->ReadWorkFile("../etc/passwd", 100).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ((*handle)->ReadWorkFile("/etc/passwd", 100).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*handle)->ReadWorkFile("fifo", 100).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*handle)->ReadWorkFile("none", 100).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE((*handle)->Kill().ok());
+  EXPECT_EQ(*(*handle)->ReadWorkFile("out", 100), "result");  // still readable after the end
+}
+
+TEST(LinuxSandbox, ManySandboxesAtOnce) {
+  REQUIRE_SANDBOX();
+  std::vector<std::unique_ptr<SandboxHandle>> handles;
+  for (int i = 0; i < 8; ++i) {
+    absl::StatusOr<std::unique_ptr<SandboxHandle>> handle =
+        Shared()->Spawn(Shell(absl::StrCat("exit ", i)));
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    handles.push_back(std::move(*handle));
+  }
+  for (int i = 0; i < 8; ++i) {
+    absl::StatusOr<ExitInfo> exit = handles[static_cast<size_t>(i)]->Wait(absl::Seconds(10));
+    ASSERT_TRUE(exit.ok());
+    EXPECT_EQ(exit->exit_code, i);
+  }
+}
+
+TEST(LinuxSandbox, V2FreezerPath) {
+  if (access("/sys/fs/cgroup/unified/cgroup.procs", F_OK) != 0 &&
+      access("/sys/fs/cgroup/cgroup.procs", F_OK) != 0) {
+    GTEST_SKIP() << "no cgroup v2 hierarchy";
+  }
+  LinuxSandboxOptions options;
+  options.prefer_v2_freezer = true;
+  options.cgroup_folder = absl::StrCat("vault-sandbox-v2test-", getpid());
+  absl::StatusOr<std::unique_ptr<LinuxSandbox>> sandbox = LinuxSandbox::Create(options);
+  if (!sandbox.ok()) GTEST_SKIP() << sandbox.status();
+  absl::StatusOr<std::unique_ptr<SandboxHandle>> handle = (*sandbox)->Spawn(Shell("while :; do :; done"));
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_TRUE((*handle)->Pause().ok());
+  absl::Duration frozen_at = (*handle)->GetUsage()->cpu_time;
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_LT((*handle)->GetUsage()->cpu_time - frozen_at, absl::Milliseconds(5));
+  ASSERT_TRUE((*handle)->Resume().ok());
+  ASSERT_TRUE((*handle)->Kill().ok());
+}
+
+}  // namespace
+}  // namespace vault::sandbox

@@ -1,0 +1,147 @@
+// sandbox: the one interface every sandbox type implements.
+//
+// A sandbox runs one untrusted program with only what its spec grants: a read-only code
+// directory, a private work directory under a storage quota, limits on memory, CPU, processes,
+// files and wall time, and one inherited socket (fd 3) as its only channel to the host.
+// Today there is one type, "posix" (LinuxSandbox, linux_sandbox.h); container, Scheme and
+// WASM types plug in behind this interface later.
+//
+//   ASSIGN_OR_RETURN(auto sandbox, LinuxSandbox::Create(options));
+//   SandboxSpec spec;
+//   spec.program = "/code/agent";
+//   spec.argv = {"agent", "--once"};
+//   spec.code_dir = "/var/lib/vault/agents/a1/code";
+//   spec.channel_fd = host_end_of_socketpair;  // becomes fd 3 inside
+//   ASSIGN_OR_RETURN(auto handle, sandbox->Spawn(spec));
+//   ASSIGN_OR_RETURN(ExitInfo exit, handle->Wait(absl::InfiniteDuration()));
+//
+// Thread safety: a Sandbox may be used from many threads at once. A SandboxHandle's methods
+// may be called from any thread; Wait may be called by several threads and all see the same
+// ExitInfo.
+#ifndef VAULT_SANDBOX_SANDBOX_H_
+#define VAULT_SANDBOX_SANDBOX_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace vault::sandbox {
+
+// Finite limits for one sandbox. Every field has a finite default; zero is never "unlimited".
+struct Limits {
+  uint64_t memory_bytes = 256ull << 20;     // cgroup memory limit (OOM kills only the sandbox)
+  uint64_t cpu_seconds = 60;                // total CPU time of every process in the sandbox
+  uint32_t cpu_percent = 100;               // CPU share: 100 = one full core
+  uint32_t max_processes = 64;              // processes and threads (cgroup pids + RLIMIT_NPROC)
+  uint32_t max_open_files = 256;            // RLIMIT_NOFILE
+  uint64_t max_file_bytes = 64ull << 20;    // RLIMIT_FSIZE
+  absl::Duration wall_time = absl::Minutes(10);
+  uint64_t storage_bytes = 64ull << 20;     // work directory + /tmp (one tmpfs)
+  uint64_t storage_inodes = 4096;           // files in the work directory + /tmp
+};
+
+// Checks that every limit is finite and non-zero and below sane ceilings.
+absl::Status ValidateLimits(const Limits& limits);
+
+struct SandboxSpec {
+  // Absolute path inside the sandbox of the program to run, and its argv (argv[0] included;
+  // when empty, argv is {program}).
+  std::string program;
+  std::vector<std::string> argv;
+  // Extra environment entries "KEY=VALUE". The environment is otherwise replaced by a minimal
+  // one (PATH, HOME=/work, TMPDIR=/tmp, LANG=C.UTF-8, VAULT_CHANNEL_FD when there is a channel).
+  std::vector<std::string> env;
+  // Host directory mounted read-only (exec allowed, nosuid) at /code. Optional.
+  std::string code_dir;
+  // Host directories mounted read-only at the same path inside. Optional.
+  std::vector<std::string> read_only_dirs;
+  // Host descriptor that becomes fd 3 inside (normally one end of a socketpair). -1: none.
+  // The caller keeps ownership; Spawn dups it.
+  int channel_fd = -1;
+  // Host descriptors for the program's stdin, stdout and stderr. -1: /dev/null inside.
+  // Never pass a terminal: the sandbox relays nothing, so a tty here is the caller's risk.
+  int stdin_fd = -1;
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+  Limits limits;
+  // A label for logs and cgroup names ([A-Za-z0-9._-], at most 64 characters). Optional.
+  std::string name;
+};
+
+// Which limit ended the sandbox, when one did.
+enum class LimitHit {
+  kNone = 0,
+  kMemory,     // the cgroup's OOM killer fired (or RLIMIT_AS refused memory and the program died)
+  kCpuTime,    // RLIMIT_CPU or the cgroup's total CPU time
+  kWallTime,   // the wall-time limit; the sandbox was killed
+  kFileSize,   // SIGXFSZ: a write went past RLIMIT_FSIZE
+};
+const char* LimitHitName(LimitHit limit);
+
+struct Usage {
+  uint64_t memory_current_bytes = 0;
+  uint64_t memory_peak_bytes = 0;
+  absl::Duration cpu_time;            // user + system, all processes
+  uint64_t work_bytes = 0;            // bytes used in the work directory + /tmp
+  uint64_t work_inodes = 0;           // inodes used there
+  uint32_t processes = 0;             // live processes and threads
+};
+
+struct ExitInfo {
+  bool exited = false;       // true: the program called exit; exit_code is valid
+  int exit_code = -1;
+  int signal = 0;            // the signal that ended the program, when !exited
+  LimitHit limit = LimitHit::kNone;
+  bool killed = false;       // ended by Kill()
+  Usage final_usage;         // readings taken when the sandbox ended (peak memory, CPU time)
+  absl::Duration wall_time;  // from spawn to end
+};
+
+// Describes how a sandbox ended in one line, e.g. "killed by signal 9 (memory limit)".
+std::string DescribeExit(const ExitInfo& exit);
+
+class SandboxHandle {
+ public:
+  virtual ~SandboxHandle() = default;  // kills the sandbox if it still runs
+  // An identifier unique within the process (also the cgroup name).
+  virtual const std::string& id() const = 0;
+  // Freezes every process of the sandbox (their CPU time stops). FailedPrecondition when the
+  // freezer fence is missing or the sandbox has ended.
+  virtual absl::Status Pause() = 0;
+  virtual absl::Status Resume() = 0;
+  // Kills every process of the sandbox. Idempotent; OK when it has already ended.
+  virtual absl::Status Kill() = 0;
+  // Waits up to `timeout` for the sandbox to end. DeadlineExceeded when it still runs.
+  virtual absl::StatusOr<ExitInfo> Wait(absl::Duration timeout) = 0;
+  // Current readings; after the end, the final readings.
+  virtual absl::StatusOr<Usage> GetUsage() = 0;
+  virtual bool paused() const = 0;
+  // Reads a regular file of the work directory (path relative to /work, at most max_bytes)
+  // the way the host must read anything an agent wrote: beneath the work directory only, no
+  // symlinks, no "..", no other mounts (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+  // RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV). PermissionDenied for a symlink or an escape,
+  // NotFound, FailedPrecondition for a non-regular file, ResourceExhausted when larger than
+  // max_bytes. Works while the sandbox runs and after it ended, until the handle is destroyed.
+  virtual absl::StatusOr<std::string> ReadWorkFile(const std::string& relative_path,
+                                                   size_t max_bytes) = 0;
+};
+
+class Sandbox {
+ public:
+  virtual ~Sandbox() = default;
+  // The sandbox type: "posix", later "container", "scheme", "wasm".
+  virtual const char* type() const = 0;
+  // Starts the program. Returns once the program has been executed inside every fence (or
+  // with a status saying which setup step failed: InvalidArgument for a bad spec, NotFound
+  // for a missing program or directory, Internal/FailedPrecondition for a kernel refusal).
+  virtual absl::StatusOr<std::unique_ptr<SandboxHandle>> Spawn(const SandboxSpec& spec) = 0;
+};
+
+}  // namespace vault::sandbox
+
+#endif  // VAULT_SANDBOX_SANDBOX_H_
