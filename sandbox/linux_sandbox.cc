@@ -1337,7 +1337,8 @@ void LinuxSandbox::Impl::Reap(const std::shared_ptr<SandboxState>& state) {
   if (state->cgroup != nullptr) {
     absl::StatusOr<CgroupReadings> readings = state->cgroup->Read();
     if (readings.ok()) {
-      final_usage.memory_peak_bytes = std::max(final_usage.memory_peak_bytes, readings->memory_peak);
+      // The cgroup's peak is what the limit measures (ru_maxrss also counts shared file pages).
+      final_usage.memory_peak_bytes = readings->memory_peak;
       final_usage.cpu_time = std::max(final_usage.cpu_time, absl::Nanoseconds(readings->cpu_usage_ns));
       oom_kills = readings->oom_kills;
     }
