@@ -1,6 +1,7 @@
 #include "sandbox/linux_sandbox.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
@@ -226,10 +227,12 @@ int ChildMain(void* raw) {
 
   // Become uid/gid 1000 inside (the host id the parent mapped), keeping the namespace's
   // capabilities for the mounts below; they are all dropped before exec.
-  if (a.drop_groups && setgroups(0, nullptr) != 0) ChildFail(sync, kStepIds, errno);
+  // Raw system calls: glibc's set*id wrappers broadcast to every thread the parent had, and
+  // would wait forever for threads that do not exist in this child.
+  if (a.drop_groups && syscall(SYS_setgroups, 0, nullptr) != 0) ChildFail(sync, kStepIds, errno);
   if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0) ChildFail(sync, kStepIds, errno);
-  if (setresgid(kInsideId, kInsideId, kInsideId) != 0) ChildFail(sync, kStepIds, errno);
-  if (setresuid(kInsideId, kInsideId, kInsideId) != 0) ChildFail(sync, kStepIds, errno);
+  if (syscall(SYS_setresgid, kInsideId, kInsideId, kInsideId) != 0) ChildFail(sync, kStepIds, errno);
+  if (syscall(SYS_setresuid, kInsideId, kInsideId, kInsideId) != 0) ChildFail(sync, kStepIds, errno);
   __user_cap_header_struct cap_header{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct caps[2];
   if (syscall(SYS_capget, &cap_header, caps) != 0) ChildFail(sync, kStepIds, errno);
@@ -806,7 +809,79 @@ class LinuxSandboxHandle : public SandboxHandle {
     return data;
   }
 
+  absl::StatusOr<CopyStats> CopyWorkDirTo(const std::string& host_dir) override {
+    {
+      absl::MutexLock lock(&state_->mu);
+      if (!state_->done) {
+        return absl::FailedPreconditionError("copy the work directory after the sandbox ended");
+      }
+    }
+    if (mkdir(host_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      return Errno(errno, absl::StrCat("mkdir ", host_dir));
+    }
+    UniqueFd target(open(host_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (target.get() < 0) return Errno(errno, absl::StrCat("open ", host_dir));
+    {
+      std::error_code ec;
+      if (!std::filesystem::is_empty(host_dir, ec) || ec) {
+        return absl::FailedPreconditionError(absl::StrCat(host_dir, " is not empty"));
+      }
+    }
+    open_how how{};
+    how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
+    UniqueFd source(static_cast<int>(syscall(SYS_openat2, state_->work_fd.get(), ".", &how, sizeof how)));
+    if (source.get() < 0) return Errno(errno, "open the work directory");
+    CopyStats stats;
+    VAULT_RETURN_IF_ERROR(CopyTree(source.get(), target.get(), 0, stats));
+    return stats;
+  }
+
  private:
+  static absl::Status CopyTree(int from, int to, int depth, CopyStats& stats) {
+    if (depth > 64) return absl::ResourceExhaustedError("work directory nested too deep");
+    int dup_fd = fcntl(from, F_DUPFD_CLOEXEC, 0);
+    if (dup_fd < 0) return Errno(errno, "dup");
+    DIR* dir = fdopendir(dup_fd);
+    if (dir == nullptr) {
+      close(dup_fd);
+      return Errno(errno, "fdopendir");
+    }
+    std::unique_ptr<DIR, int (*)(DIR*)> closer(dir, closedir);
+    while (dirent* entry = readdir(dir)) {
+      std::string name = entry->d_name;
+      if (name == "." || name == "..") continue;
+      struct stat st;
+      if (fstatat(from, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return Errno(errno, name);
+      if (S_ISDIR(st.st_mode)) {
+        UniqueFd sub(openat(from, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (sub.get() < 0) return Errno(errno, absl::StrCat("open ", name));
+        if (mkdirat(to, name.c_str(), 0700) != 0) return Errno(errno, absl::StrCat("mkdir ", name));
+        UniqueFd sub_to(openat(to, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (sub_to.get() < 0) return Errno(errno, absl::StrCat("open ", name));
+        ++stats.directories;
+        VAULT_RETURN_IF_ERROR(CopyTree(sub.get(), sub_to.get(), depth + 1, stats));
+      } else if (S_ISREG(st.st_mode)) {
+        UniqueFd in(openat(from, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+        if (in.get() < 0) return Errno(errno, absl::StrCat("open ", name));
+        UniqueFd out(openat(to, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                            0600));
+        if (out.get() < 0) return Errno(errno, absl::StrCat("create ", name));
+        char buf[64 * 1024];
+        ssize_t n;
+        while ((n = read(in.get(), buf, sizeof buf)) > 0) {
+          if (write(out.get(), buf, static_cast<size_t>(n)) != n) return Errno(errno, "write");
+          stats.bytes += static_cast<uint64_t>(n);
+        }
+        if (n < 0) return Errno(errno, absl::StrCat("read ", name));
+        ++stats.files;
+      } else {
+        ++stats.skipped;
+      }
+    }
+    return absl::OkStatus();
+  }
+
   LinuxSandbox::Impl* impl_;
   std::shared_ptr<SandboxState> state_;
 };

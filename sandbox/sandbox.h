@@ -129,6 +129,17 @@ class SandboxHandle {
   // max_bytes. Works while the sandbox runs and after it ended, until the handle is destroyed.
   virtual absl::StatusOr<std::string> ReadWorkFile(const std::string& relative_path,
                                                    size_t max_bytes) = 0;
+  // Copies the work directory's regular files and folders into `host_dir` (created if
+  // missing; it must be empty), with the same care: nothing is followed, symlinks, FIFOs,
+  // sockets and devices are skipped and counted. Call it after the end (FailedPrecondition
+  // while the sandbox runs, so that nothing changes under the copy).
+  struct CopyStats {
+    uint64_t files = 0;
+    uint64_t directories = 0;
+    uint64_t bytes = 0;
+    uint64_t skipped = 0;  // symlinks and special files
+  };
+  virtual absl::StatusOr<CopyStats> CopyWorkDirTo(const std::string& host_dir) = 0;
 };
 
 class Sandbox {

@@ -29,6 +29,7 @@ void AddKeyCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddCapCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddAuditCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddStatusCommand(CLI::App& app, GlobalOptions& global, Command& command);
+void AddSandboxCommands(CLI::App& app, GlobalOptions& global, Command& command);
 
 }  // namespace vault::vaultctl
 

@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   AddAuditCommands(app, g, command);
   AddKeyCommands(app, g, command);
   AddCapCommands(app, g, command);
+  AddSandboxCommands(app, g, command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
