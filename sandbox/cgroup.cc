@@ -165,6 +165,10 @@ absl::Status MakeDirectory(const std::string& path) {
   int err = errno;
   struct stat st;
   if (err == EEXIST && stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    // An existing folder is only usable if we may create sandbox cgroups in it.
+    if (access(path.c_str(), W_OK | X_OK) != 0) {
+      return PosixError(errno, absl::StrCat("cannot create cgroups in ", path));
+    }
     return absl::OkStatus();
   }
   return PosixError(err, absl::StrCat("mkdir ", path));

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "vaultctl/client.h"
 
@@ -17,6 +18,9 @@ struct GlobalOptions {
   ConnectOptions connect;
   std::string output = "text";  // text | json
   double timeout_seconds = 30;
+  // Everything after the first "--" on the command line (a program and its arguments), cut off
+  // before CLI11 parses: CLI11 lets a repeatable option swallow the "--" that follows it.
+  std::vector<std::string> after_dashes;
   bool json() const { return output == "json"; }
 };
 

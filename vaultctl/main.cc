@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <iostream>
+#include <string_view>
 
 #include "absl/time/time.h"
 #include "vaultctl/commands.h"
@@ -52,6 +53,13 @@ int main(int argc, char** argv) {
   AddKeyCommands(app, g, command);
   AddCapCommands(app, g, command);
   AddSandboxCommands(app, g, command);
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--") {
+      g.after_dashes.assign(argv + i + 1, argv + argc);
+      argc = i;
+      break;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

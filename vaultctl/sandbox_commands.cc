@@ -270,15 +270,28 @@ void AddSandboxCommands(CLI::App& app, GlobalOptions& g, Command& command) {
   run->add_option("--work", o.work,
                   "After the end, copy /work's files to this host folder (empty or new); links\n"
                   "and special files are skipped, nothing is followed");
-  run->add_option("--ro", o.ro, "Host folder visible read-only at the same path (repeatable)");
+  run->add_option("--ro", o.ro, "Host folder visible read-only at the same path (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   run->add_option("--code", o.code, "Host folder mounted read-only (executable) at /code");
-  run->add_option("--env", o.env, "Extra environment entry KEY=VALUE (repeatable)");
+  run->add_option("--env", o.env, "Extra environment entry KEY=VALUE (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   run->add_option("--allow-missing", o.allow_missing,
                   "Run even without this fence: landlock, cgroups (repeatable; for trying only)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->check(CLI::IsMember({"landlock", "cgroups"}));
-  run->add_option("command", o.command, "-- PROGRAM ARGS...")->required();
+  run->add_option("command", o.command, "-- PROGRAM ARGS...");
   run->callback([&] {
-    command = [&g] { return RunInSandbox(o, g.json()); };
+    command = [&g] {
+      if (o.command.empty()) o.command = g.after_dashes;
+      if (o.command.empty()) {
+        ReportError(absl::InvalidArgumentError("sandbox run: give the program after --"), g.json());
+        return kExitUsage;
+      }
+      return RunInSandbox(o, g.json());
+    };
   });
 }
 
