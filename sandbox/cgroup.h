@@ -44,7 +44,7 @@ struct CgroupReadings {
   uint64_t memory_peak = 0;     // bytes (v1 max_usage_in_bytes, v2 memory.peak)
   uint64_t cpu_usage_ns = 0;    // cpuacct.usage (v1) or cpu.stat usage_usec*1000 (v2)
   uint32_t pids_current = 0;
-  uint64_t oom_kills = 0;       // v1 memory.oom_control "oom_kill", v2 memory.events "oom_kill"
+  uint64_t oom_kills = 0;  // v1 memory.oom_control "oom_kill", v2 memory.events "oom_kill"
 };
 
 class Cgroup {

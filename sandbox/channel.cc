@@ -17,7 +17,8 @@ int RemainingMs(absl::Time deadline) {
   absl::Duration left = deadline - absl::Now();
   if (left <= absl::ZeroDuration()) return 0;
   if (left > absl::Hours(1)) return 3600 * 1000;
-  return static_cast<int>(absl::ToInt64Milliseconds(left + absl::Milliseconds(1) - absl::Nanoseconds(1)));
+  return static_cast<int>(
+      absl::ToInt64Milliseconds(left + absl::Milliseconds(1) - absl::Nanoseconds(1)));
 }
 
 absl::Status WaitFor(int fd, short events, absl::Time deadline) {
@@ -110,8 +111,8 @@ absl::StatusOr<std::string> Channel::ReadFrame(absl::Duration timeout) {
   if (length > max_frame_) {
     close(fd_);
     fd_ = -1;
-    return absl::ResourceExhaustedError(absl::StrCat("channel: frame of ", length,
-                                                     " bytes exceeds the maximum of ", max_frame_));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("channel: frame of ", length, " bytes exceeds the maximum of ", max_frame_));
   }
   std::string payload(length, '\0');
   status = ReadExactly(payload.data(), payload.size(), deadline);
@@ -126,7 +127,8 @@ absl::Status Channel::WriteFrame(absl::string_view payload, absl::Duration timeo
   }
   absl::Time deadline = absl::Now() + timeout;
   uint32_t n = static_cast<uint32_t>(payload.size());
-  unsigned char header[4] = {static_cast<unsigned char>(n >> 24), static_cast<unsigned char>(n >> 16),
+  unsigned char header[4] = {static_cast<unsigned char>(n >> 24),
+                             static_cast<unsigned char>(n >> 16),
                              static_cast<unsigned char>(n >> 8), static_cast<unsigned char>(n)};
   std::string buffer(reinterpret_cast<char*>(header), 4);
   buffer.append(payload.data(), payload.size());

@@ -10,7 +10,8 @@ namespace vault::sandbox {
 std::string FenceReport::Describe() const {
   auto state = [](bool on) { return on ? "active" : "MISSING"; };
   std::vector<std::string> lines = {
-      absl::StrCat("namespaces (user, mount, pid, net, ipc, uts, cgroup): ", state(user_namespaces)),
+      absl::StrCat("namespaces (user, mount, pid, net, ipc, uts, cgroup): ",
+                   state(user_namespaces)),
       absl::StrCat("seccomp filter: ", state(seccomp)),
       landlock_abi > 0 ? absl::StrCat("landlock: active (ABI ", landlock_abi, ")")
                        : std::string("landlock: MISSING"),

@@ -14,16 +14,17 @@
 namespace vault::sandbox {
 
 struct FenceReport {
-  bool user_namespaces = false;   // unprivileged-style isolation: user+mount+pid+net+ipc+uts+cgroup ns
-  bool seccomp = false;           // seccomp filters (SECCOMP_MODE_FILTER)
-  int landlock_abi = 0;           // 0: no Landlock; else the kernel's ABI version
+  bool user_namespaces =
+      false;             // unprivileged-style isolation: user+mount+pid+net+ipc+uts+cgroup ns
+  bool seccomp = false;  // seccomp filters (SECCOMP_MODE_FILTER)
+  int landlock_abi = 0;  // 0: no Landlock; else the kernel's ABI version
   bool cgroup_memory = false;
   bool cgroup_pids = false;
   bool cgroup_cpu = false;
   bool cgroup_freezer = false;
-  std::string cgroup_detail;      // e.g. "memory=v1 pids=v1 cpu=v1 cpuacct=v1 freezer=v1"
-  bool running_as_root = false;   // root: each sandbox gets its own host uid
-  std::string warnings;           // why a fence is missing, one line each
+  std::string cgroup_detail;     // e.g. "memory=v1 pids=v1 cpu=v1 cpuacct=v1 freezer=v1"
+  bool running_as_root = false;  // root: each sandbox gets its own host uid
+  std::string warnings;          // why a fence is missing, one line each
 
   bool cgroups() const { return cgroup_memory && cgroup_pids && cgroup_cpu && cgroup_freezer; }
   // One line per fence: "user namespaces: active", "landlock: active (ABI 7)", ...

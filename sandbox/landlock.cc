@@ -93,8 +93,8 @@ int Apply(const Plan& plan, int* failed_rule) noexcept {
     }
     result = AddRule(ruleset, fd, rule.access);
     if (result == -EINVAL) {
-      result = AddRule(ruleset, fd, rule.access & (kExecute | kReadFile | kWriteFile | kTruncate |
-                                                   kIoctlDev));
+      result = AddRule(ruleset, fd,
+                       rule.access & (kExecute | kReadFile | kWriteFile | kTruncate | kIoctlDev));
     }
     close(fd);
     if (result != 0) *failed_rule = static_cast<int>(i);

@@ -1,7 +1,7 @@
 #include "sandbox/linux_sandbox.h"
 
-#include <errno.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
@@ -33,10 +33,10 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -109,34 +109,62 @@ enum Step : int32_t {
 
 const char* StepName(int32_t step) {
   switch (step) {
-    case kStepGo: return "waiting for the host";
-    case kStepCgroupNs: return "cgroup namespace";
-    case kStepSetsid: return "new session";
-    case kStepIds: return "switching to the sandbox uid/gid";
-    case kStepHostname: return "hostname";
-    case kStepMountPrivate: return "making mounts private";
-    case kStepSetupTmpfs: return "setup tmpfs";
-    case kStepPivotSetup: return "pivot_root into the setup tmpfs";
-    case kStepRootTmpfs: return "root tmpfs";
-    case kStepScratchTmpfs: return "work/tmp tmpfs (storage quota)";
-    case kStepMkdir: return "mkdir";
-    case kStepTouch: return "creating a bind target";
-    case kStepSymlink: return "symlink";
-    case kStepBind: return "bind mount";
-    case kStepMountAttr: return "making a mount read-only";
-    case kStepWriteFile: return "writing /etc";
-    case kStepSendWorkFd: return "handing the work directory to the host";
-    case kStepProc: return "mounting /proc";
-    case kStepPivotFinal: return "final pivot_root";
-    case kStepRlimit: return "rlimits";
-    case kStepNoNewPrivs: return "no_new_privs";
-    case kStepLandlock: return "landlock";
-    case kStepCaps: return "dropping capabilities";
-    case kStepParentGone: return "host process gone";
-    case kStepSignals: return "resetting signals";
-    case kStepFds: return "arranging descriptors";
-    case kStepSeccomp: return "seccomp";
-    case kStepExec: return "executing the sandbox init";
+    case kStepGo:
+      return "waiting for the host";
+    case kStepCgroupNs:
+      return "cgroup namespace";
+    case kStepSetsid:
+      return "new session";
+    case kStepIds:
+      return "switching to the sandbox uid/gid";
+    case kStepHostname:
+      return "hostname";
+    case kStepMountPrivate:
+      return "making mounts private";
+    case kStepSetupTmpfs:
+      return "setup tmpfs";
+    case kStepPivotSetup:
+      return "pivot_root into the setup tmpfs";
+    case kStepRootTmpfs:
+      return "root tmpfs";
+    case kStepScratchTmpfs:
+      return "work/tmp tmpfs (storage quota)";
+    case kStepMkdir:
+      return "mkdir";
+    case kStepTouch:
+      return "creating a bind target";
+    case kStepSymlink:
+      return "symlink";
+    case kStepBind:
+      return "bind mount";
+    case kStepMountAttr:
+      return "making a mount read-only";
+    case kStepWriteFile:
+      return "writing /etc";
+    case kStepSendWorkFd:
+      return "handing the work directory to the host";
+    case kStepProc:
+      return "mounting /proc";
+    case kStepPivotFinal:
+      return "final pivot_root";
+    case kStepRlimit:
+      return "rlimits";
+    case kStepNoNewPrivs:
+      return "no_new_privs";
+    case kStepLandlock:
+      return "landlock";
+    case kStepCaps:
+      return "dropping capabilities";
+    case kStepParentGone:
+      return "host process gone";
+    case kStepSignals:
+      return "resetting signals";
+    case kStepFds:
+      return "arranging descriptors";
+    case kStepSeccomp:
+      return "seccomp";
+    case kStepExec:
+      return "executing the sandbox init";
   }
   return "unknown step";
 }
@@ -149,8 +177,8 @@ struct ChildError {
 
 struct MountOp {
   enum Kind { kMkdir, kTouch, kSymlink, kBind, kAttr, kWriteFile } kind;
-  std::string a;  // mkdir/touch/attr/write: path; symlink: target; bind: source
-  std::string b;  // symlink: link path; bind: target; write: contents
+  std::string a;           // mkdir/touch/attr/write: path; symlink: target; bind: source
+  std::string b;           // symlink: link path; bind: target; write: contents
   uint64_t attr = 0;       // kAttr: MOUNT_ATTR_* to set
   bool recursive = false;  // kAttr: AT_RECURSIVE
   mode_t mode = 0755;
@@ -174,7 +202,7 @@ struct ChildArgs {
   std::string root_opts;
   std::string scratch_opts;
   std::string dev_opts;
-  std::vector<MountOp> ops;       // before the work fd is sent
+  std::vector<MountOp> ops;  // before the work fd is sent
   landlock::Plan landlock;
   std::vector<RlimitSetting> rlimits;
   const SeccompPrograms* seccomp = nullptr;
@@ -231,8 +259,10 @@ int ChildMain(void* raw) {
   // would wait forever for threads that do not exist in this child.
   if (a.drop_groups && syscall(SYS_setgroups, 0, nullptr) != 0) ChildFail(sync, kStepIds, errno);
   if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0) ChildFail(sync, kStepIds, errno);
-  if (syscall(SYS_setresgid, kInsideId, kInsideId, kInsideId) != 0) ChildFail(sync, kStepIds, errno);
-  if (syscall(SYS_setresuid, kInsideId, kInsideId, kInsideId) != 0) ChildFail(sync, kStepIds, errno);
+  if (syscall(SYS_setresgid, kInsideId, kInsideId, kInsideId) != 0)
+    ChildFail(sync, kStepIds, errno);
+  if (syscall(SYS_setresuid, kInsideId, kInsideId, kInsideId) != 0)
+    ChildFail(sync, kStepIds, errno);
   __user_cap_header_struct cap_header{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct caps[2];
   if (syscall(SYS_capget, &cap_header, caps) != 0) ChildFail(sync, kStepIds, errno);
@@ -311,8 +341,8 @@ int ChildMain(void* raw) {
         break;
       case MountOp::kAttr: {
         MountAttr attr{op.attr, 0, 0, 0};
-        if (syscall(SYS_mount_setattr, AT_FDCWD, op.a.c_str(),
-                    op.recursive ? AT_RECURSIVE : 0, &attr, sizeof attr) != 0) {
+        if (syscall(SYS_mount_setattr, AT_FDCWD, op.a.c_str(), op.recursive ? AT_RECURSIVE : 0,
+                    &attr, sizeof attr) != 0) {
           ChildFail(sync, kStepMountAttr, errno, index);
         }
         break;
@@ -342,7 +372,8 @@ int ChildMain(void* raw) {
 
   for (const RlimitSetting& setting : a.rlimits) {
     rlimit limit{setting.soft, setting.hard};
-    if (setrlimit(setting.resource, &limit) != 0) ChildFail(sync, kStepRlimit, errno, setting.resource);
+    if (setrlimit(setting.resource, &limit) != 0)
+      ChildFail(sync, kStepRlimit, errno, setting.resource);
   }
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ChildFail(sync, kStepNoNewPrivs, errno);
   {
@@ -356,7 +387,8 @@ int ChildMain(void* raw) {
       ChildFail(sync, kStepCaps, errno, cap);
     }
   }
-  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) ChildFail(sync, kStepCaps, errno);
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
+    ChildFail(sync, kStepCaps, errno);
   std::memset(caps, 0, sizeof caps);
   if (syscall(SYS_capset, &cap_header, caps) != 0) ChildFail(sync, kStepCaps, errno);
   if (prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0) != 0) ChildFail(sync, kStepCaps, errno);
@@ -382,8 +414,8 @@ int ChildMain(void* raw) {
   // Descriptors: 0-2 stdio (or /dev/null), 3 the channel, 4 the status pipe, 5 the sync
   // socket and 6 the init binary (both close-on-exec), nothing else.
   int lifted[7];
-  const int sources[7] = {a.stdio[0], a.stdio[1], a.stdio[2], a.channel_fd, a.status_fd, sync,
-                          a.init_fd};
+  const int sources[7] = {a.stdio[0],  a.stdio[1], a.stdio[2], a.channel_fd,
+                          a.status_fd, sync,       a.init_fd};
   for (int i = 0; i < 7; ++i) {
     lifted[i] = LiftFd(sources[i]);
     if (sources[i] >= 0 && lifted[i] < 0) ChildFail(sync, kStepFds, errno, i);
@@ -489,11 +521,13 @@ bool ValidEnvEntry(absl::string_view entry) {
 // Absolute, normalized, no "..", no NUL.
 absl::Status CheckInsidePath(absl::string_view what, absl::string_view path) {
   if (path.empty() || path[0] != '/' || path.find('\0') != absl::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " must be an absolute path: \"", path, "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " must be an absolute path: \"", path, "\""));
   }
   for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
     if (part == "." || part == "..") {
-      return absl::InvalidArgumentError(absl::StrCat(what, " must not contain . or ..: \"", path, "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " must not contain . or ..: \"", path, "\""));
     }
   }
   return absl::OkStatus();
@@ -722,9 +756,9 @@ class LinuxSandboxHandle : public SandboxHandle {
     }
     impl_->Signal(state_, LimitHit::kNone, /*requested=*/true);
     absl::StatusOr<ExitInfo> exit = Wait(absl::Seconds(10));
-    if (!exit.ok()) return absl::InternalError(absl::StrCat("sandbox ", state_->id,
-                                                            " did not end after SIGKILL: ",
-                                                            exit.status().message()));
+    if (!exit.ok())
+      return absl::InternalError(absl::StrCat(
+          "sandbox ", state_->id, " did not end after SIGKILL: ", exit.status().message()));
     return absl::OkStatus();
   }
 
@@ -830,7 +864,8 @@ class LinuxSandboxHandle : public SandboxHandle {
     open_how how{};
     how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW;
     how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
-    UniqueFd source(static_cast<int>(syscall(SYS_openat2, state_->work_fd.get(), ".", &how, sizeof how)));
+    UniqueFd source(
+        static_cast<int>(syscall(SYS_openat2, state_->work_fd.get(), ".", &how, sizeof how)));
     if (source.get() < 0) return Errno(errno, "open the work directory");
     CopyStats stats;
     VAULT_RETURN_IF_ERROR(CopyTree(source.get(), target.get(), 0, stats));
@@ -864,8 +899,8 @@ class LinuxSandboxHandle : public SandboxHandle {
       } else if (S_ISREG(st.st_mode)) {
         UniqueFd in(openat(from, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
         if (in.get() < 0) return Errno(errno, absl::StrCat("open ", name));
-        UniqueFd out(openat(to, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                            0600));
+        UniqueFd out(
+            openat(to, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
         if (out.get() < 0) return Errno(errno, absl::StrCat("create ", name));
         char buf[64 * 1024];
         ssize_t n;
@@ -926,8 +961,10 @@ absl::Status LinuxSandbox::Impl::Init(const LinuxSandboxOptions& options) {
     fences_.cgroup_freezer = cgroups_->Has(CgroupController::kFreezer);
     fences_.cgroup_detail = cgroups_->Describe();
     if (!cgroups_->Warnings().empty()) warnings.push_back(cgroups_->Warnings());
-    if (!fences_.cgroups()) cgroups_.reset();  // all or nothing: a partial cgroup is not a fence
-    else cgroups_->RemoveStale();
+    if (!fences_.cgroups())
+      cgroups_.reset();  // all or nothing: a partial cgroup is not a fence
+    else
+      cgroups_->RemoveStale();
   } else {
     fences_.cgroup_detail = "none";
     warnings.push_back(absl::StrCat("cgroups: ", cgroups.status().message()));
@@ -964,17 +1001,21 @@ absl::Status LinuxSandbox::Impl::Init(const LinuxSandboxOptions& options) {
   if (access("/etc/ld.so.cache", R_OK) == 0) {
     system_ops_.push_back({MountOp::kTouch, "/newroot/etc/ld.so.cache"});
     system_ops_.push_back({MountOp::kBind, "/oldroot/etc/ld.so.cache", "/newroot/etc/ld.so.cache"});
-    system_ops_.push_back({MountOp::kAttr, "/newroot/etc/ld.so.cache", "",
-                           kMountAttrRdonly | kMountAttrNosuid | kMountAttrNodev | kMountAttrNoexec});
+    system_ops_.push_back(
+        {MountOp::kAttr, "/newroot/etc/ld.so.cache", "",
+         kMountAttrRdonly | kMountAttrNosuid | kMountAttrNodev | kMountAttrNoexec});
   }
   struct stat alternatives;
   if (stat("/etc/alternatives", &alternatives) == 0 && S_ISDIR(alternatives.st_mode)) {
     AddReadOnlyBind(system_ops_, "/etc/alternatives", "/etc/alternatives", /*allow_exec=*/false);
   }
   system_ops_.push_back({MountOp::kWriteFile, "/newroot/etc/passwd",
-                         "agent:x:1000:1000:vault agent:/work:/usr/sbin/nologin\n", 0, false, 0644});
-  system_ops_.push_back({MountOp::kWriteFile, "/newroot/etc/group", "agent:x:1000:\n", 0, false, 0644});
-  system_ops_.push_back({MountOp::kWriteFile, "/newroot/etc/hostname", "vault-sandbox\n", 0, false, 0644});
+                         "agent:x:1000:1000:vault agent:/work:/usr/sbin/nologin\n", 0, false,
+                         0644});
+  system_ops_.push_back(
+      {MountOp::kWriteFile, "/newroot/etc/group", "agent:x:1000:\n", 0, false, 0644});
+  system_ops_.push_back(
+      {MountOp::kWriteFile, "/newroot/etc/hostname", "vault-sandbox\n", 0, false, 0644});
   // /dev: a small tmpfs with four device nodes bound from the host, read-only once made.
   system_ops_.push_back({MountOp::kMkdir, "/newroot/dev"});
   system_ops_.push_back({MountOp::kMkdir, "/newroot/proc", "", 0, false, 0555});
@@ -1001,7 +1042,8 @@ absl::Status LinuxSandbox::Impl::Init(const LinuxSandboxOptions& options) {
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = wake_.get();
-  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev) != 0) return Errno(errno, "epoll_ctl");
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev) != 0)
+    return Errno(errno, "epoll_ctl");
   supervisor_ = std::thread([this] { SupervisorLoop(); });
   return absl::OkStatus();
 }
@@ -1032,8 +1074,8 @@ void LinuxSandbox::Impl::ReleaseSlot(int slot) {
 // that lives as long as this LinuxSandbox.
 void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
   constexpr size_t kStackSize = 256 * 1024;
-  void* stack = mmap(nullptr, kStackSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
-                     -1, 0);
+  void* stack = mmap(nullptr, kStackSize, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
   if (stack == MAP_FAILED) {
     request.status = Errno(errno, "mmap clone stack");
     return;
@@ -1086,7 +1128,8 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
   }
   for (const std::string& entry : spec.env) {
     if (!ValidEnvEntry(entry)) {
-      return absl::InvalidArgumentError(absl::StrCat("environment entry must be KEY=VALUE: \"", entry, "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment entry must be KEY=VALUE: \"", entry, "\""));
     }
   }
 
@@ -1095,7 +1138,8 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
   args->cap_last = cap_last_;
   args->seccomp = &seccomp_;
   args->setup_opts = "mode=0755,size=64k,nr_inodes=64";
-  args->root_opts = absl::StrCat("mode=0755,size=1m,nr_inodes=1024,uid=", kInsideId, ",gid=", kInsideId);
+  args->root_opts =
+      absl::StrCat("mode=0755,size=1m,nr_inodes=1024,uid=", kInsideId, ",gid=", kInsideId);
   args->scratch_opts = absl::StrCat("mode=0700,size=", spec.limits.storage_bytes,
                                     ",nr_inodes=", spec.limits.storage_inodes, ",uid=", kInsideId,
                                     ",gid=", kInsideId);
@@ -1128,7 +1172,8 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
             absl::StrCat("read-only directory ", dir, " would hide the sandbox's own ", reserved));
       }
     }
-    if (host == "/tmp") return absl::InvalidArgumentError("read-only directory /tmp would hide /tmp");
+    if (host == "/tmp")
+      return absl::InvalidArgumentError("read-only directory /tmp would hide /tmp");
     AddReadOnlyBind(args->ops, host, host, /*allow_exec=*/true);
     rules.push_back({host, landlock::kReadOnly});
   }
@@ -1187,8 +1232,8 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
   args->channel_fd = spec.channel_fd;
 
   auto state = std::make_shared<SandboxState>();
-  state->id = absl::StrCat(spec.name.empty() ? "sb" : spec.name, "-", getpid(), "-",
-                           counter_.fetch_add(1));
+  state->id =
+      absl::StrCat(spec.name.empty() ? "sb" : spec.name, "-", getpid(), "-", counter_.fetch_add(1));
   state->limits = limits;
   state->started = started;
   int slot = -1;
@@ -1297,14 +1342,17 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
     if (n == static_cast<ssize_t>(sizeof error)) {
       std::string detail;
       if (error.step == kStepMkdir || error.step == kStepBind || error.step == kStepTouch ||
-          error.step == kStepSymlink || error.step == kStepMountAttr || error.step == kStepWriteFile) {
+          error.step == kStepSymlink || error.step == kStepMountAttr ||
+          error.step == kStepWriteFile) {
         if (error.detail >= 0 && static_cast<size_t>(error.detail) < args->ops.size()) {
           const MountOp& op = args->ops[static_cast<size_t>(error.detail)];
-          detail = absl::StrCat(" (", op.a, op.b.empty() ? "" : " -> ", op.kind == MountOp::kWriteFile ? "" : op.b, ")");
+          detail = absl::StrCat(" (", op.a, op.b.empty() ? "" : " -> ",
+                                op.kind == MountOp::kWriteFile ? "" : op.b, ")");
         }
       } else if (error.step == kStepLandlock && error.detail >= 0 &&
                  static_cast<size_t>(error.detail) < args->landlock.rules.size()) {
-        detail = absl::StrCat(" (rule for ", args->landlock.rules[static_cast<size_t>(error.detail)].path, ")");
+        detail = absl::StrCat(" (rule for ",
+                              args->landlock.rules[static_cast<size_t>(error.detail)].path, ")");
       }
       std::string message = absl::StrCat("sandbox setup failed at ", StepName(error.step), detail,
                                          ": ", strerror(error.err));
@@ -1338,9 +1386,9 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
   if (line != "R") {
     int err = 0;
     if (absl::StartsWith(line, "X ") && absl::SimpleAtoi(line.substr(2), &err)) {
-      return absl::Status(err == ENOENT ? absl::StatusCode::kNotFound : absl::ErrnoToStatusCode(err),
-                          absl::StrCat("cannot execute ", spec.program, " in the sandbox: ",
-                                       strerror(err)));
+      return absl::Status(
+          err == ENOENT ? absl::StatusCode::kNotFound : absl::ErrnoToStatusCode(err),
+          absl::StrCat("cannot execute ", spec.program, " in the sandbox: ", strerror(err)));
     }
     return absl::InternalError(absl::StrCat("sandbox init: unexpected report \"", line, "\""));
   }
@@ -1383,13 +1431,15 @@ void LinuxSandbox::Impl::Reap(const std::shared_ptr<SandboxState>& state) {
   if (state->status_fd.get() >= 0) {
     char buf[128];
     ssize_t n;
-    while ((n = read(state->status_fd.get(), buf, sizeof buf)) > 0) report.append(buf, static_cast<size_t>(n));
+    while ((n = read(state->status_fd.get(), buf, sizeof buf)) > 0)
+      report.append(buf, static_cast<size_t>(n));
   }
   ExitInfo exit;
   char kind = 0;
   int value = 0;
   for (absl::string_view line : absl::StrSplit(report, '\n', absl::SkipEmpty())) {
-    if (line.size() > 2 && (line[0] == 'E' || line[0] == 'S') && absl::SimpleAtoi(line.substr(2), &value)) {
+    if (line.size() > 2 && (line[0] == 'E' || line[0] == 'S') &&
+        absl::SimpleAtoi(line.substr(2), &value)) {
       kind = line[0];
     }
   }
@@ -1406,7 +1456,8 @@ void LinuxSandbox::Impl::Reap(const std::shared_ptr<SandboxState>& state) {
     exit.signal = info.si_status;  // the init was killed: by us, or by the OOM killer
   }
   Usage& final_usage = exit.final_usage;
-  final_usage.cpu_time = absl::DurationFromTimeval(usage.ru_utime) + absl::DurationFromTimeval(usage.ru_stime);
+  final_usage.cpu_time =
+      absl::DurationFromTimeval(usage.ru_utime) + absl::DurationFromTimeval(usage.ru_stime);
   final_usage.memory_peak_bytes = static_cast<uint64_t>(usage.ru_maxrss) * 1024;
   uint64_t oom_kills = 0;
   if (state->cgroup != nullptr) {
@@ -1414,7 +1465,8 @@ void LinuxSandbox::Impl::Reap(const std::shared_ptr<SandboxState>& state) {
     if (readings.ok()) {
       // The cgroup's peak is what the limit measures (ru_maxrss also counts shared file pages).
       final_usage.memory_peak_bytes = readings->memory_peak;
-      final_usage.cpu_time = std::max(final_usage.cpu_time, absl::Nanoseconds(readings->cpu_usage_ns));
+      final_usage.cpu_time =
+          std::max(final_usage.cpu_time, absl::Nanoseconds(readings->cpu_usage_ns));
       oom_kills = readings->oom_kills;
     }
     absl::Status killed = state->cgroup->KillAll();
@@ -1440,7 +1492,8 @@ void LinuxSandbox::Impl::Reap(const std::shared_ptr<SandboxState>& state) {
     } else if (exit.signal == SIGKILL && oom_kills > 0) {
       exit.limit = LimitHit::kMemory;
     } else if (exit.signal == SIGKILL && !exit.killed &&
-               final_usage.cpu_time >= absl::Seconds(static_cast<int64_t>(state->limits.cpu_seconds))) {
+               final_usage.cpu_time >=
+                   absl::Seconds(static_cast<int64_t>(state->limits.cpu_seconds))) {
       exit.limit = LimitHit::kCpuTime;  // RLIMIT_CPU's hard limit
     }
   }
@@ -1524,8 +1577,8 @@ void LinuxSandbox::Impl::SupervisorLoop() {
     if (cpu_watch) next = std::min(next, now + kCpuPollInterval);
     int timeout_ms = -1;
     if (next != absl::InfiniteFuture()) {
-      timeout_ms = static_cast<int>(std::max<int64_t>(
-          1, absl::ToInt64Milliseconds(next - absl::Now()) + 1));
+      timeout_ms =
+          static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(next - absl::Now()) + 1));
     }
     epoll_event events[16];
     int n = epoll_wait(epoll_.get(), events, 16, timeout_ms);
@@ -1542,7 +1595,8 @@ void LinuxSandbox::Impl::SupervisorLoop() {
 LinuxSandbox::LinuxSandbox(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LinuxSandbox::~LinuxSandbox() = default;
 
-absl::StatusOr<std::unique_ptr<LinuxSandbox>> LinuxSandbox::Create(const LinuxSandboxOptions& options) {
+absl::StatusOr<std::unique_ptr<LinuxSandbox>> LinuxSandbox::Create(
+    const LinuxSandboxOptions& options) {
   auto impl = std::make_unique<Impl>();
   VAULT_RETURN_IF_ERROR(impl->Init(options));
   return std::unique_ptr<LinuxSandbox>(new LinuxSandbox(std::move(impl)));

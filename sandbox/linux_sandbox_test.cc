@@ -3,6 +3,8 @@
 #include "sandbox/linux_sandbox.h"
 
 #include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,9 +12,6 @@
 #include <fstream>
 #include <string>
 #include <thread>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/testing/temp_dir.h"
@@ -36,7 +35,7 @@ LinuxSandbox* Shared() {
   return sandbox;
 }
 
-#define REQUIRE_SANDBOX()                                                              \
+#define REQUIRE_SANDBOX() \
   if (Shared() == nullptr) GTEST_SKIP() << "the sandbox's fences are not available here"
 
 // Reads a pipe to the end on a thread while the sandbox runs.
@@ -105,7 +104,8 @@ TEST(LinuxSandbox, FencesAreReported) {
   EXPECT_TRUE(fences.user_namespaces);
   EXPECT_TRUE(fences.seccomp);
   EXPECT_THAT(fences.Describe(), HasSubstr("seccomp filter: active"));
-  EXPECT_THAT(fences.Describe(), HasSubstr("namespaces (user, mount, pid, net, ipc, uts, cgroup): active"));
+  EXPECT_THAT(fences.Describe(),
+              HasSubstr("namespaces (user, mount, pid, net, ipc, uts, cgroup): active"));
 }
 
 TEST(LinuxSandbox, ReportsTheExitCode) {
@@ -147,7 +147,8 @@ TEST(LinuxSandbox, FirstFrameOnTheChannel) {
   REQUIRE_SANDBOX();
   absl::StatusOr<Channel::PairResult> pair = Channel::Pair();
   ASSERT_TRUE(pair.ok());
-  SandboxSpec spec = Shell("printf '\\000\\000\\000\\005hello' >&3; test \"$VAULT_CHANNEL_FD\" = 3");
+  SandboxSpec spec =
+      Shell("printf '\\000\\000\\000\\005hello' >&3; test \"$VAULT_CHANNEL_FD\" = 3");
   spec.channel_fd = pair->guest_fd;
   absl::StatusOr<std::unique_ptr<SandboxHandle>> handle = Shared()->Spawn(spec);
   close(pair->guest_fd);
@@ -313,7 +314,8 @@ TEST(LinuxSandbox, MemoryLimitOomKillsOnlyTheSandbox) {
 TEST(LinuxSandbox, PauseStopsCpuAndResumeContinues) {
   REQUIRE_SANDBOX();
   if (!Shared()->fences().cgroup_freezer) GTEST_SKIP() << "no freezer";
-  absl::StatusOr<std::unique_ptr<SandboxHandle>> handle = Shared()->Spawn(Shell("while :; do :; done"));
+  absl::StatusOr<std::unique_ptr<SandboxHandle>> handle =
+      Shared()->Spawn(Shell("while :; do :; done"));
   ASSERT_TRUE(handle.ok()) << handle.status();
   absl::SleepFor(absl::Milliseconds(200));
   ASSERT_TRUE((*handle)->Pause().ok());
@@ -354,7 +356,7 @@ TEST(LinuxSandbox, UsageReadingsArePlausible) {
   } while (usage->work_inodes < 5 && absl::Now() < give_up);
   EXPECT_GE(usage->work_bytes, 3u << 20);
   EXPECT_LT(usage->work_bytes, 4u << 20);
-  EXPECT_EQ(usage->work_inodes, 6u);  // root, work, tmp, f, a, b
+  EXPECT_EQ(usage->work_inodes, 6u);                 // root, work, tmp, f, a, b
   EXPECT_GE(usage->memory_current_bytes, 3u << 20);  // tmpfs pages are charged to the sandbox
   EXPECT_EQ(usage->processes, 2u);                   // init + sleep
   ASSERT_TRUE((*handle)->Kill().ok());
@@ -365,8 +367,9 @@ TEST(LinuxSandbox, UsageReadingsArePlausible) {
 
 TEST(LinuxSandbox, StorageQuotaIsEnforcedByTheKernel) {
   REQUIRE_SANDBOX();
-  SandboxSpec spec = Shell("head -c 2097152 /dev/zero > /work/f; echo rc=$?; "
-                           "head -c 2097152 /dev/zero > /tmp/g; echo rc=$?");
+  SandboxSpec spec = Shell(
+      "head -c 2097152 /dev/zero > /work/f; echo rc=$?; "
+      "head -c 2097152 /dev/zero > /tmp/g; echo rc=$?");
   spec.limits.storage_bytes = 3 << 20;
   std::string out;
   ExitInfo exit = RunToEnd(spec, &out);
@@ -388,8 +391,10 @@ TEST(LinuxSandbox, ReadWorkFileRefusesSymlinksAndEscapes) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   EXPECT_EQ(*(*handle)->ReadWorkFile("out", 100), "result");
-  EXPECT_EQ((*handle)->ReadWorkFile("out", 3).status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ((*handle)->ReadWorkFile("link", 100).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ((*handle)->ReadWorkFile("out", 3).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ((*handle)->ReadWorkFile("link", 100).status().code(),
+            absl::StatusCode::kPermissionDenied);
   EXPECT_EQ((*handle)->ReadWorkFile("d/up/out", 100).status().code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_EQ((*handle)->ReadWorkFile("../etc/passwd", 100).status().code(),
@@ -429,7 +434,8 @@ TEST(LinuxSandbox, V2FreezerPath) {
   options.cgroup_folder = absl::StrCat("vault-sandbox-v2test-", getpid());
   absl::StatusOr<std::unique_ptr<LinuxSandbox>> sandbox = LinuxSandbox::Create(options);
   if (!sandbox.ok()) GTEST_SKIP() << sandbox.status();
-  absl::StatusOr<std::unique_ptr<SandboxHandle>> handle = (*sandbox)->Spawn(Shell("while :; do :; done"));
+  absl::StatusOr<std::unique_ptr<SandboxHandle>> handle =
+      (*sandbox)->Spawn(Shell("while :; do :; done"));
   ASSERT_TRUE(handle.ok()) << handle.status();
   absl::SleepFor(absl::Milliseconds(100));
   ASSERT_TRUE((*handle)->Pause().ok());

@@ -51,12 +51,13 @@ const char* LimitHitName(LimitHit limit) {
 
 std::string DescribeExit(const ExitInfo& exit) {
   std::string text = exit.exited ? absl::StrCat("exited with code ", exit.exit_code)
-                                  : absl::StrCat("killed by signal ", exit.signal, " (",
-                                                 sigabbrev_np(exit.signal) != nullptr
-                                                     ? absl::StrCat("SIG", sigabbrev_np(exit.signal))
-                                                     : "?",
-                                                 ")");
-  if (exit.limit != LimitHit::kNone) absl::StrAppend(&text, ", ", LimitHitName(exit.limit), " limit");
+                                 : absl::StrCat("killed by signal ", exit.signal, " (",
+                                                sigabbrev_np(exit.signal) != nullptr
+                                                    ? absl::StrCat("SIG", sigabbrev_np(exit.signal))
+                                                    : "?",
+                                                ")");
+  if (exit.limit != LimitHit::kNone)
+    absl::StrAppend(&text, ", ", LimitHitName(exit.limit), " limit");
   if (exit.killed) absl::StrAppend(&text, ", killed on request");
   return text;
 }

@@ -34,15 +34,15 @@ namespace vault::sandbox {
 
 // Finite limits for one sandbox. Every field has a finite default; zero is never "unlimited".
 struct Limits {
-  uint64_t memory_bytes = 256ull << 20;     // cgroup memory limit (OOM kills only the sandbox)
-  uint64_t cpu_seconds = 60;                // total CPU time of every process in the sandbox
-  uint32_t cpu_percent = 100;               // CPU share: 100 = one full core
-  uint32_t max_processes = 64;              // processes and threads (cgroup pids + RLIMIT_NPROC)
-  uint32_t max_open_files = 256;            // RLIMIT_NOFILE
-  uint64_t max_file_bytes = 64ull << 20;    // RLIMIT_FSIZE
+  uint64_t memory_bytes = 256ull << 20;   // cgroup memory limit (OOM kills only the sandbox)
+  uint64_t cpu_seconds = 60;              // total CPU time of every process in the sandbox
+  uint32_t cpu_percent = 100;             // CPU share: 100 = one full core
+  uint32_t max_processes = 64;            // processes and threads (cgroup pids + RLIMIT_NPROC)
+  uint32_t max_open_files = 256;          // RLIMIT_NOFILE
+  uint64_t max_file_bytes = 64ull << 20;  // RLIMIT_FSIZE
   absl::Duration wall_time = absl::Minutes(10);
-  uint64_t storage_bytes = 64ull << 20;     // work directory + /tmp (one tmpfs)
-  uint64_t storage_inodes = 4096;           // files in the work directory + /tmp
+  uint64_t storage_bytes = 64ull << 20;  // work directory + /tmp (one tmpfs)
+  uint64_t storage_inodes = 4096;        // files in the work directory + /tmp
 };
 
 // Checks that every limit is finite and non-zero and below sane ceilings.
@@ -76,26 +76,26 @@ struct SandboxSpec {
 // Which limit ended the sandbox, when one did.
 enum class LimitHit {
   kNone = 0,
-  kMemory,     // the cgroup's OOM killer fired (or RLIMIT_AS refused memory and the program died)
-  kCpuTime,    // RLIMIT_CPU or the cgroup's total CPU time
-  kWallTime,   // the wall-time limit; the sandbox was killed
-  kFileSize,   // SIGXFSZ: a write went past RLIMIT_FSIZE
+  kMemory,    // the cgroup's OOM killer fired (or RLIMIT_AS refused memory and the program died)
+  kCpuTime,   // RLIMIT_CPU or the cgroup's total CPU time
+  kWallTime,  // the wall-time limit; the sandbox was killed
+  kFileSize,  // SIGXFSZ: a write went past RLIMIT_FSIZE
 };
 const char* LimitHitName(LimitHit limit);
 
 struct Usage {
   uint64_t memory_current_bytes = 0;
   uint64_t memory_peak_bytes = 0;
-  absl::Duration cpu_time;            // user + system, all processes
-  uint64_t work_bytes = 0;            // bytes used in the work directory + /tmp
-  uint64_t work_inodes = 0;           // inodes used there
-  uint32_t processes = 0;             // live processes and threads
+  absl::Duration cpu_time;   // user + system, all processes
+  uint64_t work_bytes = 0;   // bytes used in the work directory + /tmp
+  uint64_t work_inodes = 0;  // inodes used there
+  uint32_t processes = 0;    // live processes and threads
 };
 
 struct ExitInfo {
-  bool exited = false;       // true: the program called exit; exit_code is valid
+  bool exited = false;  // true: the program called exit; exit_code is valid
   int exit_code = -1;
-  int signal = 0;            // the signal that ended the program, when !exited
+  int signal = 0;  // the signal that ended the program, when !exited
   LimitHit limit = LimitHit::kNone;
   bool killed = false;       // ended by Kill()
   Usage final_usage;         // readings taken when the sandbox ended (peak memory, CPU time)

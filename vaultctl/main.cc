@@ -8,6 +8,8 @@
 #include <string_view>
 
 #include "absl/time/time.h"
+#include "spdlog/sinks/stdout_sinks.h"
+#include "spdlog/spdlog.h"
 #include "vaultctl/commands.h"
 #include "vaultctl/output.h"
 
@@ -21,6 +23,9 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   // gRPC's own log lines (e.g. a TLS handshake failure) would duplicate the error we report.
   if (std::getenv("GRPC_VERBOSITY") == nullptr) gpr_set_log_function([](gpr_log_func_args*) {});
+  // Library warnings (e.g. a missing sandbox fence) go to stderr: stdout is for results.
+  spdlog::set_default_logger(spdlog::stderr_logger_mt("vaultctl"));
+  spdlog::set_pattern("vaultctl: %l: %v");
   CLI::App app{
       "vaultctl: drive a vault (vaultd) and its federation.\n"
       "Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 refused, 5 unavailable.",

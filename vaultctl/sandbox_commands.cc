@@ -35,9 +35,16 @@ constexpr int kExitProgramNotFound = 127;
 absl::StatusOr<uint64_t> ParseSize(const std::string& flag, const std::string& text) {
   std::string t = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(text));
   uint64_t multiplier = 1;
-  for (auto [suffix, factor] : std::initializer_list<std::pair<const char*, uint64_t>>{
-           {"KIB", 1ull << 10}, {"MIB", 1ull << 20}, {"GIB", 1ull << 30}, {"TIB", 1ull << 40},
-           {"K", 1ull << 10}, {"M", 1ull << 20}, {"G", 1ull << 30}, {"T", 1ull << 40}, {"B", 1}}) {
+  for (auto [suffix, factor] :
+       std::initializer_list<std::pair<const char*, uint64_t>>{{"KIB", 1ull << 10},
+                                                               {"MIB", 1ull << 20},
+                                                               {"GIB", 1ull << 30},
+                                                               {"TIB", 1ull << 40},
+                                                               {"K", 1ull << 10},
+                                                               {"M", 1ull << 20},
+                                                               {"G", 1ull << 30},
+                                                               {"T", 1ull << 40},
+                                                               {"B", 1}}) {
     if (absl::EndsWith(t, suffix)) {
       t.resize(t.size() - strlen(suffix));
       multiplier = factor;
@@ -123,7 +130,8 @@ int RunInSandbox(const RunOptions& o, bool json) {
     if (fence == "landlock") options.required.landlock = false;
     if (fence == "cgroups") options.required.cgroups = false;
   }
-  absl::StatusOr<std::unique_ptr<sandbox::LinuxSandbox>> box = sandbox::LinuxSandbox::Create(options);
+  absl::StatusOr<std::unique_ptr<sandbox::LinuxSandbox>> box =
+      sandbox::LinuxSandbox::Create(options);
   if (!box.ok()) {
     ReportError(box.status(), json);
     return kExitSandboxFailed;
@@ -164,15 +172,19 @@ int RunInSandbox(const RunOptions& o, bool json) {
   absl::Status copy_status;
   if (!o.work.empty()) {
     absl::StatusOr<sandbox::SandboxHandle::CopyStats> stats = (*handle)->CopyWorkDirTo(o.work);
-    if (stats.ok()) copied = *stats;
-    else copy_status = stats.status();
+    if (stats.ok())
+      copied = *stats;
+    else
+      copy_status = stats.status();
   }
   const sandbox::Usage& usage = exit->final_usage;
   if (json) {
     Json report = Json::Object();
     report.Add("exited", exit->exited);
-    if (exit->exited) report.Add("exit_code", exit->exit_code);
-    else report.Add("signal", exit->signal);
+    if (exit->exited)
+      report.Add("exit_code", exit->exit_code);
+    else
+      report.Add("signal", exit->signal);
     report.Add("limit", sandbox::LimitHitName(exit->limit))
         .Add("peak_memory_bytes", usage.memory_peak_bytes)
         .Add("cpu_seconds", absl::StrFormat("%.3f", absl::ToDoubleSeconds(usage.cpu_time)))
@@ -181,7 +193,9 @@ int RunInSandbox(const RunOptions& o, bool json) {
         .Add("work_inodes", usage.work_inodes);
     if (!o.work.empty()) {
       Json work = Json::Object();
-      work.Add("dir", o.work).Add("files", copied.files).Add("bytes", copied.bytes)
+      work.Add("dir", o.work)
+          .Add("files", copied.files)
+          .Add("bytes", copied.bytes)
           .Add("skipped", copied.skipped);
       if (!copy_status.ok()) work.Add("error", std::string(copy_status.message()));
       report.Add("work", work);
@@ -194,8 +208,9 @@ int RunInSandbox(const RunOptions& o, bool json) {
         absl::ToDoubleSeconds(usage.cpu_time), absl::ToDoubleSeconds(exit->wall_time),
         HumanBytes(usage.work_bytes), usage.work_inodes);
     if (!o.work.empty() && copy_status.ok()) {
-      std::cerr << absl::StrFormat("sandbox: copied %d files (%s) to %s; skipped %d links or special files\n",
-                                   copied.files, HumanBytes(copied.bytes), o.work, copied.skipped);
+      std::cerr << absl::StrFormat(
+          "sandbox: copied %d files (%s) to %s; skipped %d links or special files\n", copied.files,
+          HumanBytes(copied.bytes), o.work, copied.skipped);
     }
   }
   if (!copy_status.ok()) {
@@ -213,13 +228,15 @@ void AddSandboxCommands(CLI::App& app, GlobalOptions& g, Command& command) {
   sandbox->require_subcommand(1);
 
   auto* fences = sandbox->add_subcommand(
-      "fences", "Show which sandbox fences this machine and user can raise (exit 4 if one is missing)");
+      "fences",
+      "Show which sandbox fences this machine and user can raise (exit 4 if one is missing)");
   fences->callback([&] {
     command = [&g] {
       sandbox::LinuxSandboxOptions options;
       options.required.landlock = false;
       options.required.cgroups = false;
-      absl::StatusOr<std::unique_ptr<sandbox::LinuxSandbox>> box = sandbox::LinuxSandbox::Create(options);
+      absl::StatusOr<std::unique_ptr<sandbox::LinuxSandbox>> box =
+          sandbox::LinuxSandbox::Create(options);
       if (!box.ok()) return ReportError(box.status(), g.json());
       const sandbox::FenceReport& report = (*box)->fences();
       absl::Status policy = sandbox::CheckPolicy(report, sandbox::FencePolicy{});
@@ -257,16 +274,26 @@ void AddSandboxCommands(CLI::App& app, GlobalOptions& g, Command& command) {
   run->add_option("--memory", o.memory, "Memory limit (cgroup; the OOM killer acts inside only)")
       ->capture_default_str();
   run->add_option("--cpu-seconds", o.cpu_seconds, "CPU time of all processes together")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   run->add_option("--cpu-percent", o.cpu_percent, "CPU share; 100 = one core")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  run->add_option("--pids", o.pids, "Processes and threads")->capture_default_str()->check(CLI::PositiveNumber);
-  run->add_option("--files", o.files, "Open files per process")->capture_default_str()->check(CLI::PositiveNumber);
-  run->add_option("--file-size", o.file_size, "Largest file a process may write")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  run->add_option("--pids", o.pids, "Processes and threads")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  run->add_option("--files", o.files, "Open files per process")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  run->add_option("--file-size", o.file_size, "Largest file a process may write")
+      ->capture_default_str();
   run->add_option("--wall-seconds", o.wall_seconds, "Wall-clock limit")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   run->add_option("--storage", o.storage, "Size of /work + /tmp")->capture_default_str();
-  run->add_option("--inodes", o.inodes, "Files in /work + /tmp")->capture_default_str()->check(CLI::PositiveNumber);
+  run->add_option("--inodes", o.inodes, "Files in /work + /tmp")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   run->add_option("--work", o.work,
                   "After the end, copy /work's files to this host folder (empty or new); links\n"
                   "and special files are skipped, nothing is followed");
