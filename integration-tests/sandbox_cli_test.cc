@@ -143,5 +143,26 @@ TEST_F(SandboxCliTest, UnprivilegedUserGetsTheSandboxWithoutCgroups) {
   EXPECT_THAT(r.out, HasSubstr("CapEff:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n"));
 }
 
+// vaultd probes the sandbox at start and says what it found, in its log and in `status`.
+TEST_F(SandboxCliTest, VaultdReportsTheSandboxFences) {
+  absl::StatusOr<Vaultd*> vaultd = StartStandaloneVault("fences");
+  ASSERT_TRUE(vaultd.ok()) << vaultd.status();
+  RunResult status = Vaultctl({"--vault", (*vaultd)->socket(), "-o", "json", "status"});
+  ASSERT_EQ(status.exit_code, kExitOk) << status;
+  EXPECT_THAT(status.out, HasSubstr("\"sandbox_fences\":\"namespaces (user, mount, pid, net, ipc, "
+                                    "uts, cgroup): active\\nseccomp filter: active\\n"));
+  std::ifstream log((*vaultd)->log_path());
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr("sandbox fence: seccomp filter: active"));
+  if (FencesComplete()) {
+    EXPECT_THAT(status.out, HasSubstr("\"agents_enabled\":true,\"agents_disabled_reason\":\"\""));
+    RunResult text_status = Vaultctl({"--vault", (*vaultd)->socket(), "status"});
+    EXPECT_THAT(text_status.out, HasSubstr("agents:   enabled\nsandbox:\n  namespaces"));
+  } else {
+    EXPECT_THAT(status.out, HasSubstr("\"agents_enabled\":false"));
+    EXPECT_THAT(text, HasSubstr("agents are disabled: sandbox fences required by policy are missing"));
+  }
+}
+
 }  // namespace
 }  // namespace vault::integration

@@ -16,6 +16,9 @@ grpc::ServerUnaryReactor* AdminService::Status(grpc::CallbackServerContext* ctx,
   resp->set_object_count(totals.objects);
   resp->set_stored_bytes(totals.bytes);
   resp->set_last_seq(store_->last_seq());
+  resp->set_sandbox_fences(sandbox_.fences);
+  resp->set_agents_enabled(sandbox_.agents_enabled);
+  resp->set_agents_disabled_reason(sandbox_.disabled_reason);
   for (const vault::v1::Member& m : config_.members()) {
     auto* out = resp->add_members();
     out->set_name(m.name());

@@ -16,12 +16,19 @@ inline constexpr char kVersion[] = "0.1.0";
 
 class AdminService final : public vault::v1::Admin::CallbackService {
  public:
+  // What the agents' sandbox can do here, probed once at start.
+  struct SandboxState {
+    std::string fences;
+    bool agents_enabled = false;
+    std::string disabled_reason;
+  };
   AdminService(const vault::v1::VaultConfig& config, std::string public_key,
-               std::string bound_listen_address, const cas::Store* store)
+               std::string bound_listen_address, const cas::Store* store, SandboxState sandbox)
       : config_(config),
         public_key_(std::move(public_key)),
         listen_(std::move(bound_listen_address)),
         store_(store),
+        sandbox_(std::move(sandbox)),
         started_unix_ms_(absl::ToUnixMillis(absl::Now())) {}
 
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
@@ -33,6 +40,7 @@ class AdminService final : public vault::v1::Admin::CallbackService {
   const std::string public_key_;
   const std::string listen_;
   const cas::Store* const store_;
+  const SandboxState sandbox_;
   const int64_t started_unix_ms_;
 };
 

@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
@@ -150,6 +151,12 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
   if (srv->memory_quota_mb() == 0) srv->set_memory_quota_mb(1024);
   if (srv->max_concurrent_streams() == 0) srv->set_max_concurrent_streams(128);
   auto* audit = c->mutable_audit();
+  auto* sandbox = c->mutable_sandbox();
+  if (!sandbox->has_require_landlock()) sandbox->set_require_landlock(true);
+  if (!sandbox->has_require_cgroups()) sandbox->set_require_cgroups(true);
+  if (sandbox->host_id_base() == 0) sandbox->set_host_id_base(200000);
+  if (sandbox->host_id_count() == 0) sandbox->set_host_id_count(65536);
+  if (sandbox->cgroup_folder().empty()) sandbox->set_cgroup_folder("vault-sandbox");
   if (audit->checkpoint_every_entries() == 0) audit->set_checkpoint_every_entries(1000);
   if (audit->checkpoint_interval_ms() == 0) audit->set_checkpoint_interval_ms(1000);
   if (audit->mirror_interval_ms() == 0) audit->set_mirror_interval_ms(2000);
@@ -243,6 +250,21 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
   }
   if (audit->mirror_rpc_timeout_ms() < 100) {
     return FieldError(source, "audit.mirror_rpc_timeout_ms", "must be at least 100");
+  }
+  if (c->sandbox().host_id_base() < 1000) {
+    return FieldError(source, "sandbox.host_id_base", "must be at least 1000 (not a system id)");
+  }
+  if (uint64_t{c->sandbox().host_id_base()} + c->sandbox().host_id_count() > 0xFFFFFFFEull) {
+    return FieldError(source, "sandbox.host_id_count", "the range must end below 4294967294");
+  }
+  {
+    const std::string& folder = c->sandbox().cgroup_folder();
+    bool valid = folder.size() <= 64 && folder != "." && folder != "..";
+    for (char ch : folder) {
+      valid = valid && (absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '.' ||
+                        ch == '_' || ch == '-');
+    }
+    if (!valid) return FieldError(source, "sandbox.cgroup_folder", "must match [A-Za-z0-9._-]{1,64}");
   }
   if (check_files) {
     VAULT_RETURN_IF_ERROR(CheckReadable(source, "key_file", c->key_file()));

@@ -175,6 +175,11 @@ TEST(FinalizeConfig, FillsEveryDefault) {
   EXPECT_EQ(c.audit().checkpoint_interval_ms(), 1000u);
   EXPECT_EQ(c.audit().mirror_interval_ms(), 2000u);
   EXPECT_EQ(c.audit().mirror_rpc_timeout_ms(), 10000u);
+  EXPECT_TRUE(c.sandbox().require_landlock());
+  EXPECT_TRUE(c.sandbox().require_cgroups());
+  EXPECT_EQ(c.sandbox().host_id_base(), 200000u);
+  EXPECT_EQ(c.sandbox().host_id_count(), 65536u);
+  EXPECT_EQ(c.sandbox().cgroup_folder(), "vault-sandbox");
   // Fields without a default stay empty.
   EXPECT_EQ(c.listen_address(), "");
   EXPECT_EQ(c.members_size(), 0);
@@ -203,6 +208,11 @@ TEST(FinalizeConfig, KeepsExplicitValues) {
   c.mutable_audit()->set_checkpoint_interval_ms(20);
   c.mutable_audit()->set_mirror_interval_ms(30);
   c.mutable_audit()->set_mirror_rpc_timeout_ms(400);
+  c.mutable_sandbox()->set_require_landlock(false);
+  c.mutable_sandbox()->set_require_cgroups(false);
+  c.mutable_sandbox()->set_host_id_base(300000);
+  c.mutable_sandbox()->set_host_id_count(10);
+  c.mutable_sandbox()->set_cgroup_folder("vaults");
   const vault::v1::VaultConfig before = c;
   ASSERT_TRUE(FinalizeConfig(kSource, &c, /*check_files=*/false).ok());
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(c, before))
@@ -218,6 +228,19 @@ TEST(FinalizeConfig, AcceptsAFederatedConfig) {
 }
 
 // --- FinalizeConfig: validation ---
+
+TEST(FinalizeConfig, RefusesBadSandboxSettings) {
+  vault::v1::VaultConfig c = MinimalConfig();
+  c.mutable_sandbox()->set_host_id_base(500);
+  ExpectFieldError(Finalize(c), "sandbox.host_id_base", "must be at least 1000");
+  c = MinimalConfig();
+  c.mutable_sandbox()->set_host_id_base(4294900000u);
+  c.mutable_sandbox()->set_host_id_count(100000);
+  ExpectFieldError(Finalize(c), "sandbox.host_id_count", "must end below 4294967294");
+  c = MinimalConfig();
+  c.mutable_sandbox()->set_cgroup_folder("../escape");
+  ExpectFieldError(Finalize(c), "sandbox.cgroup_folder", "must match");
+}
 
 TEST(FinalizeConfig, RefusesMissingName) {
   vault::v1::VaultConfig c = MinimalConfig();

@@ -1,5 +1,8 @@
 #include "node/vault_node.h"
 
+#include "absl/strings/str_split.h"
+#include "spdlog/spdlog.h"
+
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
@@ -160,11 +163,42 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
            .checkpoint_interval = absl::Milliseconds(config.audit().checkpoint_interval_ms())}));
   const std::string self_key = node->key_->public_key().ToText();
   node->auditor_ = std::make_unique<Auditor>(node->audit_log_.get(), config, self_key);
+  // The agents' sandbox: probe the kernel once and say plainly what is active. A missing fence
+  // that the config requires disables agents; it does not stop the vault.
+  {
+    sandbox::LinuxSandboxOptions options;
+    options.required = {.landlock = false, .cgroups = false};
+    options.host_id_base = config.sandbox().host_id_base();
+    options.host_id_count = config.sandbox().host_id_count();
+    options.init_path = config.sandbox().init_path();
+    options.cgroup_folder = config.sandbox().cgroup_folder();
+    absl::StatusOr<std::unique_ptr<sandbox::LinuxSandbox>> box = sandbox::LinuxSandbox::Create(options);
+    AdminService::SandboxState& state = node->sandbox_state_;
+    if (box.ok()) {
+      state.fences = (*box)->fences().Describe();
+      absl::Status policy = sandbox::CheckPolicy(
+          (*box)->fences(), {.landlock = config.sandbox().require_landlock(),
+                             .cgroups = config.sandbox().require_cgroups()});
+      state.agents_enabled = policy.ok();
+      state.disabled_reason = std::string(policy.message());
+      node->sandbox_ = std::move(*box);
+    } else {
+      state.disabled_reason = std::string(box.status().message());
+    }
+    for (absl::string_view line : absl::StrSplit(state.fences, '\n', absl::SkipEmpty())) {
+      spdlog::info("sandbox fence: {}", std::string(line));
+    }
+    if (!state.agents_enabled) spdlog::error("agents are disabled: {}", state.disabled_reason);
+  }
   VAULT_RETURN_IF_ERROR(node->auditor_->Record(
       Auditor::Entry(self_key, "vault.start", config.name(), vault::v1::AuditEntry::ALLOWED, "",
                      {{"version", kVersion},
                       {"listen_address", config.listen_address()},
-                      {"members", absl::StrCat(config.members_size())}})));
+                      {"members", absl::StrCat(config.members_size())},
+                      {"agents", node->sandbox_state_.agents_enabled
+                                     ? std::string("enabled")
+                                     : absl::StrCat("disabled: ",
+                                                    node->sandbox_state_.disabled_reason)}})));
   // Every served log has a checkpoint from the start (peers and `audit tail` rely on one).
   VAULT_RETURN_IF_ERROR(node->audit_log_->IssueCheckpoint().status());
   VAULT_ASSIGN_OR_RETURN(node->follower_,
@@ -233,7 +267,8 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
   VAULT_RETURN_IF_ERROR(ClaimSocketPath(sock));
   node->owns_socket_ = true;
   node->admin_ = std::make_unique<AdminService>(config, node->key_->public_key().ToText(),
-                                                node->listen_address_, node->store_.get());
+                                                node->listen_address_, node->store_.get(),
+                                                node->sandbox_state_);
   grpc::ServerBuilder b;
   ConfigureBuilder(config, &b);
   mode_t old_umask = umask(0177);  // the socket is created 0600

@@ -29,6 +29,7 @@
 #include "node/audit_service.h"
 #include "node/auditor.h"
 #include "node/cas_service.h"
+#include "sandbox/linux_sandbox.h"
 #include "storage/database.h"
 #include "vault/v1/config.pb.h"
 
@@ -62,6 +63,9 @@ class VaultNode {
   std::unique_ptr<cas::Store> store_;
   std::unique_ptr<audit::AuditLog> audit_log_;
   std::unique_ptr<Auditor> auditor_;
+  // The agents' sandbox (issue 6 runs agents in it); null when even its base fences are missing.
+  std::unique_ptr<sandbox::LinuxSandbox> sandbox_;
+  AdminService::SandboxState sandbox_state_;
   std::unique_ptr<AuditFollower> follower_;
   std::unique_ptr<common::Executor> tcp_executor_;
   std::unique_ptr<common::Executor> unix_executor_;

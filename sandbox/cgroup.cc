@@ -804,7 +804,7 @@ class CgroupManagerImpl final : public CgroupManager {
     return cgroup;
   }
 
-  int RemoveStale() const override {
+  int RemoveStale(const std::function<bool(const std::string&)>& is_stale) const override {
     std::set<std::string> removed;
     for (int index : UsedHierarchies()) {
       const std::string& base = bases_[index].dir;
@@ -821,6 +821,7 @@ class CgroupManagerImpl final : public CgroupManager {
       closedir(dir);
       // rmdir refuses cgroups with tasks (EBUSY) or children (ENOTEMPTY): those stay.
       for (const std::string& child : children) {
+        if (is_stale && !is_stale(child)) continue;
         if (rmdir(absl::StrCat(base, "/", child).c_str()) == 0) removed.insert(child);
       }
     }

@@ -23,6 +23,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -85,9 +86,10 @@ class CgroupManager {
   // present. AlreadyExists if it exists; InvalidArgument for a name outside [A-Za-z0-9._-]{1,64}.
   virtual absl::StatusOr<std::unique_ptr<Cgroup>> Create(const std::string& name,
                                                          const CgroupLimits& limits) const = 0;
-  // Removes empty cgroups left in <folder> by a previous process (after a crash). Returns how
-  // many were removed.
-  virtual int RemoveStale() const = 0;
+  // Removes empty cgroups left in <folder> by a previous process (after a crash), among those
+  // `is_stale` accepts (all when it is empty: only safe when no other process shares the
+  // folder). Returns how many were removed.
+  virtual int RemoveStale(const std::function<bool(const std::string&)>& is_stale = {}) const = 0;
 };
 
 }  // namespace vault::sandbox

@@ -964,7 +964,16 @@ absl::Status LinuxSandbox::Impl::Init(const LinuxSandboxOptions& options) {
     if (!fences_.cgroups())
       cgroups_.reset();  // all or nothing: a partial cgroup is not a fence
     else
-      cgroups_->RemoveStale();
+      // Sandbox ids end in "-<pid>-<n>": remove only what a process that is gone left behind,
+      // never the fresh cgroup of another process sharing the folder.
+      cgroups_->RemoveStale([](const std::string& name) {
+        std::vector<std::string> parts = absl::StrSplit(name, '-');
+        pid_t pid = 0;
+        if (parts.size() < 3 || !absl::SimpleAtoi(parts[parts.size() - 2], &pid) || pid <= 0) {
+          return false;
+        }
+        return kill(pid, 0) != 0 && errno == ESRCH;
+      });
   } else {
     fences_.cgroup_detail = "none";
     warnings.push_back(absl::StrCat("cgroups: ", cgroups.status().message()));

@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "cas/digest.h"
@@ -576,6 +577,9 @@ void AddStatusCommand(CLI::App& app, GlobalOptions& g, Command& command) {
                          .Add("stored_bytes", resp.stored_bytes())
                          .Add("last_seq", resp.last_seq())
                          .Add("members", members)
+                         .Add("agents_enabled", resp.agents_enabled())
+                         .Add("agents_disabled_reason", resp.agents_disabled_reason())
+                         .Add("sandbox_fences", resp.sandbox_fences())
                          .ToString()
                   << "\n";
       } else {
@@ -587,6 +591,13 @@ void AddStatusCommand(CLI::App& app, GlobalOptions& g, Command& command) {
                   << ")\nmembers:\n";
         for (const auto& m : resp.members()) {
           std::cout << "  " << m.name() << "  " << m.address() << "  " << m.public_key() << "\n";
+        }
+        std::cout << "agents:   "
+                  << (resp.agents_enabled() ? std::string("enabled")
+                                            : "DISABLED: " + resp.agents_disabled_reason())
+                  << "\nsandbox:\n";
+        for (absl::string_view line : absl::StrSplit(resp.sandbox_fences(), '\n', absl::SkipEmpty())) {
+          std::cout << "  " << line << "\n";
         }
       }
       return kExitOk;
