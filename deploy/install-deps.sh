@@ -10,6 +10,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libspdlog-dev
   python3 iproute2 procps coreutils hyperfine
+  # Only the comparison run of bench/sandbox_bench (a sandbox launcher to measure against).
+  bubblewrap
   # Only the independent verifier of integration-tests/interop_test.cc (Go's sumdb note/tlog).
   golang-go golang-golang-x-mod-dev
 )

@@ -6,8 +6,11 @@
 //
 // The corpus programs are never run outside the sandbox. Tests are ordered from the least to
 // the most destructive (gtest runs them in this order): reads and sockets first, bombs last.
+// Tests marked "SANDBOX BUG" or "FINDING" pin a defect of the sandbox found by this suite; they
+// fail until it is fixed. HOSTILE_VERBOSE=1 prints every program's output.
 //
-// Thread safety: single-threaded tests; one LinuxSandbox shared by the suite.
+// Thread safety: each test runs on one thread (one test starts a second one); one LinuxSandbox
+// is shared by the suite.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gmock/gmock.h>
@@ -35,9 +38,8 @@
 #include <memory>
 #include <optional>
 #include <random>
-#include <set>
-#include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -62,6 +64,7 @@ namespace vault::sandbox {
 namespace {
 
 using ::testing::AllOf;
+using ::testing::AnyOf;
 using ::testing::Contains;
 using ::testing::Each;
 using ::testing::ElementsAre;
@@ -238,6 +241,7 @@ struct RunOptions {
   int stdin_fd = -1;  // -1: /dev/null inside, unless pipe_stdin
   bool pipe_stdin = false;
   int channel_fd = -1;
+  std::string name;  // SandboxSpec::name; empty: "hostile-<program>"
 };
 
 // A corpus program started in the sandbox, its stdout read through a pipe.
@@ -251,7 +255,6 @@ class Program {
   SandboxHandle& handle() { return *handle_; }
   std::unique_ptr<SandboxHandle> ReleaseHandle() { return std::move(handle_); }
   const std::string& output() const { return output_; }
-  int stdin_fd() const { return stdin_.get(); }
   void CloseStdin() { stdin_.Reset(); }
 
   bool WriteStdin(absl::string_view data) {
@@ -306,8 +309,6 @@ class Program {
       Pump(absl::Milliseconds(20));
     }
   }
-
-  bool stdout_closed() const { return eof_; }
 
  private:
   // Waits up to `timeout` for stdout and appends what is there.
@@ -392,8 +393,10 @@ class Hostile : public ::testing::Test {
     FAIL() << "LinuxSandbox::Create: " << *create_status_;
   }
 
-  // Starts corpus program `name` with stdout (and, when asked, stdin) on pipes.
-  absl::StatusOr<std::unique_ptr<Program>> Start(const std::string& name, RunOptions options) {
+  // Starts corpus program `name` with stdout (and, when asked, stdin) on pipes, in `sandbox`
+  // (default: the suite's).
+  absl::StatusOr<std::unique_ptr<Program>> Start(const std::string& name, RunOptions options,
+                                                 Sandbox* sandbox = nullptr) {
     int out[2];
     if (pipe2(out, O_CLOEXEC) != 0) return absl::ErrnoToStatus(errno, "pipe2");
     Fd out_read(out[0]);
@@ -417,8 +420,9 @@ class Hostile : public ::testing::Test {
     spec.stdout_fd = out_write.get();
     spec.channel_fd = options.channel_fd;
     spec.limits = options.limits;
-    spec.name = "hostile-" + name;
-    absl::StatusOr<std::unique_ptr<SandboxHandle>> handle = sandbox_->Spawn(spec);
+    spec.name = options.name.empty() ? "hostile-" + name : options.name;
+    absl::StatusOr<std::unique_ptr<SandboxHandle>> handle =
+        (sandbox != nullptr ? sandbox : sandbox_)->Spawn(spec);
     if (!handle.ok()) return handle.status();
     return std::make_unique<Program>(std::move(*handle), std::move(out_read), std::move(in_write));
   }
@@ -633,6 +637,13 @@ TEST_F(Hostile, WriteOutsideWorkDir) {
   }
 }
 
+TEST_F(Hostile, ExecSelfWrittenCode) {
+  absl::StatusOr<Outcome> outcome = Run("work_exec", {});
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  ExpectCleanExit(*outcome);
+  EXPECT_THAT(outcome->lines, ElementsAre("copy /work/hello: OK")) << outcome->Describe();
+}
+
 TEST_F(Hostile, SymlinkPlantedForHost) {
   absl::StatusOr<Outcome> outcome = Run("symlink_plant", {});
   ASSERT_TRUE(outcome.ok()) << outcome.status();
@@ -699,7 +710,9 @@ TEST_F(Hostile, SymlinkSwapRace) {
   ASSERT_TRUE(exit.ok()) << exit.status();
   EXPECT_TRUE(exit->exited && exit->exit_code == 0) << DescribeExit(*exit);
   EXPECT_THAT(other, IsEmpty()) << "benign reads " << benign << ", denied " << denied;
-  EXPECT_GT(benign + denied, 0);
+  // Both states were seen: the race really ran under the reads.
+  EXPECT_GT(benign, 0);
+  EXPECT_GT(denied, 0);
   EXPECT_THAT(SplitLines((*program)->output()), ElementsAre("racing", StartsWith("swaps: ")));
 }
 
@@ -763,6 +776,87 @@ TEST_F(Hostile, SecondSandboxSecret) {
   EXPECT_THAT(SplitLines((*keeper)->output()), ElementsAre("ready", "bye"));
 }
 
+// Two sandboxes must never share a host uid: processes of one host uid share per-user kernel
+// accounting (pipe buffers, inotify instances, RLIMIT_NPROC counts in the initial namespace).
+//
+// SANDBOX BUG (reported, not fixed here): host uid slots are allocated per LinuxSandbox
+// instance (LinuxSandbox::Impl::AllocateSlot, from host_id_base), so two instances, in one
+// process or in two (two vault nodes on one machine, tests run by ctest -j), give their first
+// sandboxes the same host uid 200000. Impact found so far: per-user kernel accounting only
+// (the sandboxes cannot see or signal each other); e.g. one sandbox can push the shared uid past
+// pipe-user-pages-soft so that the other's new pipes get the minimum size. This test fails until
+// slots are unique machine-wide.
+TEST_F(Hostile, DistinctHostUidsAcrossSandboxInstances) {
+  if (geteuid() != 0) GTEST_SKIP() << "unprivileged, every sandbox runs as the caller's uid";
+  // Two fresh instances, as two vault processes would have.
+  absl::StatusOr<std::unique_ptr<LinuxSandbox>> first = LinuxSandbox::Create({});
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<std::unique_ptr<LinuxSandbox>> second = LinuxSandbox::Create({});
+  ASSERT_TRUE(second.ok()) << second.status();
+  Sandbox* sandboxes[2] = {first->get(), second->get()};
+  std::unique_ptr<Program> keepers[2];
+  uint32_t uids[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const std::string marker = UniqueMarker("uid");
+    RunOptions options;
+    options.pipe_stdin = true;
+    options.args = {marker};
+    // Distinct names: each instance numbers its sandboxes from 0, and the cgroup name is
+    // "<name>-<pid>-<number>", so equal names would collide (ALREADY_EXISTS).
+    options.name = absl::StrCat("hostile-uid-", i);
+    absl::StatusOr<std::unique_ptr<Program>> keeper = Start("secret_keeper", options, sandboxes[i]);
+    ASSERT_TRUE(keeper.ok()) << keeper.status();
+    keepers[i] = std::move(*keeper);
+    ASSERT_TRUE(keepers[i]->WriteStdin("not a secret\n"));
+    absl::StatusOr<std::string> ready = keepers[i]->ReadLine(absl::Seconds(5));
+    ASSERT_TRUE(ready.ok()) << ready.status();
+    std::vector<pid_t> pids = HostPidsWithArg(marker);
+    ASSERT_FALSE(pids.empty());
+    std::vector<uint32_t> ids = HostUids(pids.front());
+    ASSERT_FALSE(ids.empty());
+    uids[i] = ids.front();
+  }
+  EXPECT_NE(uids[0], uids[1]) << "two running sandboxes share host uid " << uids[0];
+  for (std::unique_ptr<Program>& keeper : keepers) {
+    keeper->CloseStdin();
+    absl::StatusOr<ExitInfo> exit = keeper->Finish(absl::Seconds(10));
+    ASSERT_TRUE(exit.ok()) << exit.status();
+  }
+}
+
+// SANDBOX BUG (reported, not fixed here): LinuxSandbox::Create calls
+// CgroupManager::RemoveStale, which removes every cgroup without tasks under the shared folder
+// ("<own cgroup>/vault-sandbox/") -- including one that another LinuxSandbox (in this process
+// or another: ctest -j runs each test in its own process) has just created for a Spawn and not
+// yet moved its child into. That Spawn then fails with NOT_FOUND ("write ... cgroup.procs: No
+// such file or directory"). It fails closed (nothing runs unfenced), but concurrent vault
+// processes and parallel test runs fail at random. This test fails until RemoveStale spares
+// cgroups that are not stale.
+TEST_F(Hostile, CreateLeavesOtherSandboxesCgroupsAlone) {
+  std::atomic<bool> stop{false};
+  std::atomic<int> created{0};
+  std::thread creator([&] {
+    while (!stop.load()) {
+      absl::StatusOr<std::unique_ptr<LinuxSandbox>> other = LinuxSandbox::Create({});
+      if (other.ok()) created.fetch_add(1);
+    }
+  });
+  int failures = 0;
+  std::string first_failure;
+  for (int i = 0; i < 40; ++i) {
+    absl::StatusOr<Outcome> outcome = Run("hello", {});
+    if (!outcome.ok()) {
+      if (++failures == 1) first_failure = outcome.status().ToString();
+    } else {
+      EXPECT_EQ(outcome->output, "hello\n");
+    }
+  }
+  stop.store(true);
+  creator.join();
+  EXPECT_GT(created.load(), 0);
+  EXPECT_EQ(failures, 0) << "first failure: " << first_failure;
+}
+
 TEST_F(Hostile, ProcLeaks) {
   const pid_t host = getpid();
   RunOptions options;
@@ -785,6 +879,23 @@ TEST_F(Hostile, ProcLeaks) {
   expected.push_back("open for writing /proc/sysrq-trigger: ENOENT");
   expected.push_back("open for writing /proc/sys/kernel/core_pattern: ENOENT");
   EXPECT_THAT(outcome->lines, ElementsAreArray(expected)) << outcome->Describe();
+}
+
+// FINDING (low severity, reported): /proc/self/mountinfo inside shows the host path of every
+// bind mount's source (its "root" field), e.g. the code directory's
+// /var/lib/vault/agents/<id>/code: the sandbox learns the host's directory layout and its own
+// agent id. Not an escape (the paths cannot be opened), but nothing else inside names the host.
+// This test fails until the sandbox hides them (the root field is the source's path within its
+// filesystem, so a bind cannot hide it by itself: e.g. neutral host paths, or a masked
+// mountinfo).
+TEST_F(Hostile, MountinfoHidesHostPaths) {
+  RunOptions options;
+  options.args = {absl::StrCat(getpid()), std::filesystem::canonical(kCorpusDir).string()};
+  absl::StatusOr<Outcome> outcome = Run("proc_leak", options);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  ExpectCleanExit(*outcome);
+  ASSERT_FALSE(outcome->lines.empty());
+  EXPECT_EQ(outcome->lines.back(), "mountinfo shows HOST_PATH: no") << outcome->Describe();
 }
 
 TEST_F(Hostile, DeviceNodes) {
@@ -949,6 +1060,11 @@ TEST_F(Hostile, ChannelTruncatedFrame) {
 }
 
 TEST_F(Hostile, ChannelPassesDescriptors) {
+  // A first sandbox lets LinuxSandbox open what it keeps for its lifetime (its supervisor's
+  // descriptors), so that the count below sees only what this sandbox leaves behind.
+  absl::StatusOr<Outcome> warm_up = Run("hello", {});
+  ASSERT_TRUE(warm_up.ok()) << warm_up.status();
+  warm_up->handle.reset();
   absl::StatusOr<Channel::PairResult> pair = Channel::Pair();
   ASSERT_TRUE(pair.ok()) << pair.status();
   const int fds_before = CountOpenFds();
@@ -1207,7 +1323,8 @@ TEST_F(Hostile, FdExhaustion) {
 TEST_F(Hostile, DiskFill) {
   RunOptions options;
   options.limits.storage_bytes = 4ull << 20;
-  options.limits.max_file_bytes = 64ull << 20;  // the quota, not RLIMIT_FSIZE, must stop it
+  // RLIMIT_FSIZE above the quota and the fallocate: the quota, not SIGXFSZ, must stop them.
+  options.limits.max_file_bytes = 64ull << 20;
   absl::StatusOr<Outcome> outcome = Run("disk_fill", options);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   ExpectCleanExit(*outcome);
@@ -1216,8 +1333,10 @@ TEST_F(Hostile, DiskFill) {
   ASSERT_TRUE(kib.has_value()) << outcome->Describe();
   EXPECT_LE(*kib, 4 * 1024);
   EXPECT_GE(*kib, 3 * 1024);  // the quota is the storage limit, not something smaller
+  // /work and /tmp share the one quota.
   EXPECT_EQ(outcome->lines[1], "write /tmp/fill: ENOSPC after 0 KiB");
-  EXPECT_EQ(outcome->lines[2], "fallocate /tmp/huge 1 GiB: ENOSPC");
+  EXPECT_EQ(outcome->lines[2], "fallocate /tmp/huge 32 MiB: ENOSPC");
+  // Space freed is usable again.
   EXPECT_EQ(outcome->lines[3], "write /tmp/after: OK");
 }
 
@@ -1227,13 +1346,10 @@ TEST_F(Hostile, InodeFill) {
   absl::StatusOr<Outcome> outcome = Run("inode_fill", options);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   ExpectCleanExit(*outcome);
-  ASSERT_EQ(outcome->lines.size(), 4u) << outcome->Describe();
-  std::optional<int64_t> files = NumberAfter(outcome->lines[0], "create: ENOSPC after ");
-  ASSERT_TRUE(files.has_value()) << outcome->Describe();
-  EXPECT_LE(*files, 256);
-  EXPECT_GE(*files, 240);
-  EXPECT_THAT(std::vector<std::string>(outcome->lines.begin() + 1, outcome->lines.end()),
-              ElementsAre("mkdir: ENOSPC", "symlink: ENOSPC", "mkfifo: ENOSPC"));
+  // The tmpfs root, /work, /tmp and /work/many take four of the 256 inodes.
+  EXPECT_THAT(outcome->lines, ElementsAre("create: ENOSPC after 252", "mkdir: ENOSPC",
+                                          "symlink: ENOSPC", "mkfifo: ENOSPC"))
+      << outcome->Describe();
 }
 
 TEST_F(Hostile, FileSizeSignal) {
@@ -1262,7 +1378,12 @@ TEST_F(Hostile, CpuSpin) {
   options.limits.cpu_seconds = 2;
   absl::StatusOr<Outcome> outcome = Run("cpu_spin", options);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
-  ExpectKilledBy(*outcome, SIGXCPU, LimitHit::kCpuTime);
+  // RLIMIT_CPU's SIGXCPU comes at the first scheduler tick past 2 s; the supervisor, which reads
+  // the cgroup's exact total every 100 ms, SIGKILLs when it sees more than 2 s. Nearly always
+  // SIGXCPU wins, but a poll that lands within that one tick wins instead.
+  EXPECT_FALSE(outcome->exit.exited) << outcome->Describe();
+  EXPECT_THAT(outcome->exit.signal, AnyOf(SIGXCPU, SIGKILL)) << outcome->Describe();
+  EXPECT_EQ(outcome->exit.limit, LimitHit::kCpuTime) << outcome->Describe();
   EXPECT_THAT(outcome->lines, ElementsAre("spin: started")) << outcome->Describe();
   EXPECT_LT(outcome->exit.final_usage.cpu_time, absl::Seconds(4));
 }
