@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -611,6 +612,13 @@ absl::StatusOr<std::string> FindInit(const std::string& configured) {
                    "); set VAULT_SANDBOX_INIT or install it beside the executable"));
 }
 
+// Sandbox ids are "<name>-<pid>-<n>", n counted per process: every LinuxSandbox of a process
+// shares the cgroup folder, so their ids must not collide.
+std::atomic<uint64_t>& SandboxCounter() {
+  static std::atomic<uint64_t> counter{0};
+  return counter;
+}
+
 bool ProbeUserNamespaces(std::string* why) {
   static char stack[64 * 1024] alignas(16);
   pid_t pid = clone([](void*) -> int { _exit(0); }, stack + sizeof stack,
@@ -697,7 +705,6 @@ class LinuxSandbox::Impl {
   int cap_last_ = 40;
   uid_t self_uid_ = 0;
   gid_t self_gid_ = 0;
-  std::atomic<uint64_t> counter_{0};
 
   UniqueFd epoll_;
   UniqueFd wake_;
@@ -707,7 +714,8 @@ class LinuxSandbox::Impl {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<CloneRequest*> clone_queue_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int, std::shared_ptr<SandboxState>> live_ ABSL_GUARDED_BY(mu_);  // by pidfd
-  std::set<int> used_slots_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, int> used_slots_ ABSL_GUARDED_BY(mu_);  // slot -> its lock fd
+  std::string id_lock_dir_;
   int next_slot_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -938,6 +946,17 @@ absl::Status LinuxSandbox::Impl::Init(const LinuxSandboxOptions& options) {
   self_gid_ = getegid();
   fences_.running_as_root = self_uid_ == 0;
   std::vector<std::string> warnings;
+  if (fences_.running_as_root) {
+    std::error_code ec;
+    std::filesystem::create_directories(options.id_lock_dir, ec);
+    if (ec || chmod(options.id_lock_dir.c_str(), 0700) != 0) {
+      warnings.push_back(absl::StrCat("host ids: cannot use ", options.id_lock_dir,
+                                      " to claim ids across processes (", ec.message(),
+                                      "); ids are unique within this process only"));
+    } else {
+      id_lock_dir_ = options.id_lock_dir;
+    }
+  }
 
   std::string why;
   fences_.user_namespaces = ProbeUserNamespaces(&why);
@@ -1063,12 +1082,28 @@ void LinuxSandbox::Impl::Wake() {
   (void)ignored;
 }
 
+// A slot is claimed in this process (used_slots_) and, across processes, by an exclusive
+// flock on <id_lock_dir>/<uid>: two vaults on one host never give two live sandboxes the same
+// host uid, and a crashed process's claims vanish with it.
 int LinuxSandbox::Impl::AllocateSlot() {
   absl::MutexLock lock(&mu_);
   for (uint32_t tries = 0; tries < options_.host_id_count; ++tries) {
     int slot = next_slot_;
     next_slot_ = static_cast<int>((static_cast<uint32_t>(next_slot_) + 1) % options_.host_id_count);
-    if (used_slots_.insert(slot).second) return slot;
+    if (used_slots_.contains(slot)) continue;
+    int lock_fd = -1;
+    if (!id_lock_dir_.empty()) {
+      std::string path =
+          absl::StrCat(id_lock_dir_, "/", options_.host_id_base + static_cast<uid_t>(slot));
+      lock_fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+      if (lock_fd < 0) continue;
+      if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        close(lock_fd);
+        continue;  // another process's live sandbox has this id
+      }
+    }
+    used_slots_[slot] = lock_fd;
+    return slot;
   }
   return -1;
 }
@@ -1076,7 +1111,10 @@ int LinuxSandbox::Impl::AllocateSlot() {
 void LinuxSandbox::Impl::ReleaseSlot(int slot) {
   if (slot < 0) return;
   absl::MutexLock lock(&mu_);
-  used_slots_.erase(slot);
+  auto it = used_slots_.find(slot);
+  if (it == used_slots_.end()) return;
+  if (it->second >= 0) close(it->second);
+  used_slots_.erase(it);
 }
 
 // Runs on the supervisor thread, so that the sandbox's parent-death signal is tied to a thread
@@ -1241,8 +1279,8 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
   args->channel_fd = spec.channel_fd;
 
   auto state = std::make_shared<SandboxState>();
-  state->id =
-      absl::StrCat(spec.name.empty() ? "sb" : spec.name, "-", getpid(), "-", counter_.fetch_add(1));
+  state->id = absl::StrCat(spec.name.empty() ? "sb" : spec.name, "-", getpid(), "-",
+                           SandboxCounter().fetch_add(1));
   state->limits = limits;
   state->started = started;
   int slot = -1;

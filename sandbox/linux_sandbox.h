@@ -42,6 +42,8 @@ struct LinuxSandboxOptions {
   // (inside it is uid/gid 1000). Unprivileged, the sandbox maps to the caller's own uid.
   uid_t host_id_base = 200000;
   uint32_t host_id_count = 65536;
+  // Where ids are claimed across processes (one flock'ed file per id in use), as root.
+  std::string id_lock_dir = "/run/vault-sandbox/ids";
   // Name of the cgroup folder created under this process's own cgroup, one per controller.
   std::string cgroup_folder = "vault-sandbox";
   // Use the cgroup v2 hierarchy for the freezer even where v1 has one (tests of the v2 path).

@@ -123,10 +123,12 @@ class SandboxHandle {
   virtual bool paused() const = 0;
   // Reads a regular file of the work directory (path relative to /work, at most max_bytes)
   // the way the host must read anything an agent wrote: beneath the work directory only, no
-  // symlinks, no "..", no other mounts (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
-  // RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV). PermissionDenied for a symlink or an escape,
-  // NotFound, FailedPrecondition for a non-regular file, ResourceExhausted when larger than
-  // max_bytes. Works while the sandbox runs and after it ended, until the handle is destroyed.
+  // symlinks, nothing outside, no other mounts (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+  // RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV). InvalidArgument for an absolute path;
+  // PermissionDenied for any symlink on the way or a ".." that would leave the work directory
+  // (a ".." that stays inside is resolved); NotFound; FailedPrecondition for a non-regular file
+  // (FIFOs are never opened); ResourceExhausted when larger than max_bytes. Works while the sandbox
+  // runs and after it ended, until the handle is destroyed.
   virtual absl::StatusOr<std::string> ReadWorkFile(const std::string& relative_path,
                                                    size_t max_bytes) = 0;
   // Copies the work directory's regular files and folders into `host_dir` (created if
