@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "common/unique_fd.h"
 
 namespace vault::common {
 namespace {
@@ -46,25 +47,7 @@ absl::StatusCode CodeForErrno(int err) {
   }
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int get() const { return fd_; }
-  absl::Status Close(absl::string_view what) {
-    int fd = fd_;
-    fd_ = -1;
-    if (close(fd) != 0) return PosixError(errno, what);
-    return absl::OkStatus();
-  }
-
- private:
-  int fd_;
-};
+using Fd = UniqueFd;
 
 absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {
   while (!data.empty()) {
@@ -93,7 +76,8 @@ absl::Status WriteAndSync(const std::string& path, absl::string_view data, mode_
   if (fchmod(fd.get(), mode) != 0) return PosixError(errno, absl::StrCat("chmod ", path));
   VAULT_RETURN_IF_ERROR(WriteAll(fd.get(), data, path));
   if (fsync(fd.get()) != 0) return PosixError(errno, absl::StrCat("fsync ", path));
-  return fd.Close(absl::StrCat("close ", path));
+  if (fd.Close() != 0) return PosixError(errno, absl::StrCat("close ", path));
+  return absl::OkStatus();
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
+#include "common/unique_fd.h"
 
 namespace vault::sandbox {
 namespace {
@@ -81,19 +82,7 @@ bool IsValidName(absl::string_view name) {
   });
 }
 
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
+using common::UniqueFd;
 
 // Writes `value` to a cgroup control file in one write(), as the kernel expects. Returns 0 or
 // the errno, for callers that react to a specific one (EBUSY); WriteControl converts it.

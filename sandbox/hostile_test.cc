@@ -54,6 +54,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/testing/temp_dir.h"
+#include "common/unique_fd.h"
 #include "sandbox/channel.h"
 #include "sandbox/linux_sandbox.h"
 #include "sandbox/sandbox.h"
@@ -80,30 +81,7 @@ constexpr char kCorpusDir[] = VAULT_HOSTILE_DIR;
 // Host-side helpers.
 
 // Owns one descriptor.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) {
-      Reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { Reset(); }
-  int get() const { return fd_; }
-  void Reset() {
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
+using Fd = common::UniqueFd;
 
 // Small, finite limits; each test changes the one it attacks.
 Limits TestLimits() {

@@ -43,6 +43,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "common/unique_fd.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/landlock.h"
 #include "sandbox/seccomp.h"
@@ -453,29 +454,7 @@ int ChildMain(void* raw) {
 // ---------------------------------------------------------------------------------------------
 // The host's side.
 
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) {
-      Reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  ~UniqueFd() { Reset(); }
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-  void Reset() {
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
+using common::UniqueFd;
 
 // glibc 2.36's <sys/pidfd.h> lacks extern "C"; the system call is simple enough.
 int SendSignal(int pidfd, int sig, siginfo_t* info, unsigned flags) {

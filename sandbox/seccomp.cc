@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
+#include "common/unique_fd.h"
 
 namespace vault::sandbox {
 namespace {
@@ -165,19 +166,7 @@ struct ContextDeleter {
 };
 using Context = std::unique_ptr<void, ContextDeleter>;
 
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
+using common::UniqueFd;
 
 // libseccomp's state (the kernel feature probes behind seccomp_init and seccomp_attr_set) is
 // global and unlocked; builds are serialized.
