@@ -1,11 +1,7 @@
 #include "sandbox/linux_sandbox.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
-#include <linux/capability.h>
-#include <linux/openat2.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -13,7 +9,6 @@
 #include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/mman.h>
-#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -45,6 +40,9 @@
 #include "common/status_macros.h"
 #include "common/unique_fd.h"
 #include "sandbox/cgroup.h"
+#include "sandbox/internal/child.h"
+#include "sandbox/internal/plan.h"
+#include "sandbox/internal/work_dir.h"
 #include "sandbox/landlock.h"
 #include "sandbox/seccomp.h"
 #include "spdlog/spdlog.h"
@@ -52,407 +50,22 @@
 namespace vault::sandbox {
 namespace {
 
-constexpr uid_t kInsideId = 1000;
-constexpr int kInsideStatusFd = 4;
-constexpr int kInsideSyncFd = 5;
-constexpr int kInsideInitFd = 6;
+using internal::ChildArgs;
+using internal::ChildError;
+using internal::ChildMain;
+using internal::kInsideId;
+using internal::kStepBind;
+using internal::kStepLandlock;
+using internal::kStepMkdir;
+using internal::kStepMountAttr;
+using internal::kStepSymlink;
+using internal::kStepTouch;
+using internal::kStepWriteFile;
+using internal::MountOp;
+using internal::StepName;
+
 constexpr absl::Duration kSetupTimeout = absl::Seconds(10);
 constexpr absl::Duration kCpuPollInterval = absl::Milliseconds(100);
-
-// mount_setattr(2), defined here because <linux/mount.h> clashes with glibc 2.36's <sys/mount.h>.
-struct MountAttr {
-  uint64_t attr_set;
-  uint64_t attr_clr;
-  uint64_t propagation;
-  uint64_t userns_fd;
-};
-constexpr uint64_t kMountAttrRdonly = 0x1;
-constexpr uint64_t kMountAttrNosuid = 0x2;
-constexpr uint64_t kMountAttrNodev = 0x4;
-constexpr uint64_t kMountAttrNoexec = 0x8;
-#ifndef AT_RECURSIVE
-#define AT_RECURSIVE 0x8000
-#endif
-
-// ---------------------------------------------------------------------------------------------
-// The child's side. Everything below runs in the clone child of a multithreaded process: raw
-// system calls on data prepared by the parent, no allocation, no locks, no logging.
-
-enum Step : int32_t {
-  kStepGo = 1,
-  kStepCgroupNs,
-  kStepSetsid,
-  kStepIds,
-  kStepHostname,
-  kStepMountPrivate,
-  kStepSetupTmpfs,
-  kStepPivotSetup,
-  kStepRootTmpfs,
-  kStepScratchTmpfs,
-  kStepMkdir,
-  kStepTouch,
-  kStepSymlink,
-  kStepBind,
-  kStepMountAttr,
-  kStepWriteFile,
-  kStepSendWorkFd,
-  kStepProc,
-  kStepPivotFinal,
-  kStepRlimit,
-  kStepNoNewPrivs,
-  kStepLandlock,
-  kStepCaps,
-  kStepParentGone,
-  kStepSignals,
-  kStepFds,
-  kStepSeccomp,
-  kStepExec,
-};
-
-const char* StepName(int32_t step) {
-  switch (step) {
-    case kStepGo:
-      return "waiting for the host";
-    case kStepCgroupNs:
-      return "cgroup namespace";
-    case kStepSetsid:
-      return "new session";
-    case kStepIds:
-      return "switching to the sandbox uid/gid";
-    case kStepHostname:
-      return "hostname";
-    case kStepMountPrivate:
-      return "making mounts private";
-    case kStepSetupTmpfs:
-      return "setup tmpfs";
-    case kStepPivotSetup:
-      return "pivot_root into the setup tmpfs";
-    case kStepRootTmpfs:
-      return "root tmpfs";
-    case kStepScratchTmpfs:
-      return "work/tmp tmpfs (storage quota)";
-    case kStepMkdir:
-      return "mkdir";
-    case kStepTouch:
-      return "creating a bind target";
-    case kStepSymlink:
-      return "symlink";
-    case kStepBind:
-      return "bind mount";
-    case kStepMountAttr:
-      return "making a mount read-only";
-    case kStepWriteFile:
-      return "writing /etc";
-    case kStepSendWorkFd:
-      return "handing the work directory to the host";
-    case kStepProc:
-      return "mounting /proc";
-    case kStepPivotFinal:
-      return "final pivot_root";
-    case kStepRlimit:
-      return "rlimits";
-    case kStepNoNewPrivs:
-      return "no_new_privs";
-    case kStepLandlock:
-      return "landlock";
-    case kStepCaps:
-      return "dropping capabilities";
-    case kStepParentGone:
-      return "host process gone";
-    case kStepSignals:
-      return "resetting signals";
-    case kStepFds:
-      return "arranging descriptors";
-    case kStepSeccomp:
-      return "seccomp";
-    case kStepExec:
-      return "executing the sandbox init";
-  }
-  return "unknown step";
-}
-
-struct ChildError {
-  int32_t step = 0;
-  int32_t err = 0;
-  int32_t detail = -1;  // index of the mount op or landlock rule, when relevant
-};
-
-struct MountOp {
-  enum Kind { kMkdir, kTouch, kSymlink, kBind, kAttr, kWriteFile } kind;
-  std::string a;           // mkdir/touch/attr/write: path; symlink: target; bind: source
-  std::string b;           // symlink: link path; bind: target; write: contents
-  uint64_t attr = 0;       // kAttr: MOUNT_ATTR_* to set
-  bool recursive = false;  // kAttr: AT_RECURSIVE
-  mode_t mode = 0755;
-};
-
-struct RlimitSetting {
-  int resource;
-  rlim_t soft;
-  rlim_t hard;
-};
-
-struct ChildArgs {
-  int sync_fd = -1;
-  int status_fd = -1;
-  int init_fd = -1;
-  int stdio[3] = {-1, -1, -1};
-  int channel_fd = -1;
-  bool drop_groups = false;
-  int cap_last = 40;
-  std::string setup_opts;
-  std::string root_opts;
-  std::string scratch_opts;
-  std::string dev_opts;
-  std::vector<MountOp> ops;  // before the work fd is sent
-  landlock::Plan landlock;
-  std::vector<RlimitSetting> rlimits;
-  const SeccompPrograms* seccomp = nullptr;
-  std::vector<std::string> argv_storage;
-  std::vector<std::string> env_storage;
-  std::vector<char*> argv;
-  std::vector<char*> envp;
-};
-
-[[noreturn]] void ChildFail(int sync_fd, int32_t step, int err, int32_t detail = -1) {
-  ChildError error{step, err, detail};
-  ssize_t ignored = send(sync_fd, &error, sizeof error, MSG_NOSIGNAL);
-  (void)ignored;
-  _exit(127);
-}
-
-int WriteWholeFile(const char* path, const std::string& contents, mode_t mode) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-  if (fd < 0) return errno;
-  size_t done = 0;
-  while (done < contents.size()) {
-    ssize_t n = write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0) {
-      int err = errno;
-      close(fd);
-      return err;
-    }
-    done += static_cast<size_t>(n);
-  }
-  close(fd);
-  return 0;
-}
-
-// Moves `fd` to exactly `target` (close-on-exec as asked), whatever numbers the others hold:
-// every source was first lifted above the target range by LiftFd.
-int LiftFd(int fd) { return fd < 0 ? fd : fcntl(fd, F_DUPFD_CLOEXEC, 16); }
-
-int ChildMain(void* raw) {
-  const ChildArgs& a = *static_cast<const ChildArgs*>(raw);
-  const int sync = a.sync_fd;
-  char go = 0;
-  ssize_t got;
-  do {
-    got = read(sync, &go, 1);
-  } while (got < 0 && errno == EINTR);
-  if (got != 1 || go != 'G') _exit(127);  // the host gave up on us
-
-  if (unshare(CLONE_NEWCGROUP) != 0) ChildFail(sync, kStepCgroupNs, errno);
-  if (setsid() < 0) ChildFail(sync, kStepSetsid, errno);
-
-  // Become uid/gid 1000 inside (the host id the parent mapped), keeping the namespace's
-  // capabilities for the mounts below; they are all dropped before exec.
-  // Raw system calls: glibc's set*id wrappers broadcast to every thread the parent had, and
-  // would wait forever for threads that do not exist in this child.
-  if (a.drop_groups && syscall(SYS_setgroups, 0, nullptr) != 0) ChildFail(sync, kStepIds, errno);
-  if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0) ChildFail(sync, kStepIds, errno);
-  if (syscall(SYS_setresgid, kInsideId, kInsideId, kInsideId) != 0)
-    ChildFail(sync, kStepIds, errno);
-  if (syscall(SYS_setresuid, kInsideId, kInsideId, kInsideId) != 0)
-    ChildFail(sync, kStepIds, errno);
-  __user_cap_header_struct cap_header{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct caps[2];
-  if (syscall(SYS_capget, &cap_header, caps) != 0) ChildFail(sync, kStepIds, errno);
-  caps[0].effective = caps[0].permitted;
-  caps[1].effective = caps[1].permitted;
-  if (syscall(SYS_capset, &cap_header, caps) != 0) ChildFail(sync, kStepIds, errno);
-
-  static const char kHostname[] = "vault-sandbox";
-  if (sethostname(kHostname, sizeof kHostname - 1) != 0) ChildFail(sync, kStepHostname, errno);
-
-  // Mounts: a setup tmpfs becomes the root for a moment so that every host path stays
-  // reachable under /oldroot while the real root is built at /newroot (bubblewrap's way).
-  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
-    ChildFail(sync, kStepMountPrivate, errno);
-  }
-  if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, a.setup_opts.c_str()) != 0) {
-    ChildFail(sync, kStepSetupTmpfs, errno);
-  }
-  if (chdir("/tmp") != 0 || mkdir("oldroot", 0700) != 0 || mkdir("newroot", 0755) != 0 ||
-      mkdir("scratch", 0700) != 0) {
-    ChildFail(sync, kStepSetupTmpfs, errno);
-  }
-  if (syscall(SYS_pivot_root, ".", "oldroot") != 0) ChildFail(sync, kStepPivotSetup, errno);
-  if (chdir("/") != 0) ChildFail(sync, kStepPivotSetup, errno);
-  if (mount("tmpfs", "/newroot", "tmpfs", MS_NOSUID | MS_NODEV, a.root_opts.c_str()) != 0) {
-    ChildFail(sync, kStepRootTmpfs, errno);
-  }
-  if (mount("tmpfs", "/scratch", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-            a.scratch_opts.c_str()) != 0) {
-    ChildFail(sync, kStepScratchTmpfs, errno);
-  }
-  if (mkdir("/scratch/work", 0700) != 0 || mkdir("/scratch/tmp", 0700) != 0) {
-    ChildFail(sync, kStepScratchTmpfs, errno);
-  }
-  {
-    int work = open("/scratch/work", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (work < 0) ChildFail(sync, kStepSendWorkFd, errno);
-    char byte = 'W';
-    iovec iov{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-    cmsg->cmsg_level = SOL_SOCKET;
-    cmsg->cmsg_type = SCM_RIGHTS;
-    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(cmsg), &work, sizeof work);
-    if (sendmsg(sync, &msg, MSG_NOSIGNAL) != 1) ChildFail(sync, kStepSendWorkFd, errno);
-    close(work);
-  }
-  for (size_t i = 0; i < a.ops.size(); ++i) {
-    const MountOp& op = a.ops[i];
-    const int32_t index = static_cast<int32_t>(i);
-    switch (op.kind) {
-      case MountOp::kMkdir:
-        if (mkdir(op.a.c_str(), op.mode) != 0 && errno != EEXIST) {
-          ChildFail(sync, kStepMkdir, errno, index);
-        }
-        break;
-      case MountOp::kTouch: {
-        int fd = open(op.a.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-        if (fd < 0) ChildFail(sync, kStepTouch, errno, index);
-        close(fd);
-        break;
-      }
-      case MountOp::kSymlink:
-        if (symlink(op.a.c_str(), op.b.c_str()) != 0) ChildFail(sync, kStepSymlink, errno, index);
-        break;
-      case MountOp::kBind:
-        if (mount(op.a.c_str(), op.b.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
-          ChildFail(sync, kStepBind, errno, index);
-        }
-        break;
-      case MountOp::kAttr: {
-        MountAttr attr{op.attr, 0, 0, 0};
-        if (syscall(SYS_mount_setattr, AT_FDCWD, op.a.c_str(), op.recursive ? AT_RECURSIVE : 0,
-                    &attr, sizeof attr) != 0) {
-          ChildFail(sync, kStepMountAttr, errno, index);
-        }
-        break;
-      }
-      case MountOp::kWriteFile: {
-        int err = WriteWholeFile(op.a.c_str(), op.b, op.mode);
-        if (err != 0) ChildFail(sync, kStepWriteFile, err, index);
-        break;
-      }
-    }
-  }
-  if (mount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-            "hidepid=invisible,subset=pid") != 0) {
-    ChildFail(sync, kStepProc, errno);
-  }
-  {
-    // The root itself becomes read-only last (the binds below it keep their own flags).
-    MountAttr attr{kMountAttrRdonly | kMountAttrNosuid | kMountAttrNodev, 0, 0, 0};
-    if (syscall(SYS_mount_setattr, AT_FDCWD, "/newroot", 0, &attr, sizeof attr) != 0) {
-      ChildFail(sync, kStepMountAttr, errno);
-    }
-  }
-  if (chdir("/newroot") != 0) ChildFail(sync, kStepPivotFinal, errno);
-  if (syscall(SYS_pivot_root, ".", ".") != 0) ChildFail(sync, kStepPivotFinal, errno);
-  if (umount2(".", MNT_DETACH) != 0) ChildFail(sync, kStepPivotFinal, errno);
-  if (chdir("/") != 0) ChildFail(sync, kStepPivotFinal, errno);
-
-  for (const RlimitSetting& setting : a.rlimits) {
-    rlimit limit{setting.soft, setting.hard};
-    if (setrlimit(setting.resource, &limit) != 0)
-      ChildFail(sync, kStepRlimit, errno, setting.resource);
-  }
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ChildFail(sync, kStepNoNewPrivs, errno);
-  {
-    int failed_rule = -1;
-    int rc = landlock::Apply(a.landlock, &failed_rule);
-    if (rc != 0) ChildFail(sync, kStepLandlock, -rc, failed_rule);
-  }
-  // Capabilities: the bounding set first (needs CAP_SETPCAP), then ambient, then all sets.
-  for (int cap = 0; cap <= a.cap_last; ++cap) {
-    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) {
-      ChildFail(sync, kStepCaps, errno, cap);
-    }
-  }
-  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
-    ChildFail(sync, kStepCaps, errno);
-  std::memset(caps, 0, sizeof caps);
-  if (syscall(SYS_capset, &cap_header, caps) != 0) ChildFail(sync, kStepCaps, errno);
-  if (prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0) != 0) ChildFail(sync, kStepCaps, errno);
-
-  // Die with the host's supervisor thread. Set after the last credential change (which
-  // clears it), then check the host did not die before it was set.
-  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) ChildFail(sync, kStepParentGone, errno);
-  {
-    pollfd pfd{sync, 0, 0};
-    if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLERR)) != 0) _exit(127);
-  }
-
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig == SIGKILL || sig == SIGSTOP) continue;
-    sigaction(sig, &dfl, nullptr);  // fails harmlessly for the numbers glibc reserves
-  }
-  sigset_t none;
-  sigemptyset(&none);
-  if (sigprocmask(SIG_SETMASK, &none, nullptr) != 0) ChildFail(sync, kStepSignals, errno);
-
-  // Descriptors: 0-2 stdio (or /dev/null), 3 the channel, 4 the status pipe, 5 the sync
-  // socket and 6 the init binary (both close-on-exec), nothing else.
-  int lifted[7];
-  const int sources[7] = {a.stdio[0],  a.stdio[1], a.stdio[2], a.channel_fd,
-                          a.status_fd, sync,       a.init_fd};
-  for (int i = 0; i < 7; ++i) {
-    lifted[i] = LiftFd(sources[i]);
-    if (sources[i] >= 0 && lifted[i] < 0) ChildFail(sync, kStepFds, errno, i);
-  }
-  int current_sync = lifted[5];
-  for (int i = 0; i < 3; ++i) {
-    if (lifted[i] < 0) {
-      lifted[i] = open("/dev/null", i == 0 ? O_RDONLY | O_CLOEXEC : O_WRONLY | O_CLOEXEC);
-      if (lifted[i] < 0) ChildFail(current_sync, kStepFds, errno, i);
-    }
-  }
-  for (int i = 0; i < 5; ++i) {
-    if (lifted[i] < 0) continue;  // no channel
-    if (dup2(lifted[i], i) != i) ChildFail(current_sync, kStepFds, errno, i);
-  }
-  if (dup3(lifted[5], kInsideSyncFd, O_CLOEXEC) != kInsideSyncFd) {
-    ChildFail(current_sync, kStepFds, errno, 5);
-  }
-  current_sync = kInsideSyncFd;
-  if (dup3(lifted[6], kInsideInitFd, O_CLOEXEC) != kInsideInitFd) {
-    ChildFail(current_sync, kStepFds, errno, 6);
-  }
-  if (a.channel_fd < 0) close(3);
-  if (syscall(SYS_close_range, kInsideInitFd + 1, ~0U, 0) != 0) {
-    ChildFail(current_sync, kStepFds, errno);
-  }
-
-  int rc = InstallSeccompPrograms(*a.seccomp);
-  if (rc != 0) ChildFail(current_sync, kStepSeccomp, -rc);
-  syscall(SYS_execveat, kInsideInitFd, "", a.argv.data(), a.envp.data(), AT_EMPTY_PATH);
-  ChildFail(current_sync, kStepExec, errno);
-}
-
-// ---------------------------------------------------------------------------------------------
-// The host's side.
 
 using common::UniqueFd;
 
@@ -471,87 +84,6 @@ absl::Status WriteProcFile(pid_t pid, const char* name, absl::string_view conten
     return Errno(errno, absl::StrCat("write ", path, " <- \"", contents, "\""));
   }
   return absl::OkStatus();
-}
-
-bool ValidName(absl::string_view name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (char c : name) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
-      return false;
-    }
-  }
-  return true;
-}
-
-bool ValidEnvEntry(absl::string_view entry) {
-  size_t eq = entry.find('=');
-  if (eq == absl::string_view::npos || eq == 0 || entry.find('\0') != absl::string_view::npos) {
-    return false;
-  }
-  for (size_t i = 0; i < eq; ++i) {
-    char c = entry[i];
-    if (!(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_') ||
-        (i == 0 && absl::ascii_isdigit(static_cast<unsigned char>(c)))) {
-      return false;
-    }
-  }
-  return true;
-}
-
-// Absolute, normalized, no "..", no NUL.
-absl::Status CheckInsidePath(absl::string_view what, absl::string_view path) {
-  if (path.empty() || path[0] != '/' || path.find('\0') != absl::string_view::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " must be an absolute path: \"", path, "\""));
-  }
-  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
-    if (part == "." || part == "..") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " must not contain . or ..: \"", path, "\""));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> ResolveHostDir(absl::string_view what, const std::string& path) {
-  std::error_code ec;
-  std::filesystem::path resolved = std::filesystem::canonical(path, ec);
-  if (ec) {
-    return absl::NotFoundError(absl::StrCat(what, " ", path, ": ", ec.message()));
-  }
-  if (!std::filesystem::is_directory(resolved, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " ", path, " is not a directory"));
-  }
-  std::string result = resolved.string();
-  for (const char* refused : {"/proc", "/sys", "/dev"}) {
-    if (result == refused || absl::StartsWith(result, absl::StrCat(refused, "/"))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " ", path, " is under ", refused, ", which is never mounted in"));
-    }
-  }
-  if (result == "/") {
-    return absl::InvalidArgumentError(absl::StrCat(what, " must not be the host's root"));
-  }
-  return result;
-}
-
-// The mkdir ops for every missing parent of `inside` (an absolute path) under /newroot.
-void AddMkdirs(std::vector<MountOp>& ops, const std::string& inside, mode_t mode = 0755) {
-  std::string prefix = "/newroot";
-  for (absl::string_view part : absl::StrSplit(inside, '/', absl::SkipEmpty())) {
-    absl::StrAppend(&prefix, "/", part);
-    ops.push_back({MountOp::kMkdir, prefix, "", 0, false, mode});
-  }
-}
-
-void AddReadOnlyBind(std::vector<MountOp>& ops, const std::string& host, const std::string& inside,
-                     bool allow_exec) {
-  AddMkdirs(ops, inside);
-  std::string target = absl::StrCat("/newroot", inside);
-  ops.push_back({MountOp::kBind, absl::StrCat("/oldroot", host), target});
-  uint64_t attr = kMountAttrRdonly | kMountAttrNosuid | kMountAttrNodev;
-  if (!allow_exec) attr |= kMountAttrNoexec;
-  ops.push_back({MountOp::kAttr, target, "", attr, true});
 }
 
 std::string ReadSmallFile(const char* path) {
@@ -784,50 +316,7 @@ class LinuxSandboxHandle : public SandboxHandle {
 
   absl::StatusOr<std::string> ReadWorkFile(const std::string& relative_path,
                                            size_t max_bytes) override {
-    if (relative_path.empty() || relative_path[0] == '/' ||
-        relative_path.find('\0') != std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("work file path must be relative: \"", relative_path, "\""));
-    }
-    open_how how{};
-    how.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY;
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
-    UniqueFd fd(static_cast<int>(
-        syscall(SYS_openat2, state_->work_fd.get(), relative_path.c_str(), &how, sizeof how)));
-    if (fd.get() < 0) {
-      int err = errno;
-      if (err == ELOOP) {
-        return absl::PermissionDeniedError(
-            absl::StrCat("work file ", relative_path, ": symlinks are not followed"));
-      }
-      if (err == EXDEV) {
-        return absl::PermissionDeniedError(
-            absl::StrCat("work file ", relative_path, ": escapes the work directory"));
-      }
-      return Errno(err, absl::StrCat("work file ", relative_path));
-    }
-    struct stat st;
-    if (fstat(fd.get(), &st) != 0) return Errno(errno, "fstat work file");
-    if (!S_ISREG(st.st_mode)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("work file ", relative_path, " is not a regular file"));
-    }
-    std::string data;
-    char buf[64 * 1024];
-    for (;;) {
-      ssize_t n = read(fd.get(), buf, sizeof buf);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return Errno(errno, "read work file");
-      }
-      if (n == 0) break;
-      data.append(buf, static_cast<size_t>(n));
-      if (data.size() > max_bytes) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("work file ", relative_path, " is larger than ", max_bytes, " bytes"));
-      }
-    }
-    return data;
+    return internal::ReadWorkFile(state_->work_fd.get(), relative_path, max_bytes);
   }
 
   absl::StatusOr<CopyStats> CopyWorkDirTo(const std::string& host_dir) override {
@@ -837,73 +326,12 @@ class LinuxSandboxHandle : public SandboxHandle {
         return absl::FailedPreconditionError("copy the work directory after the sandbox ended");
       }
     }
-    if (mkdir(host_dir.c_str(), 0700) != 0 && errno != EEXIST) {
-      return Errno(errno, absl::StrCat("mkdir ", host_dir));
-    }
-    UniqueFd target(open(host_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (target.get() < 0) return Errno(errno, absl::StrCat("open ", host_dir));
-    {
-      std::error_code ec;
-      if (!std::filesystem::is_empty(host_dir, ec) || ec) {
-        return absl::FailedPreconditionError(absl::StrCat(host_dir, " is not empty"));
-      }
-    }
-    open_how how{};
-    how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW;
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
-    UniqueFd source(
-        static_cast<int>(syscall(SYS_openat2, state_->work_fd.get(), ".", &how, sizeof how)));
-    if (source.get() < 0) return Errno(errno, "open the work directory");
     CopyStats stats;
-    VAULT_RETURN_IF_ERROR(CopyTree(source.get(), target.get(), 0, stats));
+    VAULT_RETURN_IF_ERROR(internal::CopyWorkDir(state_->work_fd.get(), host_dir, stats));
     return stats;
   }
 
  private:
-  static absl::Status CopyTree(int from, int to, int depth, CopyStats& stats) {
-    if (depth > 64) return absl::ResourceExhaustedError("work directory nested too deep");
-    int dup_fd = fcntl(from, F_DUPFD_CLOEXEC, 0);
-    if (dup_fd < 0) return Errno(errno, "dup");
-    DIR* dir = fdopendir(dup_fd);
-    if (dir == nullptr) {
-      close(dup_fd);
-      return Errno(errno, "fdopendir");
-    }
-    std::unique_ptr<DIR, int (*)(DIR*)> closer(dir, closedir);
-    while (dirent* entry = readdir(dir)) {
-      std::string name = entry->d_name;
-      if (name == "." || name == "..") continue;
-      struct stat st;
-      if (fstatat(from, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return Errno(errno, name);
-      if (S_ISDIR(st.st_mode)) {
-        UniqueFd sub(openat(from, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-        if (sub.get() < 0) return Errno(errno, absl::StrCat("open ", name));
-        if (mkdirat(to, name.c_str(), 0700) != 0) return Errno(errno, absl::StrCat("mkdir ", name));
-        UniqueFd sub_to(openat(to, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-        if (sub_to.get() < 0) return Errno(errno, absl::StrCat("open ", name));
-        ++stats.directories;
-        VAULT_RETURN_IF_ERROR(CopyTree(sub.get(), sub_to.get(), depth + 1, stats));
-      } else if (S_ISREG(st.st_mode)) {
-        UniqueFd in(openat(from, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-        if (in.get() < 0) return Errno(errno, absl::StrCat("open ", name));
-        UniqueFd out(
-            openat(to, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-        if (out.get() < 0) return Errno(errno, absl::StrCat("create ", name));
-        char buf[64 * 1024];
-        ssize_t n;
-        while ((n = read(in.get(), buf, sizeof buf)) > 0) {
-          if (write(out.get(), buf, static_cast<size_t>(n)) != n) return Errno(errno, "write");
-          stats.bytes += static_cast<uint64_t>(n);
-        }
-        if (n < 0) return Errno(errno, absl::StrCat("read ", name));
-        ++stats.files;
-      } else {
-        ++stats.skipped;
-      }
-    }
-    return absl::OkStatus();
-  }
-
   LinuxSandbox::Impl* impl_;
   std::shared_ptr<SandboxState> state_;
 };
@@ -990,57 +418,8 @@ absl::Status LinuxSandbox::Impl::Init(const LinuxSandboxOptions& options) {
     cap_last_ = cap_last;
   }
 
-  // The system part of every sandbox's tree. Merged-/usr links are copied as links.
-  for (const char* dir : {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}) {
-    struct stat st;
-    if (lstat(dir, &st) != 0) continue;
-    if (S_ISLNK(st.st_mode)) {
-      char target[4096];
-      ssize_t n = readlink(dir, target, sizeof target - 1);
-      if (n <= 0) continue;
-      system_ops_.push_back({MountOp::kSymlink, std::string(target, static_cast<size_t>(n)),
-                             absl::StrCat("/newroot", dir)});
-    } else if (S_ISDIR(st.st_mode)) {
-      AddReadOnlyBind(system_ops_, dir, dir, /*allow_exec=*/true);
-    }
-  }
-  system_ops_.push_back({MountOp::kMkdir, "/newroot/etc"});
-  if (access("/etc/ld.so.cache", R_OK) == 0) {
-    system_ops_.push_back({MountOp::kTouch, "/newroot/etc/ld.so.cache"});
-    system_ops_.push_back({MountOp::kBind, "/oldroot/etc/ld.so.cache", "/newroot/etc/ld.so.cache"});
-    system_ops_.push_back(
-        {MountOp::kAttr, "/newroot/etc/ld.so.cache", "",
-         kMountAttrRdonly | kMountAttrNosuid | kMountAttrNodev | kMountAttrNoexec});
-  }
-  struct stat alternatives;
-  if (stat("/etc/alternatives", &alternatives) == 0 && S_ISDIR(alternatives.st_mode)) {
-    AddReadOnlyBind(system_ops_, "/etc/alternatives", "/etc/alternatives", /*allow_exec=*/false);
-  }
-  system_ops_.push_back({MountOp::kWriteFile, "/newroot/etc/passwd",
-                         "agent:x:1000:1000:vault agent:/work:/usr/sbin/nologin\n", 0, false,
-                         0644});
-  system_ops_.push_back(
-      {MountOp::kWriteFile, "/newroot/etc/group", "agent:x:1000:\n", 0, false, 0644});
-  system_ops_.push_back(
-      {MountOp::kWriteFile, "/newroot/etc/hostname", "vault-sandbox\n", 0, false, 0644});
-  // /dev: a small tmpfs with four device nodes bound from the host, read-only once made.
-  system_ops_.push_back({MountOp::kMkdir, "/newroot/dev"});
-  system_ops_.push_back({MountOp::kMkdir, "/newroot/proc", "", 0, false, 0555});
-  for (const char* device : {"null", "zero", "random", "urandom"}) {
-    std::string target = absl::StrCat("/newroot/dev/", device);
-    system_ops_.push_back({MountOp::kTouch, target});
-    system_ops_.push_back({MountOp::kBind, absl::StrCat("/oldroot/dev/", device), target});
-    system_ops_.push_back({MountOp::kAttr, target, "", kMountAttrNosuid | kMountAttrNoexec});
-  }
-  system_ops_.push_back({MountOp::kSymlink, "/proc/self/fd", "/newroot/dev/fd"});
-  system_ops_.push_back({MountOp::kSymlink, "/proc/self/fd/0", "/newroot/dev/stdin"});
-  system_ops_.push_back({MountOp::kSymlink, "/proc/self/fd/1", "/newroot/dev/stdout"});
-  system_ops_.push_back({MountOp::kSymlink, "/proc/self/fd/2", "/newroot/dev/stderr"});
-  // The work directory and /tmp: two binds of the one quota'd scratch tmpfs.
-  system_ops_.push_back({MountOp::kMkdir, "/newroot/work"});
-  system_ops_.push_back({MountOp::kBind, "/scratch/work", "/newroot/work"});
-  system_ops_.push_back({MountOp::kMkdir, "/newroot/tmp", "", 0, false, 01777});
-  system_ops_.push_back({MountOp::kBind, "/scratch/tmp", "/newroot/tmp"});
+  // The system part of every sandbox's tree.
+  system_ops_ = internal::SystemMountOps();
 
   epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
   if (epoll_.get() < 0) return Errno(errno, "epoll_create1");
@@ -1143,100 +522,17 @@ void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
 
 absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const SandboxSpec& spec) {
   const absl::Time started = absl::Now();
-  VAULT_RETURN_IF_ERROR(ValidateLimits(spec.limits));
-  VAULT_RETURN_IF_ERROR(CheckInsidePath("program", spec.program));
-  if (!spec.name.empty() && !ValidName(spec.name)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sandbox name must match [A-Za-z0-9._-]{1,64}: \"", spec.name, "\""));
-  }
-  for (const std::string& arg : spec.argv) {
-    if (arg.find('\0') != std::string::npos) return absl::InvalidArgumentError("argv contains NUL");
-  }
-  for (const std::string& entry : spec.env) {
-    if (!ValidEnvEntry(entry)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("environment entry must be KEY=VALUE: \"", entry, "\""));
-    }
-  }
+  VAULT_RETURN_IF_ERROR(internal::ValidateSpec(spec));
 
-  auto args = std::make_unique<ChildArgs>();
-  args->drop_groups = fences_.running_as_root;
-  args->cap_last = cap_last_;
-  args->seccomp = &seccomp_;
-  args->setup_opts = "mode=0755,size=64k,nr_inodes=64";
-  args->root_opts =
-      absl::StrCat("mode=0755,size=1m,nr_inodes=1024,uid=", kInsideId, ",gid=", kInsideId);
-  args->scratch_opts = absl::StrCat("mode=0700,size=", spec.limits.storage_bytes,
-                                    ",nr_inodes=", spec.limits.storage_inodes, ",uid=", kInsideId,
-                                    ",gid=", kInsideId);
-  args->ops = system_ops_;
-  std::vector<landlock::Rule> rules = {
-      {"/", landlock::kReadDir},
-      {"/usr", landlock::kReadOnly},
-      {"/etc", landlock::kReadFile | landlock::kReadDir},
-      {"/proc", landlock::kReadFile | landlock::kReadDir},
-      {"/dev/null", landlock::kReadFile | landlock::kWriteFile},
-      {"/dev/zero", landlock::kReadFile | landlock::kWriteFile},
-      {"/dev/random", landlock::kReadFile},
-      {"/dev/urandom", landlock::kReadFile},
-      {"/work", landlock::kReadWrite},
-      {"/tmp", landlock::kReadWrite},
-  };
-  for (const char* dir : {"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}) {
-    rules.push_back({dir, landlock::kReadOnly, /*optional=*/true});
-  }
-  if (!spec.code_dir.empty()) {
-    VAULT_ASSIGN_OR_RETURN(std::string code, ResolveHostDir("code directory", spec.code_dir));
-    AddReadOnlyBind(args->ops, code, "/code", /*allow_exec=*/true);
-    rules.push_back({"/code", landlock::kReadOnly});
-  }
-  for (const std::string& dir : spec.read_only_dirs) {
-    VAULT_ASSIGN_OR_RETURN(std::string host, ResolveHostDir("read-only directory", dir));
-    for (const char* reserved : {"/work", "/code", "/etc"}) {
-      if (host == reserved || absl::StartsWith(host, absl::StrCat(reserved, "/"))) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("read-only directory ", dir, " would hide the sandbox's own ", reserved));
-      }
-    }
-    if (host == "/tmp")
-      return absl::InvalidArgumentError("read-only directory /tmp would hide /tmp");
-    AddReadOnlyBind(args->ops, host, host, /*allow_exec=*/true);
-    rules.push_back({host, landlock::kReadOnly});
-  }
-  args->landlock = landlock::MakePlan(fences_.landlock_abi, std::move(rules));
-  args->landlock.extra_fd = init_fd_.get();
-  args->landlock.extra_access = landlock::kExecute | landlock::kReadFile;
-
+  internal::HostPreparation prepared;
+  prepared.system_ops = &system_ops_;
+  prepared.seccomp = &seccomp_;
+  prepared.init_fd = init_fd_.get();
+  prepared.cap_last = cap_last_;
+  prepared.cgroups = cgroups_ != nullptr;
+  VAULT_ASSIGN_OR_RETURN(std::unique_ptr<ChildArgs> args,
+                         internal::BuildChildArgs(spec, fences_, prepared));
   const Limits& limits = spec.limits;
-  args->rlimits = {
-      {RLIMIT_CORE, 0, 0},
-      {RLIMIT_NOFILE, limits.max_open_files, limits.max_open_files},
-      {RLIMIT_FSIZE, limits.max_file_bytes, limits.max_file_bytes},
-      {RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1},
-      {RLIMIT_NPROC, limits.max_processes, limits.max_processes},
-      {RLIMIT_MEMLOCK, 64 * 1024, 64 * 1024},
-      {RLIMIT_MSGQUEUE, 64 * 1024, 64 * 1024},
-      {RLIMIT_SIGPENDING, 1024, 1024},
-  };
-  if (cgroups_ == nullptr) {
-    // Without the memory cgroup the address-space limit is the only memory fence.
-    args->rlimits.push_back({RLIMIT_AS, limits.memory_bytes, limits.memory_bytes});
-  }
-
-  args->argv_storage = {"vault-sandbox-init", spec.program};
-  if (spec.argv.empty()) {
-    args->argv_storage.push_back(spec.program);
-  } else {
-    args->argv_storage.insert(args->argv_storage.end(), spec.argv.begin(), spec.argv.end());
-  }
-  args->env_storage = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/work", "TMPDIR=/tmp",
-                       "LANG=C.UTF-8", "USER=agent"};
-  if (spec.channel_fd >= 0) args->env_storage.push_back("VAULT_CHANNEL_FD=3");
-  args->env_storage.insert(args->env_storage.end(), spec.env.begin(), spec.env.end());
-  for (std::string& s : args->argv_storage) args->argv.push_back(s.data());
-  args->argv.push_back(nullptr);
-  for (std::string& s : args->env_storage) args->envp.push_back(s.data());
-  args->envp.push_back(nullptr);
 
   // Descriptors the child gets.
   int sync_pair[2];
@@ -1251,11 +547,6 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
   UniqueFd status_write(status_pipe[1]);
   args->sync_fd = sync_child.get();
   args->status_fd = status_write.get();
-  args->init_fd = init_fd_.get();
-  args->stdio[0] = spec.stdin_fd;
-  args->stdio[1] = spec.stdout_fd;
-  args->stdio[2] = spec.stderr_fd;
-  args->channel_fd = spec.channel_fd;
 
   auto state = std::make_shared<SandboxState>();
   state->id = absl::StrCat(spec.name.empty() ? "sb" : spec.name, "-", getpid(), "-",
