@@ -84,6 +84,28 @@ TEST_F(SandboxCliTest, WorkDirectoryIsCopiedOutWithoutFollowingLinks) {
   EXPECT_THAT(again.err, HasSubstr("is not empty"));
 }
 
+// Hard links and sparse files take little of the sandbox's quota; copying them out must not
+// take more of the host's disk than the quota.
+TEST_F(SandboxCliTest, CopyOutIsBoundedByTheStorageQuota) {
+  if (!FencesComplete()) GTEST_SKIP() << "a sandbox fence is missing on this machine";
+  std::string out_dir = root() + "/sparse-out";
+  RunResult r = Run({"run", "--storage", "1M", "--work", out_dir, "--", "/bin/sh", "-c",
+                     "truncate -s 32M /work/sparse && echo made"});
+  EXPECT_EQ(r.exit_code, 125) << r;
+  EXPECT_THAT(r.out, HasSubstr("made"));
+  EXPECT_THAT(r.err, HasSubstr("add up to more than 1048576 bytes"));
+  std::error_code ec;
+  EXPECT_LE(std::filesystem::file_size(out_dir + "/sparse", ec), uint64_t{2} << 20);
+}
+
+// The child drops the host's descriptors before it applies the open-files limit.
+TEST_F(SandboxCliTest, SmallOpenFilesLimitStillStarts) {
+  if (!FencesComplete()) GTEST_SKIP() << "a sandbox fence is missing on this machine";
+  RunResult r = Run({"run", "--files", "16", "--", "/bin/sh", "-c", "ulimit -n"});
+  EXPECT_EQ(r.exit_code, 0) << r;
+  EXPECT_EQ(r.out, "16\n");
+}
+
 TEST_F(SandboxCliTest, BadInputGetsClearErrors) {
   RunResult missing = Run({"run", "--", "/usr/bin/no-such-program"});
   if (missing.exit_code == 125) GTEST_SKIP() << "sandbox unavailable: " << missing.err;
@@ -133,6 +155,14 @@ TEST_F(SandboxCliTest, UnprivilegedUserGetsTheSandboxWithoutCgroups) {
   RunResult refused = run({"run", "--", "/bin/true"});
   EXPECT_EQ(refused.exit_code, 125) << refused;
   EXPECT_THAT(refused.err, HasSubstr("sandbox fences required by policy are missing: cgroups"));
+  // A supplementary group cannot be dropped in an unprivileged user namespace: agents would keep
+  // it, so the sandbox refuses to run at all.
+  std::vector<std::string> with_group = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                                         "--groups=6", bin + "/vaultctl", "sandbox", "run",
+                                         "--allow-missing", "cgroups", "--", "/bin/true"};
+  RunResult grouped = RunProgram(with_group, absl::Seconds(60));
+  EXPECT_EQ(grouped.exit_code, 125) << grouped;
+  EXPECT_THAT(grouped.err, HasSubstr("no supplementary groups (this unprivileged process has 6;"));
   RunResult r = run({"run", "--allow-missing", "cgroups", "--", "/bin/sh", "-c",
                      "id -u; cat /proc/self/uid_map; grep -E '^(CapEff|NoNewPrivs|Seccomp):' "
                      "/proc/self/status"});

@@ -60,8 +60,9 @@ Channel::~Channel() {
   if (fd_ >= 0) close(fd_);
 }
 
-absl::Status Channel::ReadExactly(char* out, size_t n, absl::Time deadline) {
-  size_t got = 0;
+absl::Status Channel::ReadExactly(char* out, size_t n, absl::Time deadline, size_t* got_out) {
+  size_t& got = *got_out;
+  got = 0;
   while (got < n) {
     absl::Status ready = WaitFor(fd_, POLLIN, deadline);
     if (!ready.ok()) return ready;
@@ -100,23 +101,36 @@ absl::Status Channel::ReadExactly(char* out, size_t n, absl::Time deadline) {
   return absl::OkStatus();
 }
 
+void Channel::Break() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
 absl::StatusOr<std::string> Channel::ReadFrame(absl::Duration timeout) {
   if (fd_ < 0) return absl::FailedPreconditionError("channel: closed");
   absl::Time deadline = absl::Now() + timeout;
   unsigned char header[4];
-  absl::Status status = ReadExactly(reinterpret_cast<char*>(header), sizeof header, deadline);
-  if (!status.ok()) return status;
+  size_t got = 0;
+  absl::Status status = ReadExactly(reinterpret_cast<char*>(header), sizeof header, deadline, &got);
+  // Only a timeout before the first byte leaves the stream in step; anything else (a refused
+  // descriptor, a partial frame) ends the channel, so no payload is ever read as a header.
+  if (!status.ok()) {
+    if (!(absl::IsDeadlineExceeded(status) && got == 0)) Break();
+    return status;
+  }
   uint64_t length = (uint64_t{header[0]} << 24) | (uint64_t{header[1]} << 16) |
                     (uint64_t{header[2]} << 8) | uint64_t{header[3]};
   if (length > max_frame_) {
-    close(fd_);
-    fd_ = -1;
+    Break();
     return absl::ResourceExhaustedError(
         absl::StrCat("channel: frame of ", length, " bytes exceeds the maximum of ", max_frame_));
   }
   std::string payload(length, '\0');
-  status = ReadExactly(payload.data(), payload.size(), deadline);
-  if (!status.ok()) return status;
+  status = ReadExactly(payload.data(), payload.size(), deadline, &got);
+  if (!status.ok()) {
+    Break();
+    return status;
+  }
   return payload;
 }
 

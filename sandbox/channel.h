@@ -5,7 +5,9 @@
 // longer than the maximum (ResourceExhausted, and the channel is unusable after), a read that
 // takes longer than the timeout (DeadlineExceeded), and any descriptor or credential the peer
 // attaches (SCM_RIGHTS / SCM_CREDENTIALS): received descriptors are closed at once and the read
-// fails with PermissionDenied. The end of the stream is Unavailable("channel closed").
+// fails with PermissionDenied. The end of the stream is Unavailable("channel closed"). Every
+// error but a timeout before a frame's first byte closes the channel (later calls answer
+// FailedPrecondition): a stream out of step is never read again.
 //
 //   ASSIGN_OR_RETURN(auto pair, Channel::Pair());   // pair.host stays, pair.guest_fd -> spec
 //   ASSIGN_OR_RETURN(std::string frame, pair.host.ReadFrame(absl::Seconds(5)));
@@ -45,7 +47,8 @@ class Channel {
   int refused_descriptors() const { return refused_descriptors_; }
 
  private:
-  absl::Status ReadExactly(char* out, size_t n, absl::Time deadline);
+  absl::Status ReadExactly(char* out, size_t n, absl::Time deadline, size_t* got);
+  void Break();  // closes the channel: after a protocol error nothing more is read
   int fd_ = -1;
   size_t max_frame_;
   int refused_descriptors_ = 0;

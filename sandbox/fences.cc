@@ -19,6 +19,10 @@ std::string FenceReport::Describe() const {
       absl::StrCat("host ids: ", running_as_root ? "one unprivileged uid per sandbox"
                                                  : "the caller's own uid (not root)"),
   };
+  if (!kept_groups.empty()) {
+    lines.push_back(absl::StrCat("supplementary groups: ", kept_groups,
+                                 " would stay with every sandbox: MISSING a clean identity"));
+  }
   return absl::StrJoin(lines, "\n");
 }
 
@@ -28,6 +32,10 @@ absl::Status CheckPolicy(const FenceReport& report, const FencePolicy& policy) {
   if (!report.seccomp) missing.push_back("seccomp");
   if (policy.landlock && report.landlock_abi <= 0) missing.push_back("landlock");
   if (policy.cgroups && !report.cgroups()) missing.push_back("cgroups");
+  if (!report.kept_groups.empty()) {
+    missing.push_back(absl::StrCat("no supplementary groups (this unprivileged process has ",
+                                    report.kept_groups, "; run it without them)"));
+  }
   if (missing.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(
       absl::StrCat("sandbox fences required by policy are missing: ", absl::StrJoin(missing, ", "),

@@ -24,6 +24,10 @@ struct FenceReport {
   bool cgroup_freezer = false;
   std::string cgroup_detail;     // e.g. "memory=v1 pids=v1 cpu=v1 cpuacct=v1 freezer=v1"
   bool running_as_root = false;  // root: each sandbox gets its own host uid
+  // Unprivileged only: supplementary groups of this process other than its own gid, which a
+  // sandbox cannot drop (setgroups is denied in a user namespace mapped without privilege).
+  // Non-empty means no agent may run: they would keep access to those groups' files.
+  std::string kept_groups;
   std::string warnings;          // why a fence is missing, one line each
 
   bool cgroups() const { return cgroup_memory && cgroup_pids && cgroup_cpu && cgroup_freezer; }

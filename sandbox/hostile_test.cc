@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -220,6 +221,7 @@ struct RunOptions {
   bool pipe_stdin = false;
   int channel_fd = -1;
   std::string name;  // SandboxSpec::name; empty: "hostile-<program>"
+  std::vector<std::string> read_only_dirs;
 };
 
 // A corpus program started in the sandbox, its stdout read through a pipe.
@@ -394,6 +396,7 @@ class Hostile : public ::testing::Test {
     spec.argv = {name};
     spec.argv.insert(spec.argv.end(), options.args.begin(), options.args.end());
     spec.code_dir = kCorpusDir;
+    spec.read_only_dirs = options.read_only_dirs;
     spec.stdin_fd = options.pipe_stdin ? in_read.get() : options.stdin_fd;
     spec.stdout_fd = out_write.get();
     spec.channel_fd = options.channel_fd;
@@ -596,7 +599,7 @@ TEST_F(Hostile, WriteOutsideWorkDir) {
           "open for writing /etc/ld.so.cache: EACCES",
           "open for writing /proc/sys/kernel/hostname: ENOENT",
           "open for writing /proc/sys/vm/drop_caches: ENOENT",
-          "open for writing /proc/sysrq-trigger: ENOENT", "open for writing /proc/self/mem: EACCES",
+          "open for writing /proc/sysrq-trigger: ENOENT", "open for writing /proc/self/mem: EROFS",
           "open for writing /proc/1/mem: ENOENT", "open for writing /dev/urandom: EACCES",
           "mkdir /hostile-dir: EROFS", "mkdir /usr/hostile-dir: EROFS",
           "mkdir /code/hostile-dir: EROFS", "mkdir /dev/hostile-dir: EROFS",
@@ -935,7 +938,7 @@ TEST_F(Hostile, NetworkSockets) {
   }
   expected.push_back("socketpair AF_INET SOCK_STREAM: EPERM");
   expected.push_back("socket AF_UNIX SOCK_STREAM: OK");
-  expected.push_back("socketpair AF_UNIX SOCK_DGRAM: OK");
+  expected.push_back("socketpair AF_UNIX SOCK_DGRAM: EPERM");  // could sendmsg to host sockets
   expected.push_back("interfaces: lo");
   EXPECT_THAT(outcome->lines, ElementsAreArray(expected)) << outcome->Describe();
 }
@@ -998,20 +1001,26 @@ TEST_F(Hostile, HostUnixSockets) {
   ASSERT_GE(abstract_dgram.get(), 0);
   ASSERT_GE(path_stream.get(), 0);
 
+  // The listener's folder is bound into the sandbox, as an operator's --ro folder might hold a
+  // daemon's socket: the path exists inside, world-writable, and still cannot be reached.
+  chmod(tmp.path().c_str(), 0755);
+  chmod(path.c_str(), 0666);
   RunOptions options;
   options.args = {name, path};
+  options.read_only_dirs = {tmp.path()};
   absl::StatusOr<Outcome> outcome = Run("abstract_unix", options);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   ExpectCleanExit(*outcome);
-  // Abstract names live in a network namespace: the sandbox's own has none of the host's, so
-  // the lookup fails (ECONNREFUSED) before Landlock's abstract-socket scope is even asked.
-  EXPECT_THAT(outcome->lines, ElementsAre(absl::StrCat("connect @", name, ": ECONNREFUSED"),
-                                          absl::StrCat("sendto @", name, ".dgram: ECONNREFUSED"),
-                                          absl::StrCat("connect ", path, ": ENOENT"),
-                                          "connect /run/systemd/private: ENOENT",
-                                          "connect /run/dbus/system_bus_socket: ENOENT",
-                                          "connect /var/run/docker.sock: ENOENT",
-                                          "connect @/tmp/.X11-unix/X0: ECONNREFUSED"))
+  // connect is refused by seccomp (EPERM) for every Unix socket, named or abstract; datagram
+  // sockets cannot be created (their sendmsg could name any host socket). Behind that,
+  // abstract names live in the sandbox's own network namespace and Landlock scopes them.
+  EXPECT_THAT(outcome->lines, ElementsAre(absl::StrCat("connect @", name, ": EPERM"),
+                                          absl::StrCat("sendto @", name, ".dgram: socket EPERM"),
+                                          absl::StrCat("connect ", path, ": EPERM"),
+                                          "connect /run/systemd/private: EPERM",
+                                          "connect /run/dbus/system_bus_socket: EPERM",
+                                          "connect /var/run/docker.sock: EPERM",
+                                          "connect @/tmp/.X11-unix/X0: EPERM"))
       << outcome->Describe();
   EXPECT_LT(accept4(abstract_stream.get(), nullptr, nullptr, SOCK_CLOEXEC), 0);
   EXPECT_EQ(errno, EAGAIN);
@@ -1312,6 +1321,30 @@ TEST_F(Hostile, FdExhaustion) {
   EXPECT_THAT(outcome->lines, ElementsAre(absl::StrCat("open /dev/null: EMFILE after ", expected),
                                           "setrlimit NOFILE 1048576: EPERM", "dup2 0 65535: EBADF"))
       << outcome->Describe();
+}
+
+// Per-user kernel counts (inotify instances, message queues, pending signals) are charged up
+// the chain of user namespaces to each namespace's owner. The sandbox's namespace is owned by
+// its own host id, so an agent that takes every inotify instance it may have leaves root's
+// quota whole.
+TEST_F(Hostile, InotifyHogLeavesTheHostsQuota) {
+  RunOptions options;
+  options.pipe_stdin = true;
+  options.limits.max_open_files = 4096;  // the kernel's instance count must be what stops it
+  absl::StatusOr<std::unique_ptr<Program>> program = Start("inotify_hog", options);
+  ASSERT_TRUE(program.ok()) << program.status();
+  absl::StatusOr<std::string> line = (*program)->ReadLine(absl::Seconds(5));
+  ASSERT_TRUE(line.ok()) << line.status();
+  EXPECT_THAT(*line, StartsWith("inotify_init1: EMFILE after "));
+  // While the agent holds them, this (root) process can still create instances, up to the
+  // host's own limit.
+  std::vector<Fd> mine;
+  for (int i = 0; i < 8; ++i) {
+    Fd fd(inotify_init1(IN_CLOEXEC));
+    EXPECT_GE(fd.get(), 0) << "host inotify_init1: " << strerror(errno);
+    mine.push_back(std::move(fd));
+  }
+  (*program)->CloseStdin();
 }
 
 TEST_F(Hostile, DiskFill) {

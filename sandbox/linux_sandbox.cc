@@ -173,7 +173,7 @@ struct SandboxState {
   ExitInfo exit ABSL_GUARDED_BY(mu);
 };
 
-class LinuxSandbox::Impl {
+class LinuxSandbox::Impl : public std::enable_shared_from_this<LinuxSandbox::Impl> {
  public:
   ~Impl();
   absl::Status Init(const LinuxSandboxOptions& options);
@@ -191,7 +191,9 @@ class LinuxSandbox::Impl {
     uid_t host_uid;
     gid_t host_gid;
     Cgroup* cgroup;
-    int sync_parent_fd;
+    int sync_parent_fd = -1;
+    UniqueFd sync_parent;  // results: the host's ends, once the child runs
+    UniqueFd status_read;
     // Results.
     absl::Status status;
     pid_t pid = -1;
@@ -234,8 +236,8 @@ namespace {
 
 class LinuxSandboxHandle : public SandboxHandle {
  public:
-  LinuxSandboxHandle(LinuxSandbox::Impl* impl, std::shared_ptr<SandboxState> state)
-      : impl_(impl), state_(std::move(state)) {}
+  LinuxSandboxHandle(std::shared_ptr<LinuxSandbox::Impl> impl, std::shared_ptr<SandboxState> state)
+      : impl_(std::move(impl)), state_(std::move(state)) {}
   ~LinuxSandboxHandle() override {
     absl::Status killed = Kill();
     if (!killed.ok()) spdlog::warn("sandbox {}: {}", state_->id, killed.ToString());
@@ -247,6 +249,9 @@ class LinuxSandboxHandle : public SandboxHandle {
   absl::Status Pause() override {
     absl::MutexLock lock(&state_->mu);
     if (state_->done) return absl::FailedPreconditionError("sandbox has ended");
+    if (state_->kill_requested || state_->limit != LimitHit::kNone) {
+      return absl::FailedPreconditionError("sandbox is being killed");
+    }
     if (state_->cgroup == nullptr) {
       return absl::FailedPreconditionError("pause needs the cgroup freezer, which is not active");
     }
@@ -327,12 +332,13 @@ class LinuxSandboxHandle : public SandboxHandle {
       }
     }
     CopyStats stats;
-    VAULT_RETURN_IF_ERROR(internal::CopyWorkDir(state_->work_fd.get(), host_dir, stats));
+    VAULT_RETURN_IF_ERROR(internal::CopyWorkDir(state_->work_fd.get(), host_dir, state_->limits.storage_bytes, stats));
     return stats;
   }
 
  private:
-  LinuxSandbox::Impl* impl_;
+  // Keeps the supervisor alive while a handle exists, even past the LinuxSandbox.
+  std::shared_ptr<LinuxSandbox::Impl> impl_;
   std::shared_ptr<SandboxState> state_;
 };
 
@@ -353,6 +359,16 @@ absl::Status LinuxSandbox::Impl::Init(const LinuxSandboxOptions& options) {
   self_gid_ = getegid();
   fences_.running_as_root = self_uid_ == 0;
   std::vector<std::string> warnings;
+  if (!fences_.running_as_root) {
+    gid_t groups[256];
+    int n = getgroups(256, groups);
+    std::vector<std::string> kept;
+    for (int i = 0; i < n; ++i) {
+      if (groups[i] != self_gid_) kept.push_back(absl::StrCat(groups[i]));
+    }
+    fences_.kept_groups = absl::StrJoin(kept, ",");
+    if (n < 0) fences_.kept_groups = "unknown (getgroups failed)";
+  }
   if (fences_.running_as_root) {
     std::error_code ec;
     std::filesystem::create_directories(options.id_lock_dir, ec);
@@ -478,6 +494,24 @@ void LinuxSandbox::Impl::ReleaseSlot(int slot) {
 // Runs on the supervisor thread, so that the sandbox's parent-death signal is tied to a thread
 // that lives as long as this LinuxSandbox.
 void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
+  // The child's ends of the sync socket and status pipe exist only around this clone (clones
+  // are serialized on this thread), so no other sandbox's child ever holds a copy of them.
+  int sync_pair[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sync_pair) != 0) {
+    request.status = Errno(errno, "socketpair");
+    return;
+  }
+  UniqueFd sync_parent(sync_pair[0]);
+  UniqueFd sync_child(sync_pair[1]);
+  int status_pipe[2];
+  if (pipe2(status_pipe, O_CLOEXEC) != 0) {
+    request.status = Errno(errno, "pipe2");
+    return;
+  }
+  UniqueFd status_read(status_pipe[0]);
+  UniqueFd status_write(status_pipe[1]);
+  request.args->sync_fd = sync_child.get();
+  request.args->status_fd = status_write.get();
   constexpr size_t kStackSize = 256 * 1024;
   void* stack = mmap(nullptr, kStackSize, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
@@ -485,19 +519,50 @@ void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
     request.status = Errno(errno, "mmap clone stack");
     return;
   }
+  // As root, this thread takes the sandbox's host id as its effective id for the clone, so
+  // that the new user namespace is owned by that id: what the kernel counts per user across
+  // namespaces (inotify instances and watches, message queues, pending signals, processes) is
+  // then charged to the sandbox's own id, never to root's. Raw system calls change this thread
+  // only; the saved id 0 lets it return at once.
+  bool switched = false;
+  if (request.root_mode) {
+    if (syscall(SYS_setresgid, -1, request.host_gid, -1) != 0) {
+      request.status = Errno(errno, "setresgid for the clone");
+      munmap(stack, kStackSize);
+      return;
+    }
+    if (syscall(SYS_setresuid, -1, request.host_uid, -1) != 0) {
+      request.status = Errno(errno, "setresuid for the clone");
+      syscall(SYS_setresgid, -1, 0, -1);
+      munmap(stack, kStackSize);
+      return;
+    }
+    switched = true;
+  }
   int pidfd = -1;
   pid_t pid = clone(ChildMain, static_cast<char*>(stack) + kStackSize,
                     CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
                         CLONE_NEWUTS | CLONE_PIDFD | SIGCHLD,
                     request.args, &pidfd);
   int clone_errno = errno;
+  if (switched) {
+    if (syscall(SYS_setresuid, -1, 0, -1) != 0 || syscall(SYS_setresgid, -1, 0, -1) != 0) {
+      // Cannot happen with a saved id of 0; if it did, this thread must not go on as root-less.
+      spdlog::critical("sandbox supervisor could not return to root: {}", strerror(errno));
+      std::abort();
+    }
+    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);  // the id change cleared it for the whole process
+  }
   munmap(stack, kStackSize);
+  sync_child.Reset();
+  status_write.Reset();
   if (pid < 0) {
     request.status = Errno(clone_errno, "clone with new namespaces");
     return;
   }
   request.pid = pid;
   request.pidfd = pidfd;
+  request.sync_parent_fd = sync_parent.get();
   auto fail = [&](absl::Status status) {
     SendSignal(pidfd, SIGKILL, nullptr, 0);
     siginfo_t info;
@@ -513,11 +578,18 @@ void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
   if (status.ok() && !request.root_mode) status = WriteProcFile(pid, "setgroups", "deny");
   if (status.ok()) status = WriteProcFile(pid, "gid_map", gid_line);
   if (status.ok() && request.cgroup != nullptr) status = request.cgroup->AddProcess(pid);
+  // Under memory pressure on the host, agents go first.
+  if (status.ok()) status = WriteProcFile(pid, "oom_score_adj", "1000");
   if (status.ok()) {
     char go = 'G';
     if (send(request.sync_parent_fd, &go, 1, MSG_NOSIGNAL) != 1) status = Errno(errno, "send go");
   }
-  if (!status.ok()) fail(std::move(status));
+  if (!status.ok()) {
+    fail(std::move(status));
+    return;
+  }
+  request.sync_parent = std::move(sync_parent);
+  request.status_read = std::move(status_read);
 }
 
 absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const SandboxSpec& spec) {
@@ -533,20 +605,6 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
   VAULT_ASSIGN_OR_RETURN(std::unique_ptr<ChildArgs> args,
                          internal::BuildChildArgs(spec, fences_, prepared));
   const Limits& limits = spec.limits;
-
-  // Descriptors the child gets.
-  int sync_pair[2];
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sync_pair) != 0) {
-    return Errno(errno, "socketpair");
-  }
-  UniqueFd sync_parent(sync_pair[0]);
-  UniqueFd sync_child(sync_pair[1]);
-  int status_pipe[2];
-  if (pipe2(status_pipe, O_CLOEXEC) != 0) return Errno(errno, "pipe2");
-  UniqueFd status_read(status_pipe[0]);
-  UniqueFd status_write(status_pipe[1]);
-  args->sync_fd = sync_child.get();
-  args->status_fd = status_write.get();
 
   auto state = std::make_shared<SandboxState>();
   state->id = absl::StrCat(spec.name.empty() ? "sb" : spec.name, "-", getpid(), "-",
@@ -587,7 +645,6 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
   request.host_uid = host_uid;
   request.host_gid = host_gid;
   request.cgroup = state->cgroup.get();
-  request.sync_parent_fd = sync_parent.get();
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return cleanup_early(absl::CancelledError("sandbox is shutting down"));
@@ -601,8 +658,8 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
   if (!request.status.ok()) return cleanup_early(request.status);
   state->pid = request.pid;
   state->pidfd = UniqueFd(request.pidfd);
-  sync_child.Reset();
-  status_write.Reset();
+  UniqueFd sync_parent = std::move(request.sync_parent);
+  UniqueFd status_read = std::move(request.status_read);
 
   // Register now: from here on the supervisor reaps it, whatever happens below.
   {
@@ -618,11 +675,11 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
   ev.data.fd = state->pidfd.get();
   if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, state->pidfd.get(), &ev) != 0) {
     absl::Status status = Errno(errno, "epoll_ctl pidfd");
-    auto handle = std::make_unique<LinuxSandboxHandle>(this, state);
+    auto handle = std::make_unique<LinuxSandboxHandle>(shared_from_this(), state);
     return status;  // the handle's destructor kills and unregisters
   }
   Wake();
-  auto handle = std::make_unique<LinuxSandboxHandle>(this, state);
+  auto handle = std::make_unique<LinuxSandboxHandle>(shared_from_this(), state);
 
   // Setup result: the work directory's descriptor, then EOF (exec done) or an error record.
   const absl::Time deadline = started + kSetupTimeout;
@@ -710,6 +767,8 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
     return absl::InternalError(absl::StrCat("sandbox init: unexpected report \"", line, "\""));
   }
   state->status_fd = std::move(status_read);
+  // Reap reads the init's last report without ever blocking the supervisor.
+  fcntl(state->status_fd.get(), F_SETFL, O_NONBLOCK);
   return handle;
 }
 
@@ -717,6 +776,7 @@ void LinuxSandbox::Impl::Signal(const std::shared_ptr<SandboxState>& state, Limi
                                 bool requested) {
   bool thaw = false;
   {
+    // Once this is set, Pause refuses: a freeze can no longer land after the thaw below.
     absl::MutexLock lock(&state->mu);
     if (state->done) return;
     if (requested) state->kill_requested = true;
@@ -725,8 +785,8 @@ void LinuxSandbox::Impl::Signal(const std::shared_ptr<SandboxState>& state, Limi
   }
   // SIGKILL to the sandbox's PID 1 makes the kernel kill every process of its PID namespace.
   SendSignal(state->pidfd.get(), SIGKILL, nullptr, 0);
-  if (state->cgroup != nullptr) {
-    if (thaw) (void)state->cgroup->Thaw();  // frozen tasks die only once thawed
+  if (thaw && state->cgroup != nullptr) {
+    (void)state->cgroup->Thaw();  // frozen tasks die only once thawed
   }
 }
 
@@ -909,12 +969,12 @@ void LinuxSandbox::Impl::SupervisorLoop() {
   }
 }
 
-LinuxSandbox::LinuxSandbox(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LinuxSandbox::LinuxSandbox(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LinuxSandbox::~LinuxSandbox() = default;
 
 absl::StatusOr<std::unique_ptr<LinuxSandbox>> LinuxSandbox::Create(
     const LinuxSandboxOptions& options) {
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_shared<Impl>();
   VAULT_RETURN_IF_ERROR(impl->Init(options));
   return std::unique_ptr<LinuxSandbox>(new LinuxSandbox(std::move(impl)));
 }

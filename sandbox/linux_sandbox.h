@@ -17,7 +17,8 @@
 //   ASSIGN_OR_RETURN(auto handle, sandbox->Spawn(spec));
 //
 // Thread safety: as Sandbox (sandbox.h). Create probes the kernel once; Spawn may be called
-// from any thread.
+// from any thread. Handles may outlive the LinuxSandbox (they keep its supervisor running);
+// destroying a LinuxSandbox with no handle left kills nothing that is still referenced.
 #ifndef VAULT_SANDBOX_LINUX_SANDBOX_H_
 #define VAULT_SANDBOX_LINUX_SANDBOX_H_
 
@@ -63,8 +64,8 @@ class LinuxSandbox : public Sandbox {
   class Impl;
 
  private:
-  explicit LinuxSandbox(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit LinuxSandbox(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace vault::sandbox

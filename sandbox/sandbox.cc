@@ -21,7 +21,7 @@ absl::Status ValidateLimits(const Limits& limits) {
   if (status.ok()) status = check("cpu_seconds", limits.cpu_seconds, 1, 30ull * 24 * 3600);
   if (status.ok()) status = check("cpu_percent", limits.cpu_percent, 1, 100 * 1024);
   if (status.ok()) status = check("max_processes", limits.max_processes, 2, 1 << 20);
-  if (status.ok()) status = check("max_open_files", limits.max_open_files, 8, 1 << 20);
+  if (status.ok()) status = check("max_open_files", limits.max_open_files, 16, 1 << 20);
   if (status.ok()) status = check("max_file_bytes", limits.max_file_bytes, 1, kTiB);
   if (status.ok()) status = check("storage_bytes", limits.storage_bytes, 64 * 1024, kTiB);
   if (status.ok()) status = check("storage_inodes", limits.storage_inodes, 16, 1ull << 32);

@@ -103,14 +103,20 @@ constexpr const char* kAllowed[] = {
     "shmget", "shmat", "shmdt", "shmctl", "semget", "semop", "semtimedop", "semctl", "msgget",
     "msgsnd", "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive",
     "mq_notify", "mq_getsetattr",
-    // Socket calls that act on an existing descriptor; only AF_UNIX ones can be created.
-    "connect", "bind", "listen", "accept", "accept4", "sendto", "recvfrom", "sendmsg", "recvmsg",
+    // Socket calls that act on an existing descriptor; only AF_UNIX stream and seqpacket ones
+    // can be created, on which sendmsg's address is refused or ignored by the kernel. connect
+    // is refused and sendto takes no address (rules below): a named host socket in a folder
+    // bound into the sandbox (a daemon's, a container runtime's) must stay unreachable, and
+    // Landlock cannot yet refuse it.
+    "bind", "listen", "accept", "accept4", "recvfrom", "sendmsg", "recvmsg",
     "sendmmsg", "recvmmsg", "shutdown", "getsockname", "getpeername", "setsockopt", "getsockopt",
     // These only add restrictions.
     "seccomp", "landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"};
 
 // System calls refused with EPERM by name, so the answer does not depend on the default.
 constexpr const char* kRefused[] = {
+    // Reaching named Unix sockets of the host (see kAllowed).
+    "connect",
     // Reaching into other processes.
     "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "pidfd_getfd", "kcmp",
     // Mounts and namespaces.
@@ -265,11 +271,24 @@ absl::StatusOr<std::vector<sock_filter>> BuildAllowlist() {
 
   // socket, socketpair: AF_UNIX only; every other domain answers EPERM. The two comparisons
   // are exact complements over the whole 64-bit argument, so they never both match.
+  // Of AF_UNIX, only SOCK_STREAM and SOCK_SEQPACKET (type compared on its low 4 bits, past
+  // SOCK_NONBLOCK / SOCK_CLOEXEC): a datagram socket could sendmsg to any named host socket.
   for (const char* name : {"socket", "socketpair"}) {
-    VAULT_RETURN_IF_ERROR(AddRule(ctx.get(), SCMP_ACT_ALLOW, name, {Arg(0, SCMP_CMP_EQ, AF_UNIX)}));
+    for (uint64_t type : {uint64_t{SOCK_STREAM}, uint64_t{SOCK_SEQPACKET}}) {
+      VAULT_RETURN_IF_ERROR(AddRule(ctx.get(), SCMP_ACT_ALLOW, name,
+                                    {Arg(0, SCMP_CMP_EQ, AF_UNIX),
+                                     Arg(1, SCMP_CMP_MASKED_EQ, 0xf, type)}));
+    }
+    VAULT_RETURN_IF_ERROR(AddRule(ctx.get(), SCMP_ACT_ERRNO(EPERM), name,
+                                  {Arg(0, SCMP_CMP_EQ, AF_UNIX),
+                                   Arg(1, SCMP_CMP_MASKED_EQ, 0xf, uint64_t{SOCK_DGRAM})}));
     VAULT_RETURN_IF_ERROR(
         AddRule(ctx.get(), SCMP_ACT_ERRNO(EPERM), name, {Arg(0, SCMP_CMP_NE, AF_UNIX)}));
   }
+  // sendto without an address only (argument 4, dest_addr).
+  VAULT_RETURN_IF_ERROR(AddRule(ctx.get(), SCMP_ACT_ALLOW, "sendto", {Arg(4, SCMP_CMP_EQ, 0)}));
+  VAULT_RETURN_IF_ERROR(
+      AddRule(ctx.get(), SCMP_ACT_ERRNO(EPERM), "sendto", {Arg(4, SCMP_CMP_NE, 0)}));
 
   // mknod(path, mode, dev), mknodat(dirfd, path, mode, dev): FIFOs and regular files (a zero
   // type means a regular file); device nodes answer EPERM; other types (sockets, directories,

@@ -20,6 +20,7 @@
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -29,6 +30,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <cstring>
 #include <string>
 
 #include "common/testing/temp_dir.h"
@@ -171,14 +173,50 @@ TEST(Seccomp, AllowsReadingProcSelfStatus) {
             "ok");
 }
 
-TEST(Seccomp, AllowsUnixSockets) {
-  EXPECT_EQ(RunFiltered([] { return CloseIfOpened(socket(AF_UNIX, SOCK_STREAM, 0)); }), "ok");
+TEST(Seccomp, AllowsUnixStreamAndSeqpacketSocketsOnly) {
+  EXPECT_EQ(RunFiltered([] { return CloseIfOpened(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)); }),
+            "ok");
+  EXPECT_EQ(RunFiltered([] { return CloseIfOpened(socket(AF_UNIX, SOCK_SEQPACKET, 0)); }), "ok");
   EXPECT_EQ(RunFiltered([] {
               int fds[2];
-              if (socketpair(AF_UNIX, SOCK_DGRAM, 0, fds) != 0) return errno;
+              if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) return errno;
               close(fds[0]);
               close(fds[1]);
               return 0;
+            }),
+            "ok");
+  // Datagram sockets could sendmsg to any named host socket (syslog, journald).
+  EXPECT_EQ(RunFiltered([] { return CloseIfOpened(socket(AF_UNIX, SOCK_DGRAM, 0)); }), "EPERM");
+  EXPECT_EQ(RunFiltered([] {
+              int fds[2];
+              return ErrnoOf(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK, 0, fds));
+            }),
+            "EPERM");
+}
+
+TEST(Seccomp, RefusesConnectAndAddressedSendto) {
+  EXPECT_EQ(RunFiltered([] {
+              sockaddr_un addr{};
+              addr.sun_family = AF_UNIX;
+              std::strcpy(addr.sun_path, "/nonexistent/socket");
+              int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+              return ErrnoOf(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr));
+            }),
+            "EPERM");
+  EXPECT_EQ(RunFiltered([] {
+              sockaddr_un addr{};
+              addr.sun_family = AF_UNIX;
+              std::strcpy(addr.sun_path, "/nonexistent/socket");
+              int fds[2];
+              if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) return errno;
+              return ErrnoOf(sendto(fds[0], "x", 1, 0,
+                                                     reinterpret_cast<sockaddr*>(&addr), sizeof addr));
+            }),
+            "EPERM");
+  EXPECT_EQ(RunFiltered([] {
+              int fds[2];
+              if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) return errno;
+              return sendto(fds[0], "x", 1, 0, nullptr, 0) == 1 ? 0 : errno;
             }),
             "ok");
 }

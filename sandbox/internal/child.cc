@@ -223,7 +223,8 @@ int ChildMain(void* raw) {
         if (symlink(op.a.c_str(), op.b.c_str()) != 0) ChildFail(sync, kStepSymlink, errno, index);
         break;
       case MountOp::kBind:
-        if (mount(op.a.c_str(), op.b.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
+        // Not recursive: whatever is mounted below an operator's folder stays outside.
+        if (mount(op.a.c_str(), op.b.c_str(), nullptr, MS_BIND, nullptr) != 0) {
           ChildFail(sync, kStepBind, errno, index);
         }
         break;
@@ -242,7 +243,7 @@ int ChildMain(void* raw) {
       }
     }
   }
-  if (mount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+  if (mount("proc", "/newroot/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
             "hidepid=invisible,subset=pid") != 0) {
     ChildFail(sync, kStepProc, errno);
   }
@@ -258,37 +259,6 @@ int ChildMain(void* raw) {
   if (umount2(".", MNT_DETACH) != 0) ChildFail(sync, kStepPivotFinal, errno);
   if (chdir("/") != 0) ChildFail(sync, kStepPivotFinal, errno);
 
-  for (const RlimitSetting& setting : a.rlimits) {
-    rlimit limit{setting.soft, setting.hard};
-    if (setrlimit(setting.resource, &limit) != 0)
-      ChildFail(sync, kStepRlimit, errno, setting.resource);
-  }
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ChildFail(sync, kStepNoNewPrivs, errno);
-  {
-    int failed_rule = -1;
-    int rc = landlock::Apply(a.landlock, &failed_rule);
-    if (rc != 0) ChildFail(sync, kStepLandlock, -rc, failed_rule);
-  }
-  // Capabilities: the bounding set first (needs CAP_SETPCAP), then ambient, then all sets.
-  for (int cap = 0; cap <= a.cap_last; ++cap) {
-    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) {
-      ChildFail(sync, kStepCaps, errno, cap);
-    }
-  }
-  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
-    ChildFail(sync, kStepCaps, errno);
-  std::memset(caps, 0, sizeof caps);
-  if (syscall(SYS_capset, &cap_header, caps) != 0) ChildFail(sync, kStepCaps, errno);
-  if (prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0) != 0) ChildFail(sync, kStepCaps, errno);
-
-  // Die with the host's supervisor thread. Set after the last credential change (which
-  // clears it), then check the host did not die before it was set.
-  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) ChildFail(sync, kStepParentGone, errno);
-  {
-    pollfd pfd{sync, 0, 0};
-    if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLERR)) != 0) _exit(127);
-  }
-
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   for (int sig = 1; sig < NSIG; ++sig) {
@@ -299,8 +269,9 @@ int ChildMain(void* raw) {
   sigemptyset(&none);
   if (sigprocmask(SIG_SETMASK, &none, nullptr) != 0) ChildFail(sync, kStepSignals, errno);
 
-  // Descriptors: 0-2 stdio (or /dev/null), 3 the channel, 4 the status pipe, 5 the sync
-  // socket and 6 the init binary (both close-on-exec), nothing else.
+  // Descriptors first, before any limit on them: this child still holds a copy of the host's
+  // whole descriptor table. 0-2 stdio (or /dev/null), 3 the channel, 4 the status pipe, 5 the
+  // sync socket and 6 the init binary (both close-on-exec), nothing else.
   int lifted[7];
   const int sources[7] = {a.stdio[0],  a.stdio[1], a.stdio[2], a.channel_fd,
                           a.status_fd, sync,       a.init_fd};
@@ -329,6 +300,47 @@ int ChildMain(void* raw) {
   if (a.channel_fd < 0) close(3);
   if (syscall(SYS_close_range, kInsideInitFd + 1, ~0U, 0) != 0) {
     ChildFail(current_sync, kStepFds, errno);
+  }
+
+  for (const RlimitSetting& setting : a.rlimits) {
+    rlimit limit{setting.soft, setting.hard};
+    if (setrlimit(setting.resource, &limit) != 0) {
+      ChildFail(current_sync, kStepRlimit, errno, setting.resource);
+    }
+  }
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ChildFail(current_sync, kStepNoNewPrivs, errno);
+  {
+    // The plan names the init binary by its final number, kInsideInitFd.
+    int failed_rule = -1;
+    int rc = landlock::Apply(a.landlock, &failed_rule);
+    if (rc != 0) ChildFail(current_sync, kStepLandlock, -rc, failed_rule);
+  }
+  // Speculative store bypass and indirect branch speculation off for the sandbox (best effort:
+  // the calls fail on CPUs and kernels without the controls).
+  prctl(PR_SET_SPECULATION_CTRL, PR_SPEC_STORE_BYPASS, PR_SPEC_FORCE_DISABLE, 0, 0);
+  prctl(PR_SET_SPECULATION_CTRL, PR_SPEC_INDIRECT_BRANCH, PR_SPEC_FORCE_DISABLE, 0, 0);
+  // Capabilities: the bounding set first (needs CAP_SETPCAP; every number the kernel might
+  // know, EINVAL past its last), then ambient, then all sets.
+  for (int cap = 0; cap < 64; ++cap) {
+    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) {
+      ChildFail(current_sync, kStepCaps, errno, cap);
+    }
+  }
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) {
+    ChildFail(current_sync, kStepCaps, errno);
+  }
+  std::memset(caps, 0, sizeof caps);
+  if (syscall(SYS_capset, &cap_header, caps) != 0) ChildFail(current_sync, kStepCaps, errno);
+  if (prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0) != 0) ChildFail(current_sync, kStepCaps, errno);
+
+  // Die with the host's supervisor thread. Set after the last credential change (which
+  // clears it), then check the host did not die before it was set.
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) {
+    ChildFail(current_sync, kStepParentGone, errno);
+  }
+  {
+    pollfd pfd{current_sync, 0, 0};
+    if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLERR)) != 0) _exit(127);
   }
 
   int rc = InstallSeccompPrograms(*a.seccomp);

@@ -70,7 +70,8 @@ absl::StatusOr<std::string> ResolveHostDir(absl::string_view what, const std::st
     return absl::InvalidArgumentError(absl::StrCat(what, " ", path, " is not a directory"));
   }
   std::string result = resolved.string();
-  for (const char* refused : {"/proc", "/sys", "/dev"}) {
+  // /run and /var/run hold the host daemons' sockets (D-Bus, journald, container runtimes).
+  for (const char* refused : {"/proc", "/sys", "/dev", "/run", "/var/run"}) {
     if (result == refused || absl::StartsWith(result, absl::StrCat(refused, "/"))) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, " ", path, " is under ", refused, ", which is never mounted in"));
@@ -222,7 +223,7 @@ absl::StatusOr<std::unique_ptr<ChildArgs>> BuildChildArgs(const SandboxSpec& spe
     rules.push_back({host, landlock::kReadOnly});
   }
   args->landlock = landlock::MakePlan(fences.landlock_abi, std::move(rules));
-  args->landlock.extra_fd = prepared.init_fd;
+  args->landlock.extra_fd = kInsideInitFd;  // where the child has moved it by then
   args->landlock.extra_access = landlock::kExecute | landlock::kReadFile;
 
   const Limits& limits = spec.limits;
@@ -235,6 +236,8 @@ absl::StatusOr<std::unique_ptr<ChildArgs>> BuildChildArgs(const SandboxSpec& spe
       {RLIMIT_MEMLOCK, 64 * 1024, 64 * 1024},
       {RLIMIT_MSGQUEUE, 64 * 1024, 64 * 1024},
       {RLIMIT_SIGPENDING, 1024, 1024},
+      {RLIMIT_RTPRIO, 0, 0},  // no real-time scheduling: it would escape the CPU quota
+      {RLIMIT_NICE, 0, 0},    // nice values can only be raised (priority lowered)
   };
   if (!prepared.cgroups) {
     // Without the memory cgroup the address-space limit is the only memory fence.

@@ -25,7 +25,7 @@ using CopyStats = SandboxHandle::CopyStats;
 
 absl::Status Errno(int err, absl::string_view what) { return absl::ErrnoToStatus(err, what); }
 
-absl::Status CopyTree(int from, int to, int depth, CopyStats& stats) {
+absl::Status CopyTree(int from, int to, int depth, uint64_t max_bytes, CopyStats& stats) {
   if (depth > 64) return absl::ResourceExhaustedError("work directory nested too deep");
   int dup_fd = fcntl(from, F_DUPFD_CLOEXEC, 0);
   if (dup_fd < 0) return Errno(errno, "dup");
@@ -47,7 +47,7 @@ absl::Status CopyTree(int from, int to, int depth, CopyStats& stats) {
       UniqueFd sub_to(openat(to, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (sub_to.get() < 0) return Errno(errno, absl::StrCat("open ", name));
       ++stats.directories;
-      VAULT_RETURN_IF_ERROR(CopyTree(sub.get(), sub_to.get(), depth + 1, stats));
+      VAULT_RETURN_IF_ERROR(CopyTree(sub.get(), sub_to.get(), depth + 1, max_bytes, stats));
     } else if (S_ISREG(st.st_mode)) {
       UniqueFd in(openat(from, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
       if (in.get() < 0) return Errno(errno, absl::StrCat("open ", name));
@@ -59,6 +59,11 @@ absl::Status CopyTree(int from, int to, int depth, CopyStats& stats) {
       while ((n = read(in.get(), buf, sizeof buf)) > 0) {
         if (write(out.get(), buf, static_cast<size_t>(n)) != n) return Errno(errno, "write");
         stats.bytes += static_cast<uint64_t>(n);
+        if (stats.bytes > max_bytes) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "the work directory's files add up to more than ", max_bytes,
+              " bytes (the storage quota; sparse files or hard links?); copy stopped"));
+        }
       }
       if (n < 0) return Errno(errno, absl::StrCat("read ", name));
       ++stats.files;
@@ -119,7 +124,7 @@ absl::StatusOr<std::string> ReadWorkFile(int work_fd, const std::string& relativ
   return data;
 }
 
-absl::Status CopyWorkDir(int work_fd, const std::string& host_dir, CopyStats& stats) {
+absl::Status CopyWorkDir(int work_fd, const std::string& host_dir, uint64_t max_bytes, CopyStats& stats) {
   if (mkdir(host_dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return Errno(errno, absl::StrCat("mkdir ", host_dir));
   }
@@ -136,7 +141,7 @@ absl::Status CopyWorkDir(int work_fd, const std::string& host_dir, CopyStats& st
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
   UniqueFd source(static_cast<int>(syscall(SYS_openat2, work_fd, ".", &how, sizeof how)));
   if (source.get() < 0) return Errno(errno, "open the work directory");
-  return CopyTree(source.get(), target.get(), 0, stats);
+  return CopyTree(source.get(), target.get(), 0, max_bytes, stats);
 }
 
 }  // namespace vault::sandbox::internal

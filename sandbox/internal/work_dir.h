@@ -9,7 +9,7 @@
 //
 //   VAULT_ASSIGN_OR_RETURN(std::string report, ReadWorkFile(work_fd, "out/report.json", 1 << 20));
 //   SandboxHandle::CopyStats stats;
-//   VAULT_RETURN_IF_ERROR(CopyWorkDir(work_fd, "/var/lib/vault/results/a1", stats));
+//   VAULT_RETURN_IF_ERROR(CopyWorkDir(work_fd, "/var/lib/vault/results/a1", 64 << 20, stats));
 //
 // Thread safety: thread-safe; `work_fd` is only read through and must stay open during the
 // call. CopyWorkDir should run once the sandbox has ended, so that nothing changes under it.
@@ -30,8 +30,11 @@ absl::StatusOr<std::string> ReadWorkFile(int work_fd, const std::string& relativ
                                          size_t max_bytes);
 
 // Copies the work directory's regular files and folders into `host_dir` (created if missing;
-// it must be empty), counting into `stats` what was copied and what was skipped.
-absl::Status CopyWorkDir(int work_fd, const std::string& host_dir, SandboxHandle::CopyStats& stats);
+// it must be empty), counting into `stats` what was copied and what was skipped. At most
+// `max_bytes` are written (ResourceExhausted beyond): sparse files and hard links take little
+// room in the sandbox's quota and could otherwise fill the host's disk when copied out.
+absl::Status CopyWorkDir(int work_fd, const std::string& host_dir, uint64_t max_bytes,
+                         SandboxHandle::CopyStats& stats);
 
 }  // namespace vault::sandbox::internal
 
