@@ -577,13 +577,17 @@ void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
   absl::Status status = WriteProcFile(pid, "uid_map", uid_line);
   if (status.ok() && !request.root_mode) status = WriteProcFile(pid, "setgroups", "deny");
   if (status.ok()) status = WriteProcFile(pid, "gid_map", gid_line);
-  if (status.ok() && request.cgroup != nullptr) status = request.cgroup->AddProcess(pid);
   // Under memory pressure on the host, agents go first.
   if (status.ok()) status = WriteProcFile(pid, "oom_score_adj", "1000");
-  if (status.ok()) {
-    char go = 'G';
-    if (send(request.sync_parent_fd, &go, 1, MSG_NOSIGNAL) != 1) status = Errno(errno, "send go");
-  }
+  auto send_byte = [&](char byte) {
+    if (send(request.sync_parent_fd, &byte, 1, MSG_NOSIGNAL) != 1) {
+      status = Errno(errno, "signal the sandbox child");
+    }
+  };
+  // 'G': build the mounts; meanwhile the cgroup move, then 'C': the cgroup is in place.
+  if (status.ok()) send_byte('G');
+  if (status.ok() && request.cgroup != nullptr) status = request.cgroup->AddProcess(pid);
+  if (status.ok()) send_byte('C');
   if (!status.ok()) {
     fail(std::move(status));
     return;

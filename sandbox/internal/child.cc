@@ -138,7 +138,6 @@ int ChildMain(void* raw) {
   } while (got < 0 && errno == EINTR);
   if (got != 1 || go != 'G') _exit(127);  // the host gave up on us
 
-  if (unshare(CLONE_NEWCGROUP) != 0) ChildFail(sync, kStepCgroupNs, errno);
   if (setsid() < 0) ChildFail(sync, kStepSetsid, errno);
 
   // Become uid/gid 1000 inside (the host id the parent mapped), keeping the namespace's
@@ -258,6 +257,15 @@ int ChildMain(void* raw) {
   if (syscall(SYS_pivot_root, ".", ".") != 0) ChildFail(sync, kStepPivotFinal, errno);
   if (umount2(".", MNT_DETACH) != 0) ChildFail(sync, kStepPivotFinal, errno);
   if (chdir("/") != 0) ChildFail(sync, kStepPivotFinal, errno);
+
+  // The host moves this process into its cgroup while the mounts above are made (a v1
+  // cgroup.procs write can wait for an RCU grace period); nothing of the program runs before
+  // it says so. Then the cgroup namespace, rooted at that cgroup.
+  do {
+    got = read(sync, &go, 1);
+  } while (got < 0 && errno == EINTR);
+  if (got != 1 || go != 'C') _exit(127);
+  if (unshare(CLONE_NEWCGROUP) != 0) ChildFail(sync, kStepCgroupNs, errno);
 
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
