@@ -13,85 +13,136 @@
 // then exits, which makes the kernel kill whatever is left in the sandbox's PID namespace.
 // It is not dumpable, so the program cannot read its descriptors or memory through /proc.
 //
-// Built static, with no C++ runtime use, so that it starts fast and needs nothing inside.
-#include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <stdio.h>
-#include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
+// Freestanding: no C library at all (raw system calls, its own _start), so that it starts in
+// microseconds — a static glibc spends most of a sandbox's start-up probing the CPU, which traps
+// to the hypervisor on virtual machines. x86-64 only, like the seccomp filters.
+#include <asm/unistd.h>
+#include <linux/fcntl.h>
+#include <linux/prctl.h>
+#include <linux/wait.h>
 
 namespace {
 
 constexpr int kStatusFd = 4;
+constexpr long kEintr = 4;
+constexpr long kEchild = 10;
+constexpr int kFdCloexec = 1;
 
-void Report(char kind, int value) {
-  char line[32];
-  int n = snprintf(line, sizeof line, "%c %d\n", kind, value);
-  if (kind == 'R') n = snprintf(line, sizeof line, "R\n");
-  ssize_t ignored = write(kStatusFd, line, static_cast<size_t>(n));
-  (void)ignored;
+long Syscall(long n, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0) {
+  long ret;
+  register long r10 __asm__("r10") = d;
+  register long r8 __asm__("r8") = e;
+  __asm__ volatile("syscall"
+                   : "=a"(ret)
+                   : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
+                   : "rcx", "r11", "memory");
+  return ret;
 }
 
-}  // namespace
+[[noreturn]] void Exit(int code) {
+  for (;;) Syscall(__NR_exit_group, code);
+}
 
-int main(int argc, char** argv) {
-  if (argc < 3) return 127;
-  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-  fcntl(kStatusFd, F_SETFD, FD_CLOEXEC);
-  int exec_pipe[2];
-  if (pipe2(exec_pipe, O_CLOEXEC) != 0) {
-    Report('X', errno);
-    return 127;
+// "<kind> <value>\n", or "R\n".
+void Report(char kind, long value) {
+  char line[32];
+  int n = 0;
+  line[n++] = kind;
+  if (kind != 'R') {
+    line[n++] = ' ';
+    char digits[24];
+    int d = 0;
+    unsigned long v =
+        value < 0 ? static_cast<unsigned long>(-value) : static_cast<unsigned long>(value);
+    if (value < 0) line[n++] = '-';
+    do {
+      digits[d++] = static_cast<char>('0' + v % 10);
+      v /= 10;
+    } while (v != 0);
+    while (d > 0) line[n++] = digits[--d];
   }
-  pid_t child = fork();
+  line[n++] = '\n';
+  Syscall(__NR_write, kStatusFd, reinterpret_cast<long>(line), n);
+}
+
+[[noreturn]] void Main(long argc, char** argv, char** envp) {
+  if (argc < 3) Exit(127);
+  Syscall(__NR_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0);
+  Syscall(__NR_fcntl, kStatusFd, F_SETFD, kFdCloexec);
+  int exec_pipe[2];
+  long rc = Syscall(__NR_pipe2, reinterpret_cast<long>(exec_pipe), O_CLOEXEC);
+  if (rc < 0) {
+    Report('X', -rc);
+    Exit(127);
+  }
+  // fork(): the host's seccomp filter allows clone without namespace flags.
+  long child = Syscall(__NR_clone, 17 /* SIGCHLD */, 0, 0, 0, 0);
   if (child < 0) {
-    Report('X', errno);
-    return 127;
+    Report('X', -child);
+    Exit(127);
   }
   if (child == 0) {
-    // Default signal dispositions and an empty mask for the program.
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    execv(argv[1], argv + 2);
-    int err = errno;
-    ssize_t ignored = write(exec_pipe[1], &err, sizeof err);
-    (void)ignored;
-    _exit(127);
+    // Default signal dispositions are inherited from this process, whose own were reset by
+    // the host before exec; the mask is empty.
+    unsigned long none = 0;
+    Syscall(__NR_rt_sigprocmask, 2 /* SIG_SETMASK */, reinterpret_cast<long>(&none), 0, 8);
+    long err = Syscall(__NR_execve, reinterpret_cast<long>(argv[1]),
+                       reinterpret_cast<long>(argv + 2), reinterpret_cast<long>(envp));
+    int code = static_cast<int>(-err);
+    Syscall(__NR_write, exec_pipe[1], reinterpret_cast<long>(&code), sizeof code);
+    Exit(127);
   }
-  close(exec_pipe[1]);
+  Syscall(__NR_close, exec_pipe[1]);
   int exec_errno = 0;
-  ssize_t n;
+  long n;
   do {
-    n = read(exec_pipe[0], &exec_errno, sizeof exec_errno);
-  } while (n < 0 && errno == EINTR);
-  close(exec_pipe[0]);
-  if (n == static_cast<ssize_t>(sizeof exec_errno)) {
-    waitpid(child, nullptr, 0);
+    n = Syscall(__NR_read, exec_pipe[0], reinterpret_cast<long>(&exec_errno), sizeof exec_errno);
+  } while (n == -kEintr);
+  Syscall(__NR_close, exec_pipe[0]);
+  if (n == static_cast<long>(sizeof exec_errno)) {
+    Syscall(__NR_wait4, child, 0, 0, 0);
     Report('X', exec_errno);
-    return 127;
+    Exit(127);
   }
   Report('R', 0);
   // Reap everything; stop when the program itself ends.
   for (;;) {
     int status = 0;
-    pid_t pid = waitpid(-1, &status, __WALL);
+    long pid = Syscall(__NR_wait4, -1, reinterpret_cast<long>(&status), __WALL, 0);
+    if (pid == -kEintr) continue;
     if (pid < 0) {
-      if (errno == EINTR) continue;
-      Report('X', errno);
-      return 127;
+      Report('X', pid == -kEchild ? kEchild : -pid);
+      Exit(127);
     }
     if (pid != child) continue;
-    if (WIFEXITED(status)) {
-      Report('E', WEXITSTATUS(status));
-      return 0;
+    if ((status & 0x7f) == 0) {  // exited
+      Report('E', (status >> 8) & 0xff);
+      Exit(0);
     }
-    if (WIFSIGNALED(status)) {
-      Report('S', WTERMSIG(status));
-      return 0;
+    const int signal = status & 0x7f;
+    if (signal != 0 && signal != 0x7f) {  // killed by a signal (0x7f would be "stopped")
+      Report('S', signal);
+      Exit(0);
     }
   }
 }
+
+}  // namespace
+
+// The kernel enters here with the stack holding argc, argv..., NULL, envp..., NULL.
+extern "C" [[noreturn]] void InitStart(long* stack) {
+  long argc = stack[0];
+  char** argv = reinterpret_cast<char**>(stack + 1);
+  char** envp = argv + argc + 1;
+  Main(argc, argv, envp);
+}
+
+__asm__(
+    ".text\n"
+    ".global _start\n"
+    "_start:\n"
+    "  xor %rbp, %rbp\n"
+    "  mov %rsp, %rdi\n"
+    "  and $-16, %rsp\n"
+    "  call InitStart\n"
+    "  hlt\n");
