@@ -123,6 +123,8 @@ absl::StatusOr<std::string> FindInit(const std::string& configured) {
                    "); set VAULT_SANDBOX_INIT or install it beside the executable"));
 }
 
+constexpr size_t kCloneStackSize = 256 * 1024;
+
 // Sandbox ids are "<name>-<pid>-<n>", n counted per process: every LinuxSandbox of a process
 // shares the cgroup folder, so their ids must not collide.
 std::atomic<uint64_t>& SandboxCounter() {
@@ -162,6 +164,9 @@ struct SandboxState {
   UniqueFd work_fd;    // O_PATH of /work inside (keeps the tmpfs alive)
   std::unique_ptr<Cgroup> cgroup;
   int uid_slot = -1;
+  // The clone child's stack (it shares our memory until it executes); freed once the child has
+  // executed the init or died.
+  void* clone_stack ABSL_GUARDED_BY(mu) = nullptr;
 
   absl::Mutex mu;
   bool done ABSL_GUARDED_BY(mu) = false;
@@ -172,6 +177,12 @@ struct SandboxState {
   absl::Time paused_at ABSL_GUARDED_BY(mu);
   ExitInfo exit ABSL_GUARDED_BY(mu);
 };
+
+void ReleaseCloneStack(SandboxState& state) {
+  absl::MutexLock lock(&state.mu);
+  if (state.clone_stack != nullptr) munmap(state.clone_stack, kCloneStackSize);
+  state.clone_stack = nullptr;
+}
 
 class LinuxSandbox::Impl : public std::enable_shared_from_this<LinuxSandbox::Impl> {
  public:
@@ -192,7 +203,8 @@ class LinuxSandbox::Impl : public std::enable_shared_from_this<LinuxSandbox::Imp
     gid_t host_gid;
     Cgroup* cgroup;
     int sync_parent_fd = -1;
-    UniqueFd sync_parent;  // results: the host's ends, once the child runs
+    void* stack = nullptr;  // the child's stack, in this process's memory (CLONE_VM)
+    UniqueFd sync_parent;   // results: the host's ends, once the child runs
     UniqueFd status_read;
     // Results.
     absl::Status status;
@@ -332,7 +344,8 @@ class LinuxSandboxHandle : public SandboxHandle {
       }
     }
     CopyStats stats;
-    VAULT_RETURN_IF_ERROR(internal::CopyWorkDir(state_->work_fd.get(), host_dir, state_->limits.storage_bytes, stats));
+    VAULT_RETURN_IF_ERROR(internal::CopyWorkDir(state_->work_fd.get(), host_dir,
+                                                state_->limits.storage_bytes, stats));
     return stats;
   }
 
@@ -512,8 +525,7 @@ void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
   UniqueFd status_write(status_pipe[1]);
   request.args->sync_fd = sync_child.get();
   request.args->status_fd = status_write.get();
-  constexpr size_t kStackSize = 256 * 1024;
-  void* stack = mmap(nullptr, kStackSize, PROT_READ | PROT_WRITE,
+  void* stack = mmap(nullptr, kCloneStackSize, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
   if (stack == MAP_FAILED) {
     request.status = Errno(errno, "mmap clone stack");
@@ -528,21 +540,27 @@ void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
   if (request.root_mode) {
     if (syscall(SYS_setresgid, -1, request.host_gid, -1) != 0) {
       request.status = Errno(errno, "setresgid for the clone");
-      munmap(stack, kStackSize);
+      munmap(stack, kCloneStackSize);
       return;
     }
     if (syscall(SYS_setresuid, -1, request.host_uid, -1) != 0) {
       request.status = Errno(errno, "setresuid for the clone");
       syscall(SYS_setresgid, -1, 0, -1);
-      munmap(stack, kStackSize);
+      munmap(stack, kCloneStackSize);
       return;
     }
     switched = true;
   }
+  // CLONE_VM: the child shares this process's memory until its execveat, as with vfork, so
+  // the kernel copies no page tables and the child takes no copy-on-write faults (together
+  // ~0.8 ms of a spawn). That is sound because the child writes only to its own stack (mapped
+  // above, unmapped only once it has executed or died) and to errno, which it shares with
+  // this thread: a failure on both sides at once could garble one error message, nothing
+  // more. It never allocates, locks or returns.
   int pidfd = -1;
-  pid_t pid = clone(ChildMain, static_cast<char*>(stack) + kStackSize,
-                    CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
-                        CLONE_NEWUTS | CLONE_PIDFD | SIGCHLD,
+  pid_t pid = clone(ChildMain, static_cast<char*>(stack) + kCloneStackSize,
+                    CLONE_VM | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
+                        CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD | SIGCHLD,
                     request.args, &pidfd);
   int clone_errno = errno;
   if (switched) {
@@ -553,13 +571,14 @@ void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
     }
     prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);  // the id change cleared it for the whole process
   }
-  munmap(stack, kStackSize);
   sync_child.Reset();
   status_write.Reset();
   if (pid < 0) {
+    munmap(stack, kCloneStackSize);
     request.status = Errno(clone_errno, "clone with new namespaces");
     return;
   }
+  request.stack = stack;
   request.pid = pid;
   request.pidfd = pidfd;
   request.sync_parent_fd = sync_parent.get();
@@ -568,6 +587,8 @@ void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
     siginfo_t info;
     syscall(SYS_waitid, P_PIDFD, pidfd, &info, WEXITED, nullptr);
     close(pidfd);
+    munmap(request.stack, kCloneStackSize);
+    request.stack = nullptr;
     request.pidfd = -1;
     request.status = std::move(status);
   };
@@ -662,6 +683,10 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
   if (!request.status.ok()) return cleanup_early(request.status);
   state->pid = request.pid;
   state->pidfd = UniqueFd(request.pidfd);
+  {
+    absl::MutexLock lock(&state->mu);
+    state->clone_stack = request.stack;
+  }
   UniqueFd sync_parent = std::move(request.sync_parent);
   UniqueFd status_read = std::move(request.status_read);
 
@@ -709,7 +734,10 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
       if (errno == EINTR) continue;
       return Errno(errno, "recvmsg sandbox setup");
     }
-    if (n == 0) break;  // close-on-exec: the init runs
+    if (n == 0) {  // close-on-exec: the init runs, in memory of its own
+      ReleaseCloneStack(*state);
+      break;
+    }
     cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
     if (n == 1 && cmsg != nullptr && cmsg->cmsg_type == SCM_RIGHTS) {
       int fd;
@@ -807,6 +835,7 @@ void LinuxSandbox::Impl::Reap(const std::shared_ptr<SandboxState>& state) {
     return;  // not yet
   }
   epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, state->pidfd.get(), nullptr);
+  ReleaseCloneStack(*state);
   // The init's last report.
   std::string report;
   if (state->status_fd.get() >= 0) {
