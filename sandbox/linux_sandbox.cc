@@ -18,6 +18,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -125,6 +129,17 @@ absl::StatusOr<std::string> FindInit(const std::string& configured) {
 
 constexpr size_t kCloneStackSize = 256 * 1024;
 
+// Under AddressSanitizer the clone child (which shares our memory, CLONE_VM) poisons and
+// unpoisons the shadow of its stack frames as it runs; a later mapping at the same address must
+// not inherit that state.
+void UnpoisonCloneStack(void* stack) {
+#if defined(__SANITIZE_ADDRESS__)
+  __asan_unpoison_memory_region(stack, kCloneStackSize);
+#else
+  (void)stack;
+#endif
+}
+
 // Sandbox ids are "<name>-<pid>-<n>", n counted per process: every LinuxSandbox of a process
 // shares the cgroup folder, so their ids must not collide.
 std::atomic<uint64_t>& SandboxCounter() {
@@ -180,7 +195,10 @@ struct SandboxState {
 
 void ReleaseCloneStack(SandboxState& state) {
   absl::MutexLock lock(&state.mu);
-  if (state.clone_stack != nullptr) munmap(state.clone_stack, kCloneStackSize);
+  if (state.clone_stack != nullptr) {
+    UnpoisonCloneStack(state.clone_stack);
+    munmap(state.clone_stack, kCloneStackSize);
+  }
   state.clone_stack = nullptr;
 }
 
@@ -531,6 +549,7 @@ void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
     request.status = Errno(errno, "mmap clone stack");
     return;
   }
+  UnpoisonCloneStack(stack);
   // As root, this thread takes the sandbox's host id as its effective id for the clone, so
   // that the new user namespace is owned by that id: what the kernel counts per user across
   // namespaces (inotify instances and watches, message queues, pending signals, processes) is
@@ -587,6 +606,7 @@ void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
     siginfo_t info;
     syscall(SYS_waitid, P_PIDFD, pidfd, &info, WEXITED, nullptr);
     close(pidfd);
+    UnpoisonCloneStack(request.stack);
     munmap(request.stack, kCloneStackSize);
     request.stack = nullptr;
     request.pidfd = -1;
