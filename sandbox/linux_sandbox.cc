@@ -219,7 +219,6 @@ class LinuxSandbox::Impl : public std::enable_shared_from_this<LinuxSandbox::Imp
     bool root_mode;
     uid_t host_uid;
     gid_t host_gid;
-    Cgroup* cgroup;
     int sync_parent_fd = -1;
     void* stack = nullptr;  // the child's stack, in this process's memory (CLONE_VM)
     UniqueFd sync_parent;   // results: the host's ends, once the child runs
@@ -578,8 +577,8 @@ void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
   // more. It never allocates, locks or returns.
   int pidfd = -1;
   pid_t pid = clone(ChildMain, static_cast<char*>(stack) + kCloneStackSize,
-                    CLONE_VM | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
-                        CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD | SIGCHLD,
+                    CLONE_VM | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
+                        CLONE_NEWUTS | CLONE_PIDFD | SIGCHLD,  // the child unshares NEWNET
                     request.args, &pidfd);
   int clone_errno = errno;
   if (switched) {
@@ -625,10 +624,8 @@ void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
       status = Errno(errno, "signal the sandbox child");
     }
   };
-  // 'G': build the mounts; meanwhile the cgroup move, then 'C': the cgroup is in place.
+  // 'G': build the mounts. Spawn's thread then moves the child into its cgroup and sends 'C'.
   if (status.ok()) send_byte('G');
-  if (status.ok() && request.cgroup != nullptr) status = request.cgroup->AddProcess(pid);
-  if (status.ok()) send_byte('C');
   if (!status.ok()) {
     fail(std::move(status));
     return;
@@ -666,49 +663,74 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
     host_gid = options_.host_id_base + static_cast<gid_t>(slot);
   }
   state->uid_slot = slot;
+
+  // The supervisor clones while this thread creates the cgroup; the child builds its mounts
+  // while this thread moves it into the cgroup; the child waits for 'C' before anything else.
+  CloneRequest request;
+  request.args = args.get();
+  request.root_mode = fences_.running_as_root;
+  request.host_uid = host_uid;
+  request.host_gid = host_gid;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) {
+      ReleaseSlot(slot);
+      return absl::CancelledError("sandbox is shutting down");
+    }
+    clone_queue_.push_back(&request);
+  }
+  Wake();
+  absl::Status cgroup_status;
   if (cgroups_ != nullptr) {
     CgroupLimits cgroup_limits;
     cgroup_limits.memory_bytes = limits.memory_bytes;
     cgroup_limits.max_pids = limits.max_processes;
     cgroup_limits.cpu_percent = limits.cpu_percent;
     absl::StatusOr<std::unique_ptr<Cgroup>> cgroup = cgroups_->Create(state->id, cgroup_limits);
-    if (!cgroup.ok()) {
-      ReleaseSlot(slot);
-      return cgroup.status();
+    if (cgroup.ok()) {
+      state->cgroup = std::move(*cgroup);
+    } else {
+      cgroup_status = cgroup.status();
     }
-    state->cgroup = std::move(*cgroup);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&request.finished));
   }
   auto cleanup_early = [&](absl::Status status) {
     if (state->cgroup != nullptr) (void)state->cgroup->Remove();
     ReleaseSlot(slot);
     return status;
   };
-
-  CloneRequest request;
-  request.args = args.get();
-  request.root_mode = fences_.running_as_root;
-  request.host_uid = host_uid;
-  request.host_gid = host_gid;
-  request.cgroup = state->cgroup.get();
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopping_) return cleanup_early(absl::CancelledError("sandbox is shutting down"));
-    clone_queue_.push_back(&request);
-  }
-  Wake();
-  {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(&request.finished));
-  }
   if (!request.status.ok()) return cleanup_early(request.status);
+  UniqueFd sync_parent = std::move(request.sync_parent);
+  UniqueFd status_read = std::move(request.status_read);
+  if (cgroup_status.ok() && state->cgroup != nullptr) {
+    cgroup_status = state->cgroup->AddProcess(request.pid);
+  }
+  if (cgroup_status.ok()) {
+    char placed = 'C';
+    if (send(sync_parent.get(), &placed, 1, MSG_NOSIGNAL) != 1) {
+      cgroup_status = Errno(errno, "signal the sandbox child");
+    }
+  }
+  if (!cgroup_status.ok()) {
+    // Not yet registered with the supervisor: end and reap the child here.
+    SendSignal(request.pidfd, SIGKILL, nullptr, 0);
+    siginfo_t info;
+    syscall(SYS_waitid, P_PIDFD, request.pidfd, &info, WEXITED, nullptr);
+    close(request.pidfd);
+    UnpoisonCloneStack(request.stack);
+    munmap(request.stack, kCloneStackSize);
+    if (state->cgroup != nullptr) (void)state->cgroup->KillAll();
+    return cleanup_early(cgroup_status);
+  }
   state->pid = request.pid;
   state->pidfd = UniqueFd(request.pidfd);
   {
     absl::MutexLock lock(&state->mu);
     state->clone_stack = request.stack;
   }
-  UniqueFd sync_parent = std::move(request.sync_parent);
-  UniqueFd status_read = std::move(request.status_read);
 
   // Register now: from here on the supervisor reaps it, whatever happens below.
   {

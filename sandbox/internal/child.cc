@@ -23,6 +23,8 @@ const char* StepName(int32_t step) {
   switch (step) {
     case kStepGo:
       return "waiting for the host";
+    case kStepNetNs:
+      return "network namespace";
     case kStepCgroupNs:
       return "cgroup namespace";
     case kStepSetsid:
@@ -131,6 +133,9 @@ int LiftFd(int fd) { return fd < 0 ? fd : fcntl(fd, F_DUPFD_CLOEXEC, 16); }
 int ChildMain(void* raw) {
   const ChildArgs& a = *static_cast<const ChildArgs*>(raw);
   const int sync = a.sync_fd;
+  // The network namespace is the costly one to create (loopback, sysctl tables): made here,
+  // while the host writes this child's id maps, rather than by clone() before it returns.
+  if (unshare(CLONE_NEWNET) != 0) ChildFail(sync, kStepNetNs, errno);
   char go = 0;
   ssize_t got;
   do {

@@ -44,6 +44,7 @@ inline constexpr uint64_t kMountAttrNoexec = 0x8;
 enum Step : int32_t {
   kStepGo = 1,
   kStepCgroupNs,
+  kStepNetNs,
   kStepSetsid,
   kStepIds,
   kStepHostname,
