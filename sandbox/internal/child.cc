@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/openat2.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -226,12 +227,41 @@ int ChildMain(void* raw) {
       case MountOp::kSymlink:
         if (symlink(op.a.c_str(), op.b.c_str()) != 0) ChildFail(sync, kStepSymlink, errno, index);
         break;
-      case MountOp::kBind:
+      case MountOp::kBind: {
         // Not recursive: whatever is mounted below an operator's folder stays outside.
-        if (mount(op.a.c_str(), op.b.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+        if (op.ino == 0) {
+          if (mount(op.a.c_str(), op.b.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+            ChildFail(sync, kStepBind, errno, index);
+          }
+          break;
+        }
+        open_how how{};
+        how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+        how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+        int fd = static_cast<int>(syscall(SYS_openat2, AT_FDCWD, op.a.c_str(), &how, sizeof how));
+        if (fd < 0) ChildFail(sync, kStepBind, errno, index);
+        struct stat st;
+        if (fstat(fd, &st) != 0) ChildFail(sync, kStepBind, errno, index);
+        if (static_cast<uint64_t>(st.st_dev) != op.dev ||
+            static_cast<uint64_t>(st.st_ino) != op.ino) {
+          ChildFail(sync, kStepBind, ESTALE, index);
+        }
+        // "/oldroot/proc/self/fd/<fd>": the host's procfs, where "self" is this child.
+        char source[64] = "/oldroot/proc/self/fd/";
+        size_t n = sizeof "/oldroot/proc/self/fd/" - 1;
+        char digits[12];
+        int d = 0;
+        for (unsigned v = static_cast<unsigned>(fd); d == 0 || v != 0; v /= 10) {
+          digits[d++] = static_cast<char>('0' + v % 10);
+        }
+        while (d > 0) source[n++] = digits[--d];
+        source[n] = '\0';
+        if (mount(source, op.b.c_str(), nullptr, MS_BIND, nullptr) != 0) {
           ChildFail(sync, kStepBind, errno, index);
         }
+        close(fd);
         break;
+      }
       case MountOp::kAttr: {
         MountAttr attr{op.attr, 0, 0, 0};
         if (syscall(SYS_mount_setattr, AT_FDCWD, op.a.c_str(), op.recursive ? AT_RECURSIVE : 0,

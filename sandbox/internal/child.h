@@ -89,6 +89,11 @@ struct MountOp {
   uint64_t attr = 0;       // kAttr: MOUNT_ATTR_* to set
   bool recursive = false;  // kAttr: AT_RECURSIVE
   mode_t mode = 0755;
+  // kBind of an operator's folder: the device and inode the host checked. The child opens the
+  // source without following any symlink, compares, and binds that very descriptor, so a
+  // folder swapped after the host's check is refused (ESTALE) rather than bound.
+  uint64_t dev = 0;
+  uint64_t ino = 0;
 };
 
 struct RlimitSetting {

@@ -93,10 +93,15 @@ void AddMkdirs(std::vector<MountOp>& ops, const std::string& inside, mode_t mode
 }
 
 void AddReadOnlyBind(std::vector<MountOp>& ops, const std::string& host, const std::string& inside,
-                     bool allow_exec) {
+                     bool allow_exec, const struct stat* checked = nullptr) {
   AddMkdirs(ops, inside);
   std::string target = absl::StrCat("/newroot", inside);
-  ops.push_back({MountOp::kBind, absl::StrCat("/oldroot", host), target});
+  MountOp bind{MountOp::kBind, absl::StrCat("/oldroot", host), target};
+  if (checked != nullptr) {
+    bind.dev = static_cast<uint64_t>(checked->st_dev);
+    bind.ino = static_cast<uint64_t>(checked->st_ino);
+  }
+  ops.push_back(std::move(bind));
   uint64_t attr = kMountAttrRdonly | kMountAttrNosuid | kMountAttrNodev;
   if (!allow_exec) attr |= kMountAttrNoexec;
   ops.push_back({MountOp::kAttr, target, "", attr, true});
@@ -211,7 +216,11 @@ absl::StatusOr<std::unique_ptr<ChildArgs>> BuildChildArgs(const SandboxSpec& spe
   }
   if (!spec.code_dir.empty()) {
     VAULT_ASSIGN_OR_RETURN(std::string code, ResolveHostDir("code directory", spec.code_dir));
-    AddReadOnlyBind(args->ops, code, "/code", /*allow_exec=*/true);
+    struct stat checked;
+    if (stat(code.c_str(), &checked) != 0) {
+      return absl::ErrnoToStatus(errno, absl::StrCat("code directory ", code));
+    }
+    AddReadOnlyBind(args->ops, code, "/code", /*allow_exec=*/true, &checked);
     rules.push_back({"/code", landlock::kReadOnly});
   }
   for (const std::string& dir : spec.read_only_dirs) {
@@ -224,7 +233,11 @@ absl::StatusOr<std::unique_ptr<ChildArgs>> BuildChildArgs(const SandboxSpec& spe
     }
     if (host == "/tmp")
       return absl::InvalidArgumentError("read-only directory /tmp would hide /tmp");
-    AddReadOnlyBind(args->ops, host, host, /*allow_exec=*/true);
+    struct stat checked;
+    if (stat(host.c_str(), &checked) != 0) {
+      return absl::ErrnoToStatus(errno, absl::StrCat("read-only directory ", host));
+    }
+    AddReadOnlyBind(args->ops, host, host, /*allow_exec=*/true, &checked);
     rules.push_back({host, landlock::kReadOnly});
   }
   args->landlock = landlock::MakePlan(fences.landlock_abi, std::move(rules));
