@@ -1,5 +1,5 @@
 // Lifecycle tests of the posix sandbox: real namespaces, cgroups, seccomp and Landlock, with
-// ordinary programs (sh, python3, coreutils) inside. The attacks are in hostile_test.cc.
+// ordinary programs (sh, python3, coreutils) inside. The attacks are in hostile_*_test.cc.
 #include "sandbox/linux_sandbox.h"
 
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 /* hostile.h: shared helpers for the hostile corpus (programs that attack the sandbox).
  *
  * Every program prints one line per attempt on stdout, "<what>: <ERRNO NAME>" or "<what>: OK",
- * and exits 0 once it has made its attempts: hostile_test.cc decides whether the outcome is
+ * and exits 0 once it has made its attempts: hostile_*_test.cc decides whether the outcome is
  * contained. A program that notices its own success prints a line starting with "ESCAPED".
  *
  * These programs are only ever run inside LinuxSandbox by hostile_test. The destructive ones
