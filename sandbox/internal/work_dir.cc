@@ -20,6 +20,16 @@
 namespace vault::sandbox::internal {
 namespace {
 
+// openat2 answers EAGAIN when a ".." under RESOLVE_BENEATH meets a rename or mount anywhere on
+// the system during the lookup (it cannot then prove the walk stayed beneath); the kernel asks
+// callers to retry.
+int OpenAt2(int dir_fd, const char* path, const open_how& how) {
+  for (int attempt = 0;; ++attempt) {
+    int fd = static_cast<int>(syscall(SYS_openat2, dir_fd, path, &how, sizeof how));
+    if (fd >= 0 || errno != EAGAIN || attempt == 64) return fd;
+  }
+}
+
 using common::UniqueFd;
 using CopyStats = SandboxHandle::CopyStats;
 
@@ -86,8 +96,7 @@ absl::StatusOr<std::string> ReadWorkFile(int work_fd, const std::string& relativ
   open_how how{};
   how.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY;
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
-  UniqueFd fd(
-      static_cast<int>(syscall(SYS_openat2, work_fd, relative_path.c_str(), &how, sizeof how)));
+  UniqueFd fd(OpenAt2(work_fd, relative_path.c_str(), how));
   if (fd.get() < 0) {
     int err = errno;
     if (err == ELOOP) {
@@ -124,7 +133,8 @@ absl::StatusOr<std::string> ReadWorkFile(int work_fd, const std::string& relativ
   return data;
 }
 
-absl::Status CopyWorkDir(int work_fd, const std::string& host_dir, uint64_t max_bytes, CopyStats& stats) {
+absl::Status CopyWorkDir(int work_fd, const std::string& host_dir, uint64_t max_bytes,
+                         CopyStats& stats) {
   if (mkdir(host_dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return Errno(errno, absl::StrCat("mkdir ", host_dir));
   }
@@ -139,7 +149,7 @@ absl::Status CopyWorkDir(int work_fd, const std::string& host_dir, uint64_t max_
   open_how how{};
   how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW;
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
-  UniqueFd source(static_cast<int>(syscall(SYS_openat2, work_fd, ".", &how, sizeof how)));
+  UniqueFd source(OpenAt2(work_fd, ".", how));
   if (source.get() < 0) return Errno(errno, "open the work directory");
   return CopyTree(source.get(), target.get(), 0, max_bytes, stats);
 }
