@@ -732,11 +732,108 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
     state->clone_stack = request.stack;
   }
 
-  // Register now: from here on the supervisor reaps it, whatever happens below.
   {
     absl::MutexLock lock(&state->mu);
     state->deadline = started + limits.wall_time;
   }
+  // The setup below fills the state's descriptors (work directory, report pipe). The supervisor
+  // sees the sandbox only afterwards, so it never reaps one whose report it cannot read yet.
+  absl::Status setup = [&]() -> absl::Status {
+    // Setup result: the work directory's descriptor, then EOF (exec done) or an error record.
+    const absl::Time deadline = started + kSetupTimeout;
+    for (;;) {
+      pollfd pfd{sync_parent.get(), POLLIN, 0};
+      int ms = static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now()));
+      int ready = poll(&pfd, 1, std::max(ms, 0));
+      if (ready == 0) return absl::DeadlineExceededError("sandbox setup timed out");
+      if (ready < 0) {
+        if (errno == EINTR) continue;
+        return Errno(errno, "poll sandbox setup");
+      }
+      ChildError error;
+      iovec iov{&error, sizeof error};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+      msghdr msg{};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof control;
+      ssize_t n = recvmsg(sync_parent.get(), &msg, MSG_CMSG_CLOEXEC);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return Errno(errno, "recvmsg sandbox setup");
+      }
+      if (n == 0) {  // close-on-exec: the init runs, in memory of its own
+        ReleaseCloneStack(*state);
+        break;
+      }
+      cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+      if (n == 1 && cmsg != nullptr && cmsg->cmsg_type == SCM_RIGHTS) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(cmsg), sizeof fd);
+        state->work_fd = UniqueFd(fd);
+        continue;
+      }
+      if (n == static_cast<ssize_t>(sizeof error)) {
+        std::string detail;
+        if (error.step == kStepMkdir || error.step == kStepBind || error.step == kStepTouch ||
+            error.step == kStepSymlink || error.step == kStepMountAttr ||
+            error.step == kStepWriteFile) {
+          if (error.detail >= 0 && static_cast<size_t>(error.detail) < args->ops.size()) {
+            const MountOp& op = args->ops[static_cast<size_t>(error.detail)];
+            detail = absl::StrCat(" (", op.a, op.b.empty() ? "" : " -> ",
+                                  op.kind == MountOp::kWriteFile ? "" : op.b, ")");
+          }
+        } else if (error.step == kStepLandlock && error.detail >= 0 &&
+                   static_cast<size_t>(error.detail) < args->landlock.rules.size()) {
+          detail = absl::StrCat(" (rule for ",
+                                args->landlock.rules[static_cast<size_t>(error.detail)].path, ")");
+        }
+        std::string message = absl::StrCat("sandbox setup failed at ", StepName(error.step), detail,
+                                           ": ", strerror(error.err));
+        return absl::Status(error.step == kStepBind && error.err == ENOENT
+                                ? absl::StatusCode::kNotFound
+                                : absl::ErrnoToStatusCode(error.err),
+                            message);
+      }
+      return absl::InternalError("sandbox setup: malformed message from the child");
+    }
+
+    // The init's first report: the program was executed, or why not.
+    std::string line;
+    for (;;) {
+      pollfd pfd{status_read.get(), POLLIN, 0};
+      int ms = static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now()));
+      int ready = poll(&pfd, 1, std::max(ms, 0));
+      if (ready == 0) return absl::DeadlineExceededError("sandbox init did not report");
+      if (ready < 0) {
+        if (errno == EINTR) continue;
+        return Errno(errno, "poll sandbox init");
+      }
+      char c;
+      ssize_t n = read(status_read.get(), &c, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return absl::InternalError("sandbox init ended before executing the program");
+      if (c == '\n') break;
+      line.push_back(c);
+      if (line.size() > 32) return absl::InternalError("sandbox init: malformed report");
+    }
+    if (line != "R") {
+      int err = 0;
+      if (absl::StartsWith(line, "X ") && absl::SimpleAtoi(line.substr(2), &err)) {
+        return absl::Status(
+            err == ENOENT ? absl::StatusCode::kNotFound : absl::ErrnoToStatusCode(err),
+            absl::StrCat("cannot execute ", spec.program, " in the sandbox: ", strerror(err)));
+      }
+      return absl::InternalError(absl::StrCat("sandbox init: unexpected report \"", line, "\""));
+    }
+    state->status_fd = std::move(status_read);
+    // Reap reads the init's last report without ever blocking the supervisor.
+    fcntl(state->status_fd.get(), F_SETFL, O_NONBLOCK);
+    return absl::OkStatus();
+  }();
+  // Register: from here on the supervisor reaps it (on a failed setup, once the handle's
+  // destructor has killed it).
   {
     absl::MutexLock lock(&mu_);
     live_[state->pidfd.get()] = state;
@@ -744,105 +841,14 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = state->pidfd.get();
+  absl::Status registered = absl::OkStatus();
   if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, state->pidfd.get(), &ev) != 0) {
-    absl::Status status = Errno(errno, "epoll_ctl pidfd");
-    auto handle = std::make_unique<LinuxSandboxHandle>(shared_from_this(), state);
-    return status;  // the handle's destructor kills and unregisters
+    registered = Errno(errno, "epoll_ctl pidfd");  // the loop still polls every live sandbox
   }
   Wake();
   auto handle = std::make_unique<LinuxSandboxHandle>(shared_from_this(), state);
-
-  // Setup result: the work directory's descriptor, then EOF (exec done) or an error record.
-  const absl::Time deadline = started + kSetupTimeout;
-  for (;;) {
-    pollfd pfd{sync_parent.get(), POLLIN, 0};
-    int ms = static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now()));
-    int ready = poll(&pfd, 1, std::max(ms, 0));
-    if (ready == 0) return absl::DeadlineExceededError("sandbox setup timed out");
-    if (ready < 0) {
-      if (errno == EINTR) continue;
-      return Errno(errno, "poll sandbox setup");
-    }
-    ChildError error;
-    iovec iov{&error, sizeof error};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    ssize_t n = recvmsg(sync_parent.get(), &msg, MSG_CMSG_CLOEXEC);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Errno(errno, "recvmsg sandbox setup");
-    }
-    if (n == 0) {  // close-on-exec: the init runs, in memory of its own
-      ReleaseCloneStack(*state);
-      break;
-    }
-    cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-    if (n == 1 && cmsg != nullptr && cmsg->cmsg_type == SCM_RIGHTS) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(cmsg), sizeof fd);
-      state->work_fd = UniqueFd(fd);
-      continue;
-    }
-    if (n == static_cast<ssize_t>(sizeof error)) {
-      std::string detail;
-      if (error.step == kStepMkdir || error.step == kStepBind || error.step == kStepTouch ||
-          error.step == kStepSymlink || error.step == kStepMountAttr ||
-          error.step == kStepWriteFile) {
-        if (error.detail >= 0 && static_cast<size_t>(error.detail) < args->ops.size()) {
-          const MountOp& op = args->ops[static_cast<size_t>(error.detail)];
-          detail = absl::StrCat(" (", op.a, op.b.empty() ? "" : " -> ",
-                                op.kind == MountOp::kWriteFile ? "" : op.b, ")");
-        }
-      } else if (error.step == kStepLandlock && error.detail >= 0 &&
-                 static_cast<size_t>(error.detail) < args->landlock.rules.size()) {
-        detail = absl::StrCat(" (rule for ",
-                              args->landlock.rules[static_cast<size_t>(error.detail)].path, ")");
-      }
-      std::string message = absl::StrCat("sandbox setup failed at ", StepName(error.step), detail,
-                                         ": ", strerror(error.err));
-      return absl::Status(error.step == kStepBind && error.err == ENOENT
-                              ? absl::StatusCode::kNotFound
-                              : absl::ErrnoToStatusCode(error.err),
-                          message);
-    }
-    return absl::InternalError("sandbox setup: malformed message from the child");
-  }
-
-  // The init's first report: the program was executed, or why not.
-  std::string line;
-  for (;;) {
-    pollfd pfd{status_read.get(), POLLIN, 0};
-    int ms = static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now()));
-    int ready = poll(&pfd, 1, std::max(ms, 0));
-    if (ready == 0) return absl::DeadlineExceededError("sandbox init did not report");
-    if (ready < 0) {
-      if (errno == EINTR) continue;
-      return Errno(errno, "poll sandbox init");
-    }
-    char c;
-    ssize_t n = read(status_read.get(), &c, 1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return absl::InternalError("sandbox init ended before executing the program");
-    if (c == '\n') break;
-    line.push_back(c);
-    if (line.size() > 32) return absl::InternalError("sandbox init: malformed report");
-  }
-  if (line != "R") {
-    int err = 0;
-    if (absl::StartsWith(line, "X ") && absl::SimpleAtoi(line.substr(2), &err)) {
-      return absl::Status(
-          err == ENOENT ? absl::StatusCode::kNotFound : absl::ErrnoToStatusCode(err),
-          absl::StrCat("cannot execute ", spec.program, " in the sandbox: ", strerror(err)));
-    }
-    return absl::InternalError(absl::StrCat("sandbox init: unexpected report \"", line, "\""));
-  }
-  state->status_fd = std::move(status_read);
-  // Reap reads the init's last report without ever blocking the supervisor.
-  fcntl(state->status_fd.get(), F_SETFL, O_NONBLOCK);
+  if (!setup.ok()) return setup;  // the handle's destructor kills and unregisters
+  if (!registered.ok()) return registered;
   return handle;
 }
 

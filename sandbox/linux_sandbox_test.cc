@@ -426,6 +426,25 @@ TEST(LinuxSandbox, ManySandboxesAtOnce) {
   }
 }
 
+// Regression: a program that ends before Spawn returns must still report its own exit code
+// (the supervisor once reaped such a sandbox before Spawn had handed it the report pipe, and
+// reported the init's 0).
+TEST(LinuxSandbox, InstantExitsReportTheirCodes) {
+  REQUIRE_SANDBOX();
+  for (int i = 0; i < 40; ++i) {
+    SandboxSpec spec;
+    spec.program = "/bin/sh";
+    spec.argv = {"sh", "-c", absl::StrCat("exit ", 1 + i % 100)};
+    absl::StatusOr<std::unique_ptr<SandboxHandle>> handle = Shared()->Spawn(spec);
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    absl::StatusOr<ExitInfo> exit = (*handle)->Wait(absl::Seconds(10));
+    ASSERT_TRUE(exit.ok());
+    EXPECT_TRUE(exit->exited) << i;
+    EXPECT_EQ(exit->exit_code, 1 + i % 100) << i;
+    EXPECT_EQ(exit->final_usage.work_inodes, 3u) << i;  // root, work, tmp: the pipe was read
+  }
+}
+
 TEST(LinuxSandbox, V2FreezerPath) {
   if (access("/sys/fs/cgroup/unified/cgroup.procs", F_OK) != 0 &&
       access("/sys/fs/cgroup/cgroup.procs", F_OK) != 0) {
