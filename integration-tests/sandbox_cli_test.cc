@@ -157,9 +157,10 @@ TEST_F(SandboxCliTest, UnprivilegedUserGetsTheSandboxWithoutCgroups) {
   EXPECT_THAT(refused.err, HasSubstr("sandbox fences required by policy are missing: cgroups"));
   // A supplementary group cannot be dropped in an unprivileged user namespace: agents would keep
   // it, so the sandbox refuses to run at all.
-  std::vector<std::string> with_group = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
-                                         "--groups=6", bin + "/vaultctl", "sandbox", "run",
-                                         "--allow-missing", "cgroups", "--", "/bin/true"};
+  std::vector<std::string> with_group = {
+      "/usr/bin/setpriv", "--reuid=65534", "--regid=65534",   "--groups=6", bin + "/vaultctl",
+      "sandbox",          "run",           "--allow-missing", "cgroups",    "--",
+      "/bin/true"};
   RunResult grouped = RunProgram(with_group, absl::Seconds(60));
   EXPECT_EQ(grouped.exit_code, 125) << grouped;
   EXPECT_THAT(grouped.err, HasSubstr("no supplementary groups (this unprivileged process has 6;"));
@@ -190,7 +191,8 @@ TEST_F(SandboxCliTest, VaultdReportsTheSandboxFences) {
     EXPECT_THAT(text_status.out, HasSubstr("agents:   enabled\nsandbox:\n  namespaces"));
   } else {
     EXPECT_THAT(status.out, HasSubstr("\"agents_enabled\":false"));
-    EXPECT_THAT(text, HasSubstr("agents are disabled: sandbox fences required by policy are missing"));
+    EXPECT_THAT(text,
+                HasSubstr("agents are disabled: sandbox fences required by policy are missing"));
   }
 }
 

@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
@@ -264,7 +264,8 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
       valid = valid && (absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '.' ||
                         ch == '_' || ch == '-');
     }
-    if (!valid) return FieldError(source, "sandbox.cgroup_folder", "must match [A-Za-z0-9._-]{1,64}");
+    if (!valid)
+      return FieldError(source, "sandbox.cgroup_folder", "must match [A-Za-z0-9._-]{1,64}");
   }
   if (check_files) {
     VAULT_RETURN_IF_ERROR(CheckReadable(source, "key_file", c->key_file()));

@@ -1,8 +1,5 @@
 #include "node/vault_node.h"
 
-#include "absl/strings/str_split.h"
-#include "spdlog/spdlog.h"
-
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
@@ -17,11 +14,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "capability/principal.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "node/membership.h"
+#include "spdlog/spdlog.h"
 
 namespace vault::node {
 namespace {
@@ -172,13 +171,14 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
     options.host_id_count = config.sandbox().host_id_count();
     options.init_path = config.sandbox().init_path();
     options.cgroup_folder = config.sandbox().cgroup_folder();
-    absl::StatusOr<std::unique_ptr<sandbox::LinuxSandbox>> box = sandbox::LinuxSandbox::Create(options);
+    absl::StatusOr<std::unique_ptr<sandbox::LinuxSandbox>> box =
+        sandbox::LinuxSandbox::Create(options);
     AdminService::SandboxState& state = node->sandbox_state_;
     if (box.ok()) {
       state.fences = (*box)->fences().Describe();
-      absl::Status policy = sandbox::CheckPolicy(
-          (*box)->fences(), {.landlock = config.sandbox().require_landlock(),
-                             .cgroups = config.sandbox().require_cgroups()});
+      absl::Status policy =
+          sandbox::CheckPolicy((*box)->fences(), {.landlock = config.sandbox().require_landlock(),
+                                                  .cgroups = config.sandbox().require_cgroups()});
       state.agents_enabled = policy.ok();
       state.disabled_reason = std::string(policy.message());
       node->sandbox_ = std::move(*box);
@@ -190,15 +190,14 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
     }
     if (!state.agents_enabled) spdlog::error("agents are disabled: {}", state.disabled_reason);
   }
-  VAULT_RETURN_IF_ERROR(node->auditor_->Record(
-      Auditor::Entry(self_key, "vault.start", config.name(), vault::v1::AuditEntry::ALLOWED, "",
-                     {{"version", kVersion},
-                      {"listen_address", config.listen_address()},
-                      {"members", absl::StrCat(config.members_size())},
-                      {"agents", node->sandbox_state_.agents_enabled
-                                     ? std::string("enabled")
-                                     : absl::StrCat("disabled: ",
-                                                    node->sandbox_state_.disabled_reason)}})));
+  VAULT_RETURN_IF_ERROR(node->auditor_->Record(Auditor::Entry(
+      self_key, "vault.start", config.name(), vault::v1::AuditEntry::ALLOWED, "",
+      {{"version", kVersion},
+       {"listen_address", config.listen_address()},
+       {"members", absl::StrCat(config.members_size())},
+       {"agents", node->sandbox_state_.agents_enabled
+                      ? std::string("enabled")
+                      : absl::StrCat("disabled: ", node->sandbox_state_.disabled_reason)}})));
   // Every served log has a checkpoint from the start (peers and `audit tail` rely on one).
   VAULT_RETURN_IF_ERROR(node->audit_log_->IssueCheckpoint().status());
   VAULT_ASSIGN_OR_RETURN(node->follower_,

@@ -1,9 +1,8 @@
 #include "sandbox/channel.h"
 
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 namespace vault::sandbox {
 namespace {
@@ -36,11 +35,15 @@ TEST(Channel, TimeoutBeforeAFrameKeepsTheChannel) {
 TEST(Channel, PartialFrameTimeoutBreaksTheChannel) {
   absl::StatusOr<Channel::PairResult> pair = Channel::Pair();
   ASSERT_TRUE(pair.ok());
-  ASSERT_TRUE(WriteRaw(pair->guest_fd, std::string("\0\0\0\x08" "abc", 7)));
+  ASSERT_TRUE(WriteRaw(pair->guest_fd, std::string("\0\0\0\x08"
+                                                   "abc",
+                                                   7)));
   EXPECT_EQ(pair->host.ReadFrame(absl::Milliseconds(50)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
   // The rest of that frame must never be read as a header: the host end is closed.
-  EXPECT_FALSE(WriteRaw(pair->guest_fd, std::string("\0\0\0\x01" "x", 5)));
+  EXPECT_FALSE(WriteRaw(pair->guest_fd, std::string("\0\0\0\x01"
+                                                    "x",
+                                                    5)));
   EXPECT_EQ(pair->host.ReadFrame(absl::Seconds(1)).status().code(),
             absl::StatusCode::kFailedPrecondition);
   close(pair->guest_fd);

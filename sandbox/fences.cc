@@ -34,7 +34,7 @@ absl::Status CheckPolicy(const FenceReport& report, const FencePolicy& policy) {
   if (policy.cgroups && !report.cgroups()) missing.push_back("cgroups");
   if (!report.kept_groups.empty()) {
     missing.push_back(absl::StrCat("no supplementary groups (this unprivileged process has ",
-                                    report.kept_groups, "; run it without them)"));
+                                   report.kept_groups, "; run it without them)"));
   }
   if (missing.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(

@@ -28,7 +28,7 @@ struct FenceReport {
   // sandbox cannot drop (setgroups is denied in a user namespace mapped without privilege).
   // Non-empty means no agent may run: they would keep access to those groups' files.
   std::string kept_groups;
-  std::string warnings;          // why a fence is missing, one line each
+  std::string warnings;  // why a fence is missing, one line each
 
   bool cgroups() const { return cgroup_memory && cgroup_pids && cgroup_cpu && cgroup_freezer; }
   // One line per fence: "user namespaces: active", "landlock: active (ABI 7)", ...

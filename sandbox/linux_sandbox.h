@@ -17,8 +17,8 @@
 //   ASSIGN_OR_RETURN(auto handle, sandbox->Spawn(spec));
 //
 // Thread safety: as Sandbox (sandbox.h). Create probes the kernel once; Spawn may be called
-// from any thread. Handles may outlive the LinuxSandbox (they keep its supervisor running);
-// destroying a LinuxSandbox with no handle left kills nothing that is still referenced.
+// from any thread. Handles may outlive the LinuxSandbox: they keep its supervisor running,
+// and the supervisor stops (killing what is left) once the last of them is destroyed.
 #ifndef VAULT_SANDBOX_LINUX_SANDBOX_H_
 #define VAULT_SANDBOX_LINUX_SANDBOX_H_
 

@@ -108,8 +108,8 @@ constexpr const char* kAllowed[] = {
     // is refused and sendto takes no address (rules below): a named host socket in a folder
     // bound into the sandbox (a daemon's, a container runtime's) must stay unreachable, and
     // Landlock cannot yet refuse it.
-    "bind", "listen", "accept", "accept4", "recvfrom", "sendmsg", "recvmsg",
-    "sendmmsg", "recvmmsg", "shutdown", "getsockname", "getpeername", "setsockopt", "getsockopt",
+    "bind", "listen", "accept", "accept4", "recvfrom", "sendmsg", "recvmsg", "sendmmsg", "recvmmsg",
+    "shutdown", "getsockname", "getpeername", "setsockopt", "getsockopt",
     // These only add restrictions.
     "seccomp", "landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"};
 
@@ -275,13 +275,13 @@ absl::StatusOr<std::vector<sock_filter>> BuildAllowlist() {
   // SOCK_NONBLOCK / SOCK_CLOEXEC): a datagram socket could sendmsg to any named host socket.
   for (const char* name : {"socket", "socketpair"}) {
     for (uint64_t type : {uint64_t{SOCK_STREAM}, uint64_t{SOCK_SEQPACKET}}) {
-      VAULT_RETURN_IF_ERROR(AddRule(ctx.get(), SCMP_ACT_ALLOW, name,
-                                    {Arg(0, SCMP_CMP_EQ, AF_UNIX),
-                                     Arg(1, SCMP_CMP_MASKED_EQ, 0xf, type)}));
+      VAULT_RETURN_IF_ERROR(
+          AddRule(ctx.get(), SCMP_ACT_ALLOW, name,
+                  {Arg(0, SCMP_CMP_EQ, AF_UNIX), Arg(1, SCMP_CMP_MASKED_EQ, 0xf, type)}));
     }
-    VAULT_RETURN_IF_ERROR(AddRule(ctx.get(), SCMP_ACT_ERRNO(EPERM), name,
-                                  {Arg(0, SCMP_CMP_EQ, AF_UNIX),
-                                   Arg(1, SCMP_CMP_MASKED_EQ, 0xf, uint64_t{SOCK_DGRAM})}));
+    VAULT_RETURN_IF_ERROR(AddRule(
+        ctx.get(), SCMP_ACT_ERRNO(EPERM), name,
+        {Arg(0, SCMP_CMP_EQ, AF_UNIX), Arg(1, SCMP_CMP_MASKED_EQ, 0xf, uint64_t{SOCK_DGRAM})}));
     VAULT_RETURN_IF_ERROR(
         AddRule(ctx.get(), SCMP_ACT_ERRNO(EPERM), name, {Arg(0, SCMP_CMP_NE, AF_UNIX)}));
   }

@@ -20,17 +20,17 @@
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
-#include <functional>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "common/testing/temp_dir.h"
@@ -174,8 +174,9 @@ TEST(Seccomp, AllowsReadingProcSelfStatus) {
 }
 
 TEST(Seccomp, AllowsUnixStreamAndSeqpacketSocketsOnly) {
-  EXPECT_EQ(RunFiltered([] { return CloseIfOpened(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)); }),
-            "ok");
+  EXPECT_EQ(
+      RunFiltered([] { return CloseIfOpened(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)); }),
+      "ok");
   EXPECT_EQ(RunFiltered([] { return CloseIfOpened(socket(AF_UNIX, SOCK_SEQPACKET, 0)); }), "ok");
   EXPECT_EQ(RunFiltered([] {
               int fds[2];
@@ -203,16 +204,16 @@ TEST(Seccomp, RefusesConnectAndAddressedSendto) {
               return ErrnoOf(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr));
             }),
             "EPERM");
-  EXPECT_EQ(RunFiltered([] {
-              sockaddr_un addr{};
-              addr.sun_family = AF_UNIX;
-              std::strcpy(addr.sun_path, "/nonexistent/socket");
-              int fds[2];
-              if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) return errno;
-              return ErrnoOf(sendto(fds[0], "x", 1, 0,
-                                                     reinterpret_cast<sockaddr*>(&addr), sizeof addr));
-            }),
-            "EPERM");
+  EXPECT_EQ(
+      RunFiltered([] {
+        sockaddr_un addr{};
+        addr.sun_family = AF_UNIX;
+        std::strcpy(addr.sun_path, "/nonexistent/socket");
+        int fds[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) return errno;
+        return ErrnoOf(sendto(fds[0], "x", 1, 0, reinterpret_cast<sockaddr*>(&addr), sizeof addr));
+      }),
+      "EPERM");
   EXPECT_EQ(RunFiltered([] {
               int fds[2];
               if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) return errno;

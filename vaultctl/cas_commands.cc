@@ -596,7 +596,8 @@ void AddStatusCommand(CLI::App& app, GlobalOptions& g, Command& command) {
                   << (resp.agents_enabled() ? std::string("enabled")
                                             : "DISABLED: " + resp.agents_disabled_reason())
                   << "\nsandbox:\n";
-        for (absl::string_view line : absl::StrSplit(resp.sandbox_fences(), '\n', absl::SkipEmpty())) {
+        for (absl::string_view line :
+             absl::StrSplit(resp.sandbox_fences(), '\n', absl::SkipEmpty())) {
           std::cout << "  " << line << "\n";
         }
       }

@@ -329,6 +329,7 @@ int ChildMain(void* raw) {
       if (lifted[i] < 0) ChildFail(current_sync, kStepFds, errno, i);
     }
   }
+  static_assert(kInsideStatusFd == 4, "sources[4] is the status pipe");
   for (int i = 0; i < 5; ++i) {
     if (lifted[i] < 0) continue;  // no channel
     if (dup2(lifted[i], i) != i) ChildFail(current_sync, kStepFds, errno, i);

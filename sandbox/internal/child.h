@@ -30,7 +30,7 @@
 namespace vault::sandbox::internal {
 
 inline constexpr uid_t kInsideId = 1000;
-inline constexpr int kInsideStatusFd = 4;
+inline constexpr int kInsideStatusFd = 4;  // vault-sandbox-init writes its reports here
 inline constexpr int kInsideSyncFd = 5;
 inline constexpr int kInsideInitFd = 6;
 

@@ -160,8 +160,8 @@ static inline void expect_failure(const char* what, long rc) {
  * destructive program calls this before doing anything. */
 static inline void hostile_require_sandbox(void) {
   if (getuid() != 1000 || geteuid() != 1000 || getpid() > 100) {
-    say("REFUSED: not inside the sandbox (uid %d euid %d pid %d)", (int)getuid(),
-        (int)geteuid(), (int)getpid());
+    say("REFUSED: not inside the sandbox (uid %d euid %d pid %d)", (int)getuid(), (int)geteuid(),
+        (int)getpid());
     exit(3);
   }
 }
