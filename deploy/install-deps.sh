@@ -12,6 +12,8 @@ PACKAGES=(
   python3 iproute2 procps coreutils hyperfine
   # Only the comparison run of bench/sandbox_bench (a sandbox launcher to measure against).
   bubblewrap
+  python3
+  python3-protobuf
   # Only the independent verifier of integration-tests/interop_test.cc (Go's sumdb note/tlog).
   golang-go golang-golang-x-mod-dev
 )

@@ -76,6 +76,8 @@ void ResolveAll(const std::string& base, vault::v1::VaultConfig* c) {
   fix(c->mutable_tls()->mutable_cert_file());
   fix(c->mutable_tls()->mutable_key_file());
   fix(c->mutable_tls()->mutable_ca_file());
+  if (!c->agents().files_dir().empty()) fix(c->mutable_agents()->mutable_files_dir());
+  if (!c->agents().python_sdk_dir().empty()) fix(c->mutable_agents()->mutable_python_sdk_dir());
 }
 
 }  // namespace
@@ -157,6 +159,27 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
   if (sandbox->host_id_base() == 0) sandbox->set_host_id_base(200000);
   if (sandbox->host_id_count() == 0) sandbox->set_host_id_count(65536);
   if (sandbox->cgroup_folder().empty()) sandbox->set_cgroup_folder("vault-sandbox");
+  auto* agents = c->mutable_agents();
+  if (agents->files_dir().empty() && !c->data_dir().empty()) {
+    agents->set_files_dir(absl::StrCat(c->data_dir(), "/files"));
+  }
+  if (agents->max_frame_bytes() == 0) agents->set_max_frame_bytes(1 << 20);
+  if (agents->read_timeout_ms() == 0) agents->set_read_timeout_ms(5000);
+  if (agents->call_deadline_ms() == 0) agents->set_call_deadline_ms(10000);
+  if (agents->flag_after_denials() == 0) agents->set_flag_after_denials(10);
+  if (agents->terminate_after_denials() == 0) agents->set_terminate_after_denials(100);
+  if (agents->mailbox_capacity() == 0) agents->set_mailbox_capacity(256);
+  if (agents->default_memory_bytes() == 0) agents->set_default_memory_bytes(256 << 20);
+  if (agents->default_cpu_ms() == 0) agents->set_default_cpu_ms(60000);
+  if (agents->default_runtime_ms() == 0) agents->set_default_runtime_ms(600000);
+  if (agents->default_storage_bytes() == 0) agents->set_default_storage_bytes(64 << 20);
+  if (agents->default_max_agents() == 0) agents->set_default_max_agents(100);
+  if (agents->default_max_storage_bytes() == 0) {
+    agents->set_default_max_storage_bytes(uint64_t{1} << 30);
+  }
+  if (agents->default_max_calls_per_second() == 0) agents->set_default_max_calls_per_second(1000);
+  if (agents->stop_checkpoint_ms() == 0) agents->set_stop_checkpoint_ms(5000);
+  if (agents->worker_threads() == 0) agents->set_worker_threads(4);
   if (audit->checkpoint_every_entries() == 0) audit->set_checkpoint_every_entries(1000);
   if (audit->checkpoint_interval_ms() == 0) audit->set_checkpoint_interval_ms(1000);
   if (audit->mirror_interval_ms() == 0) audit->set_mirror_interval_ms(2000);
@@ -266,6 +289,19 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
     }
     if (!valid)
       return FieldError(source, "sandbox.cgroup_folder", "must match [A-Za-z0-9._-]{1,64}");
+  }
+  if (agents->max_frame_bytes() < 4096 || agents->max_frame_bytes() > (16u << 20)) {
+    return FieldError(source, "agents.max_frame_bytes", "must be between 4096 and 16 MiB");
+  }
+  if (agents->read_timeout_ms() < 10) {
+    return FieldError(source, "agents.read_timeout_ms", "must be at least 10");
+  }
+  if (agents->terminate_after_denials() < agents->flag_after_denials()) {
+    return FieldError(source, "agents.terminate_after_denials",
+                      "must be at least agents.flag_after_denials");
+  }
+  if (agents->worker_threads() > 256) {
+    return FieldError(source, "agents.worker_threads", "must be at most 256");
   }
   if (check_files) {
     VAULT_RETURN_IF_ERROR(CheckReadable(source, "key_file", c->key_file()));
