@@ -12,7 +12,7 @@ PACKAGES=(
   python3 iproute2 procps coreutils hyperfine
   # Only the comparison run of bench/sandbox_bench (a sandbox launcher to measure against).
   bubblewrap
-  python3
+  # The Python agent SDK (sdk/python) and Python agents inside the sandbox.
   python3-protobuf
   # Only the independent verifier of integration-tests/interop_test.cc (Go's sumdb note/tlog).
   golang-go golang-golang-x-mod-dev
