@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "capability/principal.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -299,6 +300,11 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
   if (agents->terminate_after_denials() < agents->flag_after_denials()) {
     return FieldError(source, "agents.terminate_after_denials",
                       "must be at least agents.flag_after_denials");
+  }
+  for (int i = 0; i < agents->admins_size(); ++i) {
+    if (absl::Status s = capability::PublicKey::FromText(agents->admins(i)).status(); !s.ok()) {
+      return FieldError(source, absl::StrCat("agents.admins[", i, "]"), s.message());
+    }
   }
   if (agents->worker_threads() > 256) {
     return FieldError(source, "agents.worker_threads", "must be at most 256");
