@@ -213,11 +213,47 @@ TEST(FinalizeConfig, KeepsExplicitValues) {
   c.mutable_sandbox()->set_host_id_base(300000);
   c.mutable_sandbox()->set_host_id_count(10);
   c.mutable_sandbox()->set_cgroup_folder("vaults");
+  auto* agents = c.mutable_agents();
+  agents->set_files_dir("/srv/vault-files");
+  agents->set_python_sdk_dir("/opt/vault/python");
+  agents->set_max_frame_bytes(65536);
+  agents->set_read_timeout_ms(100);
+  agents->set_call_deadline_ms(200);
+  agents->set_flag_after_denials(2);
+  agents->set_terminate_after_denials(3);
+  agents->set_mailbox_capacity(4);
+  agents->set_default_memory_bytes(5 << 20);
+  agents->set_default_cpu_ms(6);
+  agents->set_default_runtime_ms(7);
+  agents->set_default_storage_bytes(8 << 20);
+  agents->set_default_max_agents(9);
+  agents->set_default_max_storage_bytes(10);
+  agents->set_default_max_calls_per_second(11);
+  agents->set_stop_checkpoint_ms(12);
+  agents->set_worker_threads(13);
   const vault::v1::VaultConfig before = c;
   ASSERT_TRUE(FinalizeConfig(kSource, &c, /*check_files=*/false).ok());
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(c, before))
       << c.DebugString() << "\nvs\n"
       << before.DebugString();
+}
+
+TEST(FinalizeConfig, RefusesBadAgentSettings) {
+  vault::v1::VaultConfig c = MinimalConfig();
+  c.mutable_agents()->add_admins("ed25519:not-hex");
+  absl::Status s = FinalizeConfig(kSource, &c, /*check_files=*/false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("agents.admins[0]"));
+  c = MinimalConfig();
+  c.mutable_agents()->set_flag_after_denials(50);
+  c.mutable_agents()->set_terminate_after_denials(5);
+  s = FinalizeConfig(kSource, &c, /*check_files=*/false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("agents.terminate_after_denials"));
+  c = MinimalConfig();
+  c.mutable_agents()->set_max_frame_bytes(100);
+  s = FinalizeConfig(kSource, &c, /*check_files=*/false);
+  EXPECT_THAT(s.message(), HasSubstr("agents.max_frame_bytes"));
 }
 
 TEST(FinalizeConfig, AcceptsAFederatedConfig) {
