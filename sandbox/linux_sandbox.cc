@@ -173,6 +173,7 @@ struct SandboxState {
   std::string id;
   Limits limits;
   absl::Time started;
+  std::function<void(const ExitInfo&)> on_exit;
   UniqueFd pidfd;
   pid_t pid = -1;
   UniqueFd status_fd;  // init's report pipe
@@ -653,6 +654,7 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
                            SandboxCounter().fetch_add(1));
   state->limits = limits;
   state->started = started;
+  state->on_exit = spec.on_exit;
   int slot = -1;
   uid_t host_uid = self_uid_;
   gid_t host_gid = self_gid_;
@@ -939,7 +941,7 @@ void LinuxSandbox::Impl::Reap(const std::shared_ptr<SandboxState>& state) {
   }
   ReleaseSlot(state->uid_slot);
 
-  absl::MutexLock lock(&state->mu);
+  state->mu.Lock();
   exit.killed = state->kill_requested;
   exit.limit = state->limit;
   if (exit.limit == LimitHit::kNone && !exit.exited) {
@@ -959,6 +961,8 @@ void LinuxSandbox::Impl::Reap(const std::shared_ptr<SandboxState>& state) {
   state->exit = exit;
   state->paused = false;
   state->done = true;
+  state->mu.Unlock();
+  if (state->on_exit) state->on_exit(exit);
 }
 
 void LinuxSandbox::Impl::SupervisorLoop() {

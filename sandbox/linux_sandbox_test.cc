@@ -118,6 +118,30 @@ TEST(LinuxSandbox, ReportsTheExitCode) {
   EXPECT_EQ(DescribeExit(exit), "exited with code 7");
 }
 
+TEST(LinuxSandbox, OnExitIsCalledOnceWithWhatWaitReturns) {
+  REQUIRE_SANDBOX();
+  SandboxSpec spec = Shell("exit 5");
+  absl::Mutex mu;
+  int calls = 0;
+  ExitInfo seen;
+  spec.on_exit = [&](const ExitInfo& exit) {
+    absl::MutexLock lock(&mu);
+    ++calls;
+    seen = exit;
+  };
+  absl::StatusOr<std::unique_ptr<SandboxHandle>> handle = Shared()->Spawn(spec);
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  absl::StatusOr<ExitInfo> exit = (*handle)->Wait(absl::Seconds(10));
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  EXPECT_EQ(exit->exit_code, 5);
+  // The callback runs after Wait's result is set; give it a moment.
+  absl::MutexLock lock(&mu);
+  mu.AwaitWithTimeout(absl::Condition(+[](int* c) { return *c > 0; }, &calls), absl::Seconds(5));
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(seen.exited);
+  EXPECT_EQ(seen.exit_code, 5);
+}
+
 TEST(LinuxSandbox, SeesItsOwnIdentityAndMinimalEnvironment) {
   REQUIRE_SANDBOX();
   std::string out;

@@ -22,6 +22,7 @@
 #define VAULT_SANDBOX_SANDBOX_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +49,8 @@ struct Limits {
 // Checks that every limit is finite and non-zero and below sane ceilings.
 absl::Status ValidateLimits(const Limits& limits);
 
+struct ExitInfo;
+
 struct SandboxSpec {
   // Absolute path inside the sandbox of the program to run, and its argv (argv[0] included;
   // when empty, argv is {program}).
@@ -71,6 +74,10 @@ struct SandboxSpec {
   Limits limits;
   // A label for logs and cgroup names ([A-Za-z0-9._-], at most 64 characters). Optional.
   std::string name;
+  // Called once when the sandbox has ended, with what Wait returns, on an internal thread that
+  // watches every sandbox: it must return quickly (queue work elsewhere) and must not destroy
+  // the handle. Optional.
+  std::function<void(const ExitInfo&)> on_exit;
 };
 
 // Which limit ended the sandbox, when one did.
