@@ -24,6 +24,8 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -51,6 +53,12 @@ struct AuditLogOptions {
 
 // The checkpoint origin of vault `name`'s log.
 std::string LogOrigin(absl::string_view vault_name);
+
+// An entry to append (the log fills sequence, time, vault and prev_hash).
+vault::v1::AuditEntry MakeEntry(std::string actor, std::string action, std::string subject,
+                                vault::v1::AuditEntry::Decision decision,
+                                std::string motivation = "",
+                                std::vector<std::pair<std::string, std::string>> details = {});
 
 class AuditLog {
  public:

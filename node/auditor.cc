@@ -26,18 +26,8 @@ vault::v1::AuditEntry Auditor::Entry(std::string actor, std::string action, std:
                                      vault::v1::AuditEntry::Decision decision,
                                      std::string motivation,
                                      std::vector<std::pair<std::string, std::string>> details) {
-  vault::v1::AuditEntry e;
-  e.set_actor(std::move(actor));
-  e.set_action(std::move(action));
-  e.set_subject(std::move(subject));
-  e.set_decision(decision);
-  e.set_motivation(std::move(motivation));
-  for (auto& [k, v] : details) {
-    vault::v1::AuditEntry::Detail* d = e.add_details();
-    d->set_key(std::move(k));
-    d->set_value(std::move(v));
-  }
-  return e;
+  return audit::MakeEntry(std::move(actor), std::move(action), std::move(subject), decision,
+                          std::move(motivation), std::move(details));
 }
 
 absl::Status Auditor::Record(vault::v1::AuditEntry entry) {

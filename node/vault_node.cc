@@ -134,6 +134,9 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
   for (storage::ColumnFamilySpec& cf : audit::LogStore::ColumnFamilies()) {
     cfs.push_back(std::move(cf));
   }
+  for (storage::ColumnFamilySpec& cf : agent::AgentRuntime::ColumnFamilies()) {
+    cfs.push_back(std::move(cf));
+  }
   absl::StatusOr<std::unique_ptr<storage::Database>> db = storage::Database::Open(db_options, cfs);
   if (!db.ok()) {
     if (absl::StrContains(db.status().message(), "lock")) {
@@ -198,6 +201,23 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
        {"agents", node->sandbox_state_.agents_enabled
                       ? std::string("enabled")
                       : absl::StrCat("disabled: ", node->sandbox_state_.disabled_reason)}})));
+  {
+    agent::RuntimeOptions options;
+    options.config = config.agents();
+    options.vault_name = config.name();
+    options.data_dir = config.data_dir();
+    options.members.assign(config.members().begin(), config.members().end());
+    agent::RuntimeDeps deps;
+    deps.db = node->db_.get();
+    deps.cas = node->store_.get();
+    deps.log = node->audit_log_.get();
+    deps.vault_key = node->key_.get();
+    deps.sandbox = node->sandbox_.get();
+    deps.agents_enabled = node->sandbox_state_.agents_enabled;
+    deps.disabled_reason = node->sandbox_state_.disabled_reason;
+    VAULT_ASSIGN_OR_RETURN(node->agents_,
+                           agent::AgentRuntime::Start(std::move(options), std::move(deps)));
+  }
   // Every served log has a checkpoint from the start (peers and `audit tail` rely on one).
   VAULT_RETURN_IF_ERROR(node->audit_log_->IssueCheckpoint().status());
   VAULT_ASSIGN_OR_RETURN(node->follower_,
@@ -276,6 +296,9 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
   b.RegisterService(node->admin_.get());
   b.RegisterService(node->unix_audit_.get());
   b.RegisterService(node->audit_admin_.get());
+  node->agent_service_ = std::make_unique<AgentService>(
+      node->agents_.get(), node->unix_executor_.get(), node->auditor_.get());
+  b.RegisterService(node->agent_service_.get());
   node->unix_server_ = b.BuildAndStart();
   umask(old_umask);
   if (node->unix_server_ == nullptr) {
@@ -283,6 +306,9 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
   }
   if (chmod(sock.c_str(), 0600) != 0)
     return common::PosixError(errno, absl::StrCat("chmod ", sock));
+  // Agents that were running when the vault last stopped (or was killed) run again from their
+  // last checkpoints.
+  VAULT_RETURN_IF_ERROR(node->agents_->ResumeAgents());
   return node;
 }
 
@@ -310,6 +336,10 @@ void VaultNode::Shutdown(absl::Duration drain) {
   if (unix_server_ != nullptr) unix_server_->Wait();
   tcp_server_.reset();
   unix_server_.reset();
+  agent_service_.reset();
+  // Agents are asked to checkpoint and end; their records stay for the next start.
+  if (agents_ != nullptr) agents_->Stop();
+  agents_.reset();
   if (audit_log_ != nullptr) {
     if (auditor_ != nullptr) {
       (void)auditor_->Record(Auditor::Entry(auditor_->self(), "vault.stop", config_.name(),

@@ -20,11 +20,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "agent/runtime.h"
 #include "audit/log.h"
 #include "capability/principal.h"
 #include "cas/store.h"
 #include "common/executor.h"
 #include "node/admin_service.h"
+#include "node/agent_service.h"
 #include "node/audit_follower.h"
 #include "node/audit_service.h"
 #include "node/auditor.h"
@@ -52,6 +54,7 @@ class VaultNode {
   const std::string& admin_socket() const { return config_.admin_socket(); }
   cas::Store* store() const { return store_.get(); }
   audit::AuditLog* audit_log() const { return audit_log_.get(); }
+  agent::AgentRuntime* agents() const { return agents_.get(); }
 
  private:
   VaultNode() = default;
@@ -66,6 +69,8 @@ class VaultNode {
   // The agents' sandbox (issue 6 runs agents in it); null when even its base fences are missing.
   std::unique_ptr<sandbox::LinuxSandbox> sandbox_;
   AdminService::SandboxState sandbox_state_;
+  std::unique_ptr<agent::AgentRuntime> agents_;
+  std::unique_ptr<AgentService> agent_service_;
   std::unique_ptr<AuditFollower> follower_;
   std::unique_ptr<common::Executor> tcp_executor_;
   std::unique_ptr<common::Executor> unix_executor_;

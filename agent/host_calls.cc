@@ -1,0 +1,976 @@
+// The capability proxy: every host call an agent makes, from its frame to its answer.
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "agent/internal/runtime_impl.h"
+#include "capability/grant.h"
+#include "cas/digest.h"
+#include "common/status_macros.h"
+#include "openssl/rand.h"
+#include "spdlog/spdlog.h"
+
+namespace vault::agent {
+namespace {
+
+using vault::v1::Grant;
+using vault::v1::HostRequest;
+using vault::v1::HostResponse;
+
+constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kMaxInFlight = 32;
+constexpr size_t kFrameOverhead = 1024;  // room for the response's other fields
+
+// One host call on its way through the proxy.
+struct Call {
+  std::string op;                      // "cas_put"
+  std::string subject;                 // path, digest, agent, host:port
+  std::optional<Grant> grant;          // the authority it needs (none: every agent may)
+  bool allowed_without_grant = false;  // e.g. reading its own state or a shared object
+  bool durable = false;                // audited durably before the answer
+  bool audited = true;
+  bool deferred = false;  // answered later (a waiting receive)
+  absl::Status status;
+  HostResponse response;
+  common::UniqueFd pass_fd;
+  uint64_t bytes = 0;
+  std::string output_bytes;  // what the SHA-256 "out" of the audit entry covers
+};
+
+Grant MakeGrant(Grant::Kind kind) {
+  Grant g;
+  g.set_kind(kind);
+  return g;
+}
+
+std::string Sha256Hex(absl::string_view bytes) {
+  return absl::BytesToHexString(cas::Sha256::Hash(bytes));
+}
+
+absl::StatusOr<cas::Digest> ToDigest(const vault::v1::Digest& d) {
+  return cas::Digest::FromParts(d.sha256(), d.size());
+}
+
+vault::v1::Digest FromDigest(const cas::Digest& d) {
+  vault::v1::Digest out;
+  out.set_sha256(d.sha256());
+  out.set_size(d.size());
+  return out;
+}
+
+// Message types: [a-z0-9._-]{1,64}; "vault.*" is the vault's own, except "vault.answer".
+absl::Status ValidateMessageType(const std::string& type) {
+  bool ok = !type.empty() && type.size() <= 64;
+  for (char c : type) {
+    ok = ok &&
+         (absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '.' || c == '_' || c == '-');
+  }
+  if (!ok) return absl::InvalidArgumentError("a message type is 1-64 of [a-z0-9._-]");
+  if (absl::StartsWith(type, "vault.") && type != "vault.answer") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("message type \"", type, "\" is reserved for the vault"));
+  }
+  return absl::OkStatus();
+}
+
+// Does `g` name exactly `agent` (not "*")?
+bool NamesExactly(const std::vector<Grant>& grants, Grant::Kind kind, const std::string& agent) {
+  for (const Grant& g : grants) {
+    if (g.kind() == kind && g.agent() == agent) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<common::UniqueFd> ConnectTcp(const std::string& host, uint32_t port,
+                                            absl::Duration timeout, std::string* address) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  int rc = getaddrinfo(host.c_str(), absl::StrCat(port).c_str(), &hints, &result);
+  if (rc != 0) {
+    return absl::NotFoundError(absl::StrCat("cannot resolve ", host, ": ", gai_strerror(rc)));
+  }
+  absl::Status last = absl::UnavailableError(absl::StrCat("no address for ", host));
+  absl::Time deadline = absl::Now() + timeout;
+  for (addrinfo* ai = result; ai != nullptr; ai = ai->ai_next) {
+    common::UniqueFd fd(socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!fd.valid()) continue;
+    char text[NI_MAXHOST] = "";
+    getnameinfo(ai->ai_addr, ai->ai_addrlen, text, sizeof text, nullptr, 0, NI_NUMERICHOST);
+    if (connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS) {
+      last =
+          absl::UnavailableError(absl::StrCat("connect ", text, ":", port, ": ", strerror(errno)));
+      continue;
+    }
+    pollfd p{fd.get(), POLLOUT, 0};
+    int wait_ms =
+        static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now())));
+    if (poll(&p, 1, wait_ms) != 1) {
+      last = absl::DeadlineExceededError(absl::StrCat("connect ", text, ":", port, ": timed out"));
+      continue;
+    }
+    int err = 0;
+    socklen_t len = sizeof err;
+    getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) {
+      last = absl::UnavailableError(absl::StrCat("connect ", text, ":", port, ": ", strerror(err)));
+      continue;
+    }
+    int flags = fcntl(fd.get(), F_GETFL);
+    fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
+    *address =
+        absl::StrCat(ai->ai_family == AF_INET6 ? absl::StrCat("[", text, "]") : text, ":", port);
+    freeaddrinfo(result);
+    return fd;
+  }
+  freeaddrinfo(result);
+  return last;
+}
+
+}  // namespace
+
+void AgentRuntime::Impl::Audit(vault::v1::AuditEntry entry, bool durable) {
+  if (durable) {
+    absl::Status s = deps_.log->Append(std::move(entry)).status();
+    if (!s.ok()) spdlog::error("audit append failed: {}", s.ToString());
+    return;
+  }
+  absl::MutexLock lock(&audit_mu_);
+  audit_queue_.push_back(std::move(entry));
+}
+
+void AgentRuntime::Impl::AuditLoop() {
+  for (;;) {
+    std::vector<vault::v1::AuditEntry> batch;
+    {
+      absl::MutexLock lock(&audit_mu_);
+      audit_mu_.Await(absl::Condition(
+          +[](Impl* impl) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return impl->audit_stop_ || !impl->audit_queue_.empty();
+          },
+          this));
+      if (audit_queue_.empty()) return;  // stopped and drained
+      batch.swap(audit_queue_);
+    }
+    for (size_t i = 0; i < batch.size(); i += 1000) {
+      size_t n = std::min<size_t>(1000, batch.size() - i);
+      absl::Status s = deps_.log->AppendMany(absl::MakeSpan(batch.data() + i, n)).status();
+      if (!s.ok()) spdlog::error("audit append of {} agent entries failed: {}", n, s.ToString());
+    }
+  }
+}
+
+void AgentRuntime::Impl::HandleFrame(const std::shared_ptr<LiveAgent>& live, std::string frame) {
+  vault::v1::GuestFrame g;
+  if (!g.ParseFromString(frame)) {
+    End(live, EndCause::kProtocol, "protocol: a frame that does not parse");
+    return;
+  }
+  if (!live->welcomed) {
+    if (!g.has_hello()) {
+      End(live, EndCause::kProtocol, "protocol: the first frame must be a hello");
+      return;
+    }
+    vault::v1::HostFrame reply;
+    if (g.hello().version() != kProtocolVersion) {
+      std::string why =
+          absl::StrCat("host-call protocol version ", g.hello().version(),
+                       " is not supported; this vault speaks version ", kProtocolVersion);
+      reply.set_refused(why);
+      SendFrame(live, reply);
+      End(live, EndCause::kProtocol, why);
+      return;
+    }
+    live->welcomed = true;
+    vault::v1::Welcome* w = reply.mutable_welcome();
+    w->set_version(kProtocolVersion);
+    w->set_agent_id(live->id);
+    w->set_vault(options_.vault_name);
+    w->set_max_frame_bytes(options_.config.max_frame_bytes());
+    {
+      absl::MutexLock lock(&live->mu);
+      w->set_incarnation(live->record.incarnation());
+    }
+    SendFrame(live, reply);
+    return;
+  }
+  if (!g.has_request()) {
+    End(live, EndCause::kProtocol,
+        g.has_hello() ? "protocol: a second hello" : "protocol: an empty frame");
+    return;
+  }
+  HostRequest request = std::move(*g.mutable_request());
+  const uint64_t call_id = request.call_id();
+  auto refuse = [&](absl::Status s) {
+    vault::v1::HostFrame reply;
+    reply.mutable_response()->set_call_id(call_id);
+    reply.mutable_response()->set_code(static_cast<int32_t>(s.code()));
+    reply.mutable_response()->set_message(std::string(s.message()));
+    SendFrame(live, reply);
+  };
+  if (request.call_case() == HostRequest::CALL_NOT_SET) {
+    refuse(absl::UnimplementedError("unknown host call (this vault speaks protocol version 1)"));
+    return;
+  }
+  uint32_t rate;
+  {
+    absl::MutexLock lock(&live->mu);
+    live->record.mutable_counters()->set_host_calls(live->record.counters().host_calls() + 1);
+  }
+  std::optional<vault::v1::TrustEntry> trust;
+  if (absl::StatusOr<capability::PublicKey> k = capability::PublicKey::FromText(live->principal);
+      k.ok()) {
+    trust = policy_->Lookup(*k);
+  }
+  rate = trust.has_value() && trust->quota().max_calls_per_second() != 0
+             ? trust->quota().max_calls_per_second()
+             : options_.config.default_max_calls_per_second();
+  if (request.call_case() != HostRequest::kHeartbeat &&
+      !limiter_.Admit(live->principal, rate, absl::Now())) {
+    refuse(absl::ResourceExhaustedError(
+        absl::StrCat("host-call rate limit: ", rate, " per second for this principal's agents")));
+    return;
+  }
+  if (live->in_flight.load() >= kMaxInFlight) {
+    refuse(absl::ResourceExhaustedError(
+        absl::StrCat("too many host calls in flight (at most ", kMaxInFlight, ")")));
+    return;
+  }
+  absl::Time received = absl::Now();
+  switch (request.call_case()) {
+    case HostRequest::kHeartbeat:
+    case HostRequest::kLog:
+    case HostRequest::kSelfInspect:
+    case HostRequest::kSend:
+    case HostRequest::kReceive:
+      // Cheap and never blocking: answered here.
+      RunCall(live, std::move(request), std::move(frame), received);
+      return;
+    default:
+      break;
+  }
+  live->in_flight.fetch_add(1);
+  bool queued = workers_->Schedule(live->principal, [this, live, request = std::move(request),
+                                                     frame = std::move(frame), received]() mutable {
+    RunCall(live, std::move(request), std::move(frame), received);
+    live->in_flight.fetch_sub(1);
+  });
+  if (!queued) {
+    live->in_flight.fetch_sub(1);
+    refuse(absl::UnavailableError("the vault is stopping"));
+  }
+}
+
+void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostRequest request,
+                                 std::string request_bytes, absl::Time received) {
+  Call c;
+  const vault::v1::AgentsConfig& cfg = options_.config;
+  const size_t max_payload = cfg.max_frame_bytes() - kFrameOverhead;
+  // 1. The operation and the authority it needs.
+  switch (request.call_case()) {
+    case HostRequest::kLog:
+      c.op = "log";
+      c.subject = vault::v1::LogRequest::Level_Name(request.log().level());
+      break;
+    case HostRequest::kHeartbeat:
+      c.op = "heartbeat";
+      c.audited = false;  // a liveness signal, not an effect: counted, not audited
+      break;
+    case HostRequest::kGetState:
+      c.op = "get_state";
+      break;
+    case HostRequest::kCheckpoint:
+      c.op = "checkpoint";
+      c.durable = true;
+      break;
+    case HostRequest::kCasGet: {
+      c.op = "cas_get";
+      c.subject = DigestText(request.cas_get().digest());
+      Grant g = MakeGrant(Grant::READ);
+      g.set_hash(request.cas_get().digest().sha256());
+      c.grant = g;
+      absl::MutexLock lock(&live->mu);
+      const vault::v1::AgentRecord& r = live->record;
+      const std::string& h = request.cas_get().digest().sha256();
+      c.allowed_without_grant = live->shared.contains(h) ||
+                                (r.has_state() && r.state_digest().sha256() == h) ||
+                                r.spec().code_digest().sha256() == h;
+      break;
+    }
+    case HostRequest::kCasPut:
+      c.op = "cas_put";
+      c.grant = MakeGrant(Grant::CAS_WRITE);
+      c.durable = true;
+      break;
+    case HostRequest::kReadFile:
+      c.op = "read_file";
+      c.subject = request.read_file().path();
+      c.grant = MakeGrant(Grant::READ);
+      c.grant->set_path(request.read_file().path());
+      break;
+    case HostRequest::kWriteFile:
+      c.op = "write_file";
+      c.subject = request.write_file().path();
+      c.grant = MakeGrant(Grant::WRITE);
+      c.grant->set_path(request.write_file().path());
+      c.durable = true;
+      break;
+    case HostRequest::kList:
+      c.op = "list";
+      c.subject = request.list().path();
+      c.grant = MakeGrant(Grant::READ);
+      c.grant->set_path(request.list().path());
+      break;
+    case HostRequest::kNetConnect:
+      c.op = "net_connect";
+      c.subject = absl::StrCat(absl::AsciiStrToLower(request.net_connect().host()), ":",
+                               request.net_connect().port());
+      c.grant = MakeGrant(Grant::NETWORK);
+      c.grant->set_host(absl::AsciiStrToLower(request.net_connect().host()));
+      c.grant->set_port(request.net_connect().port());
+      c.durable = true;
+      break;
+    case HostRequest::kSend:
+      c.op = "send";
+      c.subject = request.send().to();
+      if (request.send().to() != "operator") {
+        c.grant = MakeGrant(Grant::SEND);
+        c.grant->set_agent(request.send().to());
+      }
+      break;
+    case HostRequest::kReceive:
+      c.op = "receive";
+      break;
+    case HostRequest::kShare:
+      c.op = "share";
+      c.subject = DigestText(request.share().digest());
+      c.durable = true;
+      break;
+    case HostRequest::kSelfInspect:
+      c.op = "self_inspect";
+      break;
+    case HostRequest::kSpawnChild:
+      c.op = "spawn_child";
+      c.grant = MakeGrant(Grant::SPAWN);
+      c.durable = true;
+      break;
+    case HostRequest::kExit:
+      c.op = "exit";
+      c.subject = absl::StrCat(request.exit().code());
+      c.durable = true;
+      break;
+    default:
+      c.op = "unknown";
+      c.status = absl::UnimplementedError("unknown host call");
+      break;
+  }
+  // 2. The decision: a lookup in the agent's cached authority.
+  bool allowed = true;
+  if (c.status.ok() && c.grant.has_value() && !c.allowed_without_grant) {
+    if (absl::Status valid = capability::ValidateGrant(*c.grant); !valid.ok()) {
+      c.status = absl::InvalidArgumentError(valid.message());
+    } else {
+      absl::MutexLock lock(&live->mu);
+      allowed = live->authority != nullptr && live->authority->Allows(*c.grant);
+    }
+    if (c.status.ok() && !allowed) {
+      c.status = absl::PermissionDeniedError(absl::StrCat(
+          "denied: ", c.op, " needs the grant \"", capability::GrantToString(*c.grant), "\""));
+    }
+  }
+  // 3. The handler.
+  if (c.status.ok()) {
+    HostResponse& resp = c.response;
+    switch (request.call_case()) {
+      case HostRequest::kLog: {
+        uint64_t incarnation;
+        {
+          absl::MutexLock lock(&live->mu);
+          incarnation = live->record.incarnation();
+          live->record.mutable_counters()->set_log_lines(live->record.counters().log_lines() + 1);
+        }
+        std::string level = absl::AsciiStrToLower(c.subject);
+        c.bytes = request.log().message().size();
+        AppendLog(live->id, level, request.log().message(), incarnation);
+        break;
+      }
+      case HostRequest::kHeartbeat: {
+        absl::MutexLock lock(&live->mu);
+        live->last_heartbeat = absl::Now();
+        resp.mutable_heartbeat()->set_checkpoint_requested(live->checkpoint_requested);
+        break;
+      }
+      case HostRequest::kGetState: {
+        vault::v1::Digest d;
+        bool has;
+        {
+          absl::MutexLock lock(&live->mu);
+          has = live->record.has_state();
+          d = live->record.state_digest();
+        }
+        resp.mutable_get_state()->set_present(has);
+        if (has) {
+          absl::StatusOr<cas::Digest> digest = ToDigest(d);
+          absl::StatusOr<std::string> bytes =
+              digest.ok() ? deps_.cas->ReadAll(*digest) : digest.status();
+          if (!bytes.ok()) {
+            c.status = bytes.status();
+            break;
+          }
+          c.bytes = bytes->size();
+          *resp.mutable_get_state()->mutable_digest() = d;
+          resp.mutable_get_state()->set_state(*std::move(bytes));
+          c.subject = DigestText(d);
+        }
+        break;
+      }
+      case HostRequest::kCheckpoint: {
+        const std::string& state = request.checkpoint().state();
+        cas::Digest d = cas::Digest::Of(state);
+        if (absl::Status s = deps_.cas->Put(d, state).status(); !s.ok()) {
+          c.status = s;
+          break;
+        }
+        c.subject = d.ToString();
+        c.bytes = state.size();
+        absl::MutexLock lock(&live->mu);
+        *live->record.mutable_state_digest() = FromDigest(d);
+        live->record.set_has_state(true);
+        live->record.mutable_counters()->set_checkpoints(live->record.counters().checkpoints() + 1);
+        live->checkpoint_requested = false;
+        c.status = PersistLocked(*live);
+        *resp.mutable_checkpoint()->mutable_digest() = FromDigest(d);
+        break;
+      }
+      case HostRequest::kCasGet: {
+        absl::StatusOr<cas::Digest> digest = ToDigest(request.cas_get().digest());
+        if (!digest.ok()) {
+          c.status = digest.status();
+          break;
+        }
+        uint64_t offset = request.cas_get().offset();
+        uint64_t limit = request.cas_get().limit();
+        if (offset > digest->size()) {
+          c.status = absl::OutOfRangeError("offset past the end of the object");
+          break;
+        }
+        uint64_t want =
+            limit == 0 ? digest->size() - offset : std::min(limit, digest->size() - offset);
+        if (want > max_payload) {
+          c.status = absl::ResourceExhaustedError(absl::StrCat("the range is ", want,
+                                                               " bytes; read at most ", max_payload,
+                                                               " per call (offset/limit)"));
+          break;
+        }
+        std::string data;
+        c.status =
+            deps_.cas->Read(*digest, offset, want, 1 << 20, [&](uint64_t, absl::string_view piece) {
+              data.append(piece.data(), piece.size());
+              return absl::OkStatus();
+            });
+        if (!c.status.ok()) break;
+        c.bytes = data.size();
+        resp.mutable_cas_get()->set_size(digest->size());
+        resp.mutable_cas_get()->set_data(std::move(data));
+        break;
+      }
+      case HostRequest::kCasPut: {
+        const std::string& data = request.cas_put().data();
+        cas::Digest d = cas::Digest::Of(data);
+        c.subject = d.ToString();
+        c.bytes = data.size();
+        absl::StatusOr<cas::PutOutcome> out = deps_.cas->Put(d, data);
+        if (!out.ok()) {
+          c.status = out.status();
+          break;
+        }
+        {
+          absl::MutexLock lock(&live->mu);
+          if (!out->already_present) {
+            live->record.mutable_counters()->set_bytes_written(
+                live->record.counters().bytes_written() + data.size());
+          }
+          live->shared.insert(d.sha256());  // it may read back what it wrote
+        }
+        *resp.mutable_cas_put()->mutable_digest() = FromDigest(d);
+        resp.mutable_cas_put()->set_already_present(out->already_present);
+        break;
+      }
+      case HostRequest::kReadFile: {
+        uint64_t limit = request.read_file().limit();
+        absl::StatusOr<FileRead> read = files_->Read(
+            request.read_file().path(), request.read_file().offset(), limit, max_payload);
+        if (!read.ok()) {
+          c.status = read.status();
+          break;
+        }
+        c.bytes = read->data.size();
+        resp.mutable_read_file()->set_size(read->size);
+        resp.mutable_read_file()->set_data(std::move(read->data));
+        break;
+      }
+      case HostRequest::kWriteFile: {
+        c.bytes = request.write_file().data().size();
+        absl::StatusOr<uint64_t> size =
+            files_->Write(request.write_file().path(), request.write_file().data(),
+                          request.write_file().append());
+        if (!size.ok()) {
+          c.status = size.status();
+          break;
+        }
+        {
+          absl::MutexLock lock(&live->mu);
+          live->record.mutable_counters()->set_bytes_written(
+              live->record.counters().bytes_written() + c.bytes);
+        }
+        resp.mutable_write_file()->set_size(*size);
+        break;
+      }
+      case HostRequest::kList: {
+        absl::StatusOr<std::vector<FileEntry>> entries = files_->List(request.list().path(), 10000);
+        if (!entries.ok()) {
+          c.status = entries.status();
+          break;
+        }
+        for (FileEntry& e : *entries) {
+          vault::v1::ListResult::Entry* out = resp.mutable_list()->add_entries();
+          out->set_name(std::move(e.name));
+          out->set_directory(e.directory);
+          out->set_size(e.size);
+        }
+        break;
+      }
+      case HostRequest::kNetConnect: {
+        const auto& nc = request.net_connect();
+        if (nc.port() == 0 || nc.port() > 65535) {
+          c.status = absl::InvalidArgumentError("port must be 1-65535");
+          break;
+        }
+        absl::Duration timeout = absl::Milliseconds(nc.timeout_ms() == 0 ? 5000 : nc.timeout_ms());
+        timeout = std::min(timeout, absl::Milliseconds(cfg.call_deadline_ms()));
+        std::string address;
+        absl::StatusOr<common::UniqueFd> fd =
+            ConnectTcp(absl::AsciiStrToLower(nc.host()), nc.port(), timeout, &address);
+        if (!fd.ok()) {
+          c.status = fd.status();
+          break;
+        }
+        c.pass_fd = *std::move(fd);
+        resp.mutable_net_connect()->set_address(address);
+        c.output_bytes = address;
+        break;
+      }
+      case HostRequest::kSend: {
+        const auto& send = request.send();
+        c.bytes = send.data().size();
+        if (send.to() == "operator") {
+          // Only as the answer to an operator's query addressed to this agent.
+          absl::MutexLock lock(&mu_);
+          auto it = queries_.find(send.reply_to());
+          if (send.reply_to() == 0 || it == queries_.end() || it->second->agent != live->id) {
+            c.status = absl::NotFoundError("no query from the operator is waiting for this reply");
+            break;
+          }
+          it->second->answered = true;
+          it->second->response.set_type(send.type());
+          it->second->response.set_answer(send.data());
+          queries_cv_.SignalAll();
+          resp.mutable_send()->set_message_id(send.reply_to());
+          break;
+        }
+        if (absl::Status s = ValidateMessageType(send.type()); !s.ok()) {
+          c.status = s;
+          break;
+        }
+        // Isolation (RFC-0006 §9): another principal's agent is addressable only through grants
+        // naming it exactly, on both sides; otherwise it is as if it did not exist.
+        std::shared_ptr<LiveAgent> to = Find(send.to());
+        absl::Status hidden = absl::NotFoundError(
+            absl::StrCat("no agent ", send.to(), " that this agent may send to"));
+        if (to == nullptr || to.get() == live.get()) {
+          c.status = hidden;
+          break;
+        }
+        std::vector<Grant> sender_grants, receiver_grants;
+        {
+          absl::MutexLock lock(&live->mu);
+          sender_grants.assign(live->record.grants().begin(), live->record.grants().end());
+        }
+        bool receiver_accepts;
+        {
+          absl::MutexLock lock(&to->mu);
+          receiver_grants.assign(to->record.grants().begin(), to->record.grants().end());
+          Grant from = MakeGrant(Grant::RECEIVE);
+          from.set_agent(live->id);
+          receiver_accepts = to->authority != nullptr && to->authority->Allows(from);
+        }
+        if (to->principal != live->principal &&
+            (!NamesExactly(sender_grants, Grant::SEND, to->id) ||
+             !NamesExactly(receiver_grants, Grant::RECEIVE, live->id))) {
+          c.status = hidden;
+          break;
+        }
+        if (!receiver_accepts) {
+          c.status = absl::PermissionDeniedError(
+              absl::StrCat("denied: agent ", to->id, " does not accept messages from ", live->id,
+                           " (it has no receive grant for it)"));
+          break;
+        }
+        vault::v1::Message m;
+        m.set_from(live->id);
+        m.set_type(send.type());
+        m.set_data(send.data());
+        m.set_reply_to(send.reply_to());
+        absl::StatusOr<uint64_t> id = Deliver(to, std::move(m));
+        if (!id.ok()) {
+          c.status = id.status();
+          break;
+        }
+        {
+          absl::MutexLock lock(&live->mu);
+          live->record.mutable_counters()->set_messages_sent(
+              live->record.counters().messages_sent() + 1);
+        }
+        resp.mutable_send()->set_message_id(*id);
+        break;
+      }
+      case HostRequest::kReceive: {
+        absl::MutexLock lock(&live->mu);
+        if (live->pending_receive.has_value()) {
+          c.status = absl::FailedPreconditionError("a receive is already waiting");
+          break;
+        }
+        if (!live->mailbox.empty()) {
+          *resp.mutable_receive()->mutable_message() = std::move(live->mailbox.front());
+          live->mailbox.pop_front();
+          c.subject = resp.receive().message().from();
+          c.bytes = resp.receive().message().data().size();
+        } else if (request.receive().timeout_ms() == 0) {
+          resp.mutable_receive()->set_timed_out(true);
+        } else {
+          absl::Time now = absl::Now();
+          live->pending_receive = LiveAgent::PendingReceive{
+              request.call_id(), now + absl::Milliseconds(request.receive().timeout_ms()), now,
+              std::move(request_bytes)};
+          c.deferred = true;
+        }
+        break;
+      }
+      case HostRequest::kShare: {
+        const auto& share = request.share();
+        // The sharer must be able to read it, and address every agent it shares with.
+        Grant read = MakeGrant(Grant::READ);
+        read.set_hash(share.digest().sha256());
+        bool can_read;
+        std::vector<Grant> grants;
+        {
+          absl::MutexLock lock(&live->mu);
+          can_read = live->shared.contains(share.digest().sha256()) ||
+                     (live->authority != nullptr && live->authority->Allows(read));
+          grants.assign(live->record.grants().begin(), live->record.grants().end());
+        }
+        if (!can_read) {
+          c.status = absl::PermissionDeniedError(
+              "denied: an agent can share only an object it may read itself");
+          break;
+        }
+        absl::StatusOr<bool> present = [&]() -> absl::StatusOr<bool> {
+          VAULT_ASSIGN_OR_RETURN(cas::Digest d, ToDigest(share.digest()));
+          return deps_.cas->Contains(d);
+        }();
+        if (!present.ok() || !*present) {
+          c.status = present.ok() ? absl::NotFoundError("no such object in this vault's CAS")
+                                  : present.status();
+          break;
+        }
+        std::vector<std::shared_ptr<LiveAgent>> targets;
+        for (const std::string& id : share.agents()) {
+          std::shared_ptr<LiveAgent> to = Find(id);
+          if (to == nullptr ||
+              (to->principal != live->principal && !NamesExactly(grants, Grant::SEND, id))) {
+            c.status = absl::NotFoundError(
+                absl::StrCat("no agent ", id, " that this agent may share with"));
+            break;
+          }
+          targets.push_back(std::move(to));
+        }
+        if (!c.status.ok()) break;
+        for (const auto& to : targets) {
+          absl::MutexLock lock(&to->mu);
+          to->shared.insert(share.digest().sha256());
+        }
+        c.subject =
+            absl::StrCat(DigestText(share.digest()), " -> ", absl::StrJoin(share.agents(), ","));
+        resp.mutable_share();
+        break;
+      }
+      case HostRequest::kSelfInspect: {
+        absl::MutexLock lock(&live->mu);
+        const vault::v1::AgentRecord& r = live->record;
+        vault::v1::SelfInspectResult* out = resp.mutable_self_inspect();
+        out->set_agent_id(live->id);
+        out->set_vault(options_.vault_name);
+        out->set_principal(live->principal);
+        out->set_parent(r.parent());
+        *out->mutable_grants() = r.grants();
+        *out->mutable_constraints() = r.constraints();
+        out->set_hop(r.hop());
+        out->set_incarnation(r.incarnation());
+        out->set_purpose(r.spec().purpose());
+        sandbox::Limits limits;
+        limits.memory_bytes = r.constraints().has_max_memory_bytes()
+                                  ? r.constraints().max_memory_bytes()
+                                  : cfg.default_memory_bytes();
+        uint64_t runtime_ms = r.constraints().has_max_runtime_ms()
+                                  ? r.constraints().max_runtime_ms()
+                                  : cfg.default_runtime_ms();
+        uint64_t cpu_ms =
+            r.constraints().has_max_cpu_ms() ? r.constraints().max_cpu_ms() : cfg.default_cpu_ms();
+        uint64_t storage = r.constraints().has_max_storage_bytes()
+                               ? r.constraints().max_storage_bytes()
+                               : cfg.default_storage_bytes();
+        int64_t up_ms = absl::ToInt64Milliseconds(absl::Now() - live->started);
+        out->set_runtime_remaining_ms(
+            std::max<int64_t>(0, static_cast<int64_t>(runtime_ms) - up_ms));
+        if (live->handle != nullptr) {
+          absl::StatusOr<sandbox::Usage> u = live->handle->GetUsage();
+          if (u.ok()) {
+            out->set_memory_bytes(u->memory_current_bytes);
+            out->set_memory_remaining_bytes(limits.memory_bytes > u->memory_current_bytes
+                                                ? limits.memory_bytes - u->memory_current_bytes
+                                                : 0);
+            int64_t used = absl::ToInt64Milliseconds(u->cpu_time);
+            out->set_cpu_remaining_ms(std::max<int64_t>(0, static_cast<int64_t>(cpu_ms) - used));
+            out->set_storage_remaining_bytes(storage > u->work_bytes ? storage - u->work_bytes : 0);
+          }
+        }
+        break;
+      }
+      case HostRequest::kSpawnChild: {
+        const auto& sc = request.spawn_child();
+        vault::v1::AgentSpec spec = sc.spec();
+        if (!spec.has_code_digest() || spec.purpose().empty()) {
+          c.status = absl::InvalidArgumentError("a child's spec needs a purpose and a code digest");
+          break;
+        }
+        if (absl::Status v = capability::ValidateGrants(spec.grants()); !v.ok()) {
+          c.status = v;
+          break;
+        }
+        vault::v1::AgentRecord child;
+        bool narrowed;
+        {
+          absl::MutexLock lock(&live->mu);
+          const vault::v1::AgentRecord& r = live->record;
+          Grant read = MakeGrant(Grant::READ);
+          read.set_hash(spec.code_digest().sha256());
+          if (spec.code_digest().sha256() != r.spec().code_digest().sha256() &&
+              !live->shared.contains(spec.code_digest().sha256()) &&
+              !live->authority->Allows(read)) {
+            c.status = absl::PermissionDeniedError(
+                "denied: a child's code must be the parent's own or an object it may read");
+            break;
+          }
+          narrowed = !capability::IsSubset(spec.grants(), r.grants()).ok();
+          for (Grant& g : capability::Intersect(spec.grants(), r.grants()))
+            *child.add_grants() = std::move(g);
+          *child.mutable_constraints() =
+              capability::IntersectConstraints(spec.constraints(), r.constraints());
+        }
+        std::string raw(8, '\0');
+        RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), 8);
+        child.set_id(absl::StrCat("a-", absl::BytesToHexString(raw)));
+        child.set_principal(live->principal);
+        child.set_parent(live->id);
+        *spec.mutable_grants() = child.grants();
+        *child.mutable_spec() = spec;
+        std::optional<vault::v1::TrustEntry> trust;
+        if (absl::StatusOr<capability::PublicKey> k =
+                capability::PublicKey::FromText(live->principal);
+            k.ok()) {
+          trust = policy_->Lookup(*k);
+        }
+        uint32_t max_agents = trust.has_value() && trust->quota().max_agents() != 0
+                                  ? trust->quota().max_agents()
+                                  : cfg.default_max_agents();
+        if (CountLive(live->principal) >= max_agents) {
+          c.status = absl::ResourceExhaustedError(
+              absl::StrCat("this principal already runs ", max_agents, " agents here (its quota)"));
+          break;
+        }
+        absl::StatusOr<std::shared_ptr<LiveAgent>> spawned =
+            CreateAndLaunch(child, sc.has_state() ? &sc.state() : nullptr);
+        if (!spawned.ok()) {
+          c.status = spawned.status();
+          break;
+        }
+        c.subject = child.id();
+        if (narrowed) {
+          vault::v1::AuditEntry warn = audit::MakeEntry(
+              live->id, "agent.spawn.narrowed", child.id(), vault::v1::AuditEntry::ALLOWED,
+              "the child asked for more than its parent holds; its grants were narrowed",
+              {{"asked", absl::StrCat(sc.spec().grants_size(), " grants")},
+               {"granted", absl::StrCat(child.grants_size(), " grants")}});
+          warn.set_priority(vault::v1::AuditEntry::HIGH);
+          Audit(std::move(warn), /*durable=*/true);
+        }
+        vault::v1::SpawnChildResult* out = resp.mutable_spawn_child();
+        out->set_agent_id(child.id());
+        *out->mutable_grants() = child.grants();
+        out->set_narrowed(narrowed);
+        break;
+      }
+      case HostRequest::kExit: {
+        absl::MutexLock lock(&live->mu);
+        live->exit_requested = true;
+        live->exit_code = request.exit().code();
+        live->end_cause = EndCause::kExitCall;
+        live->end_reason = request.exit().message().empty()
+                               ? absl::StrCat("exit(", request.exit().code(), ")")
+                               : request.exit().message();
+        if (request.exit().has_result()) *live->record.mutable_result() = request.exit().result();
+        // The process gets a moment to leave by itself, then it is ended.
+        live->exit_deadline = absl::Now() + absl::Seconds(1);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  if (c.deferred) return;  // answered by Deliver or ExpireReceive
+  // 4. The answer, and the audit entry for it.
+  HostResponse& resp = c.response;
+  resp.set_call_id(request.call_id());
+  if (!c.status.ok()) {
+    resp.clear_result();
+    resp.set_code(static_cast<int32_t>(c.status.code()));
+    resp.set_message(std::string(c.status.message()));
+  }
+  bool denied = c.status.code() == absl::StatusCode::kPermissionDenied;
+  if (c.audited) {
+    std::string out_bytes = c.output_bytes;
+    if (out_bytes.empty() && resp.result_case() != HostResponse::RESULT_NOT_SET) {
+      resp.SerializeToString(&out_bytes);
+    }
+    std::vector<std::pair<std::string, std::string>> details = {
+        {"call_id", absl::StrCat(request.call_id())},
+        {"duration_us", absl::StrCat(absl::ToInt64Microseconds(absl::Now() - received))},
+        {"in", Sha256Hex(request_bytes)},
+        {"out", Sha256Hex(out_bytes)},
+        {"bytes", absl::StrCat(c.bytes)},
+    };
+    if (c.grant.has_value()) details.emplace_back("grant", capability::GrantToString(*c.grant));
+    if (!c.status.ok() && !denied) details.emplace_back("error", std::string(c.status.message()));
+    Audit(audit::MakeEntry(live->id, absl::StrCat("host.", c.op), c.subject,
+                           denied ? vault::v1::AuditEntry::DENIED : vault::v1::AuditEntry::ALLOWED,
+                           denied ? std::string(c.status.message()) : std::string(),
+                           std::move(details)),
+          c.durable && !denied);
+  }
+  vault::v1::HostFrame frame;
+  *frame.mutable_response() = std::move(resp);
+  SendFrame(live, frame, std::move(c.pass_fd));
+  if (denied) {
+    uint64_t denials;
+    bool newly_flagged = false;
+    {
+      absl::MutexLock lock(&live->mu);
+      denials = live->record.counters().denials() + 1;
+      live->record.mutable_counters()->set_denials(denials);
+      if (denials >= options_.config.flag_after_denials() && !live->flagged) {
+        live->flagged = true;
+        newly_flagged = true;
+      }
+    }
+    if (newly_flagged) {
+      vault::v1::AuditEntry e =
+          audit::MakeEntry(deps_.vault_key->public_key().ToText(), "agent.flagged", live->id,
+                           vault::v1::AuditEntry::ALLOWED, "repeated denied host calls",
+                           {{"denials", absl::StrCat(denials)}});
+      e.set_priority(vault::v1::AuditEntry::HIGH);
+      Audit(std::move(e), /*durable=*/true);
+    }
+    if (denials >= options_.config.terminate_after_denials()) {
+      End(live, EndCause::kWatchdog, absl::StrCat("denial limit: ", denials, " denied host calls"));
+    }
+  }
+}
+
+absl::StatusOr<uint64_t> AgentRuntime::Impl::Deliver(const std::shared_ptr<LiveAgent>& to,
+                                                     vault::v1::Message message) {
+  if (message.id() == 0) message.set_id(next_message_id_.fetch_add(1));
+  message.set_sent_unix_ms(absl::ToUnixMillis(absl::Now()));
+  const uint64_t id = message.id();
+  std::optional<LiveAgent::PendingReceive> waiting;
+  {
+    absl::MutexLock lock(&to->mu);
+    if (!to->running) {
+      return absl::FailedPreconditionError(absl::StrCat("agent ", to->id, " is not running"));
+    }
+    to->record.mutable_counters()->set_messages_received(to->record.counters().messages_received() +
+                                                         1);
+    if (to->pending_receive.has_value()) {
+      waiting = std::move(to->pending_receive);
+      to->pending_receive.reset();
+    } else {
+      if (to->mailbox.size() >= options_.config.mailbox_capacity()) {
+        to->record.mutable_counters()->set_messages_received(
+            to->record.counters().messages_received() - 1);
+        return absl::ResourceExhaustedError(
+            absl::StrCat("the mailbox of agent ", to->id, " is full (",
+                         options_.config.mailbox_capacity(), " messages)"));
+      }
+      to->mailbox.push_back(std::move(message));
+      return id;
+    }
+  }
+  // Its receive was waiting: answer it now.
+  vault::v1::HostFrame frame;
+  HostResponse* resp = frame.mutable_response();
+  resp->set_call_id(waiting->call_id);
+  const std::string from = message.from();
+  const size_t bytes = message.data().size();
+  *resp->mutable_receive()->mutable_message() = std::move(message);
+  std::string out;
+  resp->SerializeToString(&out);
+  Audit(audit::MakeEntry(to->id, "host.receive", from, vault::v1::AuditEntry::ALLOWED, "",
+                         {{"call_id", absl::StrCat(waiting->call_id)},
+                          {"duration_us",
+                           absl::StrCat(absl::ToInt64Microseconds(absl::Now() - waiting->started))},
+                          {"in", Sha256Hex(waiting->request_bytes)},
+                          {"out", Sha256Hex(out)},
+                          {"bytes", absl::StrCat(bytes)}}),
+        /*durable=*/false);
+  SendFrame(to, frame);
+  return id;
+}
+
+void AgentRuntime::Impl::ExpireReceive(const std::shared_ptr<LiveAgent>& live) {
+  std::optional<LiveAgent::PendingReceive> waiting;
+  {
+    absl::MutexLock lock(&live->mu);
+    if (!live->pending_receive.has_value() || absl::Now() < live->pending_receive->deadline) return;
+    waiting = std::move(live->pending_receive);
+    live->pending_receive.reset();
+  }
+  vault::v1::HostFrame frame;
+  frame.mutable_response()->set_call_id(waiting->call_id);
+  frame.mutable_response()->mutable_receive()->set_timed_out(true);
+  Audit(audit::MakeEntry(live->id, "host.receive", "", vault::v1::AuditEntry::ALLOWED, "timed out",
+                         {{"call_id", absl::StrCat(waiting->call_id)},
+                          {"duration_us",
+                           absl::StrCat(absl::ToInt64Microseconds(absl::Now() - waiting->started))},
+                          {"in", Sha256Hex(waiting->request_bytes)}}),
+        /*durable=*/false);
+  SendFrame(live, frame);
+}
+
+}  // namespace vault::agent

@@ -1,0 +1,202 @@
+// agent/internal/runtime_impl: the inside of AgentRuntime, shared by runtime.cc (lifecycle,
+// spawning, the reactor, the watchdog) and host_calls.cc (the capability proxy and handlers).
+// Private to agent/.
+#ifndef VAULT_AGENT_INTERNAL_RUNTIME_IMPL_H_
+#define VAULT_AGENT_INTERNAL_RUNTIME_IMPL_H_
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "agent/agent_store.h"
+#include "agent/connection.h"
+#include "agent/fair_queue.h"
+#include "agent/file_tree.h"
+#include "agent/policy.h"
+#include "agent/runtime.h"
+#include "capability/chain.h"
+#include "capability/decision.h"
+#include "common/executor.h"
+#include "common/unique_fd.h"
+#include "sandbox/sandbox.h"
+#include "vault/v1/hostcall.pb.h"
+
+namespace vault::agent {
+
+// Why a process ended, decided before it is killed (or by its exit call).
+enum class EndCause {
+  kNone = 0,
+  kTerminated,  // an operator
+  kWatchdog,    // a limit: memory, CPU, runtime, storage, heartbeat, denials
+  kProtocol,    // a broken or hostile channel (fail-closed)
+  kExitCall,    // the agent's exit host call
+  kVaultStop,   // vaultd is stopping: the record stays RUNNING
+};
+
+struct LiveAgent {
+  LiveAgent(std::string id_, std::string principal_)
+      : id(std::move(id_)), principal(std::move(principal_)) {}
+  const std::string id;
+  const std::string principal;  // ed25519:<hex>: quotas, fairness, isolation
+
+  absl::Mutex mu;
+  vault::v1::AgentRecord record ABSL_GUARDED_BY(mu);
+  std::unique_ptr<sandbox::SandboxHandle> handle ABSL_GUARDED_BY(mu);
+  std::unique_ptr<capability::AgentAuthority> authority ABSL_GUARDED_BY(mu);
+  absl::Time started ABSL_GUARDED_BY(mu);
+  absl::Time last_heartbeat ABSL_GUARDED_BY(mu);
+  bool running ABSL_GUARDED_BY(mu) = false;  // a process is up (running or paused)
+  std::deque<vault::v1::Message> mailbox ABSL_GUARDED_BY(mu);
+  struct PendingReceive {
+    uint64_t call_id = 0;
+    absl::Time deadline;
+    absl::Time started;
+    std::string request_bytes;
+  };
+  std::optional<PendingReceive> pending_receive ABSL_GUARDED_BY(mu);
+  absl::flat_hash_set<std::string> shared ABSL_GUARDED_BY(mu);  // sha256 of objects shared with it
+  EndCause end_cause ABSL_GUARDED_BY(mu) = EndCause::kNone;
+  std::string end_reason ABSL_GUARDED_BY(mu);
+  bool exit_requested ABSL_GUARDED_BY(mu) = false;
+  int32_t exit_code ABSL_GUARDED_BY(mu) = 0;
+  absl::Time exit_deadline ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();
+  bool checkpoint_requested ABSL_GUARDED_BY(mu) = false;
+  bool flagged ABSL_GUARDED_BY(mu) = false;
+  std::string code_dir ABSL_GUARDED_BY(mu);
+
+  // The channel: set by Launch, read by the reactor; `conn` outlives the process until the
+  // exit is handled.
+  std::shared_ptr<AgentConnection> conn ABSL_GUARDED_BY(mu);
+  uint64_t conn_token ABSL_GUARDED_BY(mu) = 0;
+  uint64_t out_token ABSL_GUARDED_BY(mu) = 0;
+  // Reactor-only state.
+  bool welcomed = false;
+  std::string out_partial;  // agent stdout/stderr: an unfinished line
+  common::UniqueFd out_fd;  // read end of its stdout/stderr pipe
+  std::atomic<uint32_t> in_flight{0};
+};
+
+class AgentRuntime::Impl {
+ public:
+  Impl(RuntimeOptions options, RuntimeDeps deps);
+  ~Impl();
+  absl::Status Init();
+
+  // ---- runtime.cc: lifecycle ----
+  absl::Status ResumeAgents();
+  void Stop();
+  absl::StatusOr<vault::v1::SpawnResponse> Spawn(const vault::v1::SpawnRequest& request);
+  vault::v1::ListAgentsResponse List(const vault::v1::ListAgentsRequest& request);
+  absl::StatusOr<vault::v1::AgentStatus> Get(const std::string& id);
+  absl::StatusOr<vault::v1::ControlResponse> Control(const vault::v1::ControlRequest& request);
+  absl::StatusOr<uint64_t> SendFromOperator(const std::string& id, const std::string& type,
+                                            const std::string& data);
+  absl::StatusOr<vault::v1::QueryResponse> Query(const vault::v1::QueryRequest& request);
+
+  // Records a new agent (already authorized) and starts it. `parent` is "" for an operator.
+  absl::StatusOr<std::shared_ptr<LiveAgent>> CreateAndLaunch(vault::v1::AgentRecord record,
+                                                             const std::string* initial_state);
+  // Starts a process for `live` (its record says what to run). On failure the record is FAILED.
+  absl::Status Launch(const std::shared_ptr<LiveAgent>& live);
+  // Ends the process (if any) for `cause`; the exit handler finishes the transition.
+  void End(const std::shared_ptr<LiveAgent>& live, EndCause cause, const std::string& reason);
+  // Persists a state change and audits it.
+  absl::Status Transition(LiveAgent& live, vault::v1::AgentState to, const std::string& reason,
+                          bool high_priority) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
+  absl::Status PersistLocked(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
+  std::shared_ptr<LiveAgent> Find(const std::string& id);
+  // Live (not ended) agents of `principal`.
+  size_t CountLive(const std::string& principal);
+  void AppendLog(const std::string& id, const std::string& level, std::string message,
+                 uint64_t incarnation);
+
+  // ---- runtime.cc: reactor and watchdog ----
+  uint64_t Register(const std::shared_ptr<LiveAgent>& live, int fd, bool output);
+  void Unregister(uint64_t token);
+  void ReactorLoop();
+  void OnReadable(const std::shared_ptr<LiveAgent>& live);
+  void OnOutput(const std::shared_ptr<LiveAgent>& live);
+  void WatchdogLoop();
+  void OnExit(const std::shared_ptr<LiveAgent>& live, const sandbox::ExitInfo& exit);
+  // Sends a frame; a failure ends the agent (kProtocol).
+  void SendFrame(const std::shared_ptr<LiveAgent>& live, const vault::v1::HostFrame& frame,
+                 common::UniqueFd pass_fd = common::UniqueFd());
+
+  // ---- host_calls.cc: the capability proxy ----
+  void HandleFrame(const std::shared_ptr<LiveAgent>& live, std::string frame);
+  void RunCall(const std::shared_ptr<LiveAgent>& live, vault::v1::HostRequest request,
+               std::string request_bytes, absl::Time received);
+  // Delivers `message` to `to`'s mailbox (or its waiting receive). RESOURCE_EXHAUSTED when full.
+  absl::StatusOr<uint64_t> Deliver(const std::shared_ptr<LiveAgent>& to,
+                                   vault::v1::Message message);
+  // Answers a pending receive that timed out (watchdog).
+  void ExpireReceive(const std::shared_ptr<LiveAgent>& live);
+  void Audit(vault::v1::AuditEntry entry, bool durable);
+  void AuditLoop();
+
+  const RuntimeOptions options_;
+  const RuntimeDeps deps_;
+  std::unique_ptr<TrustPolicy> policy_;
+  std::unique_ptr<AgentStore> store_;
+  std::unique_ptr<FileTree> files_;
+  std::string python_sdk_dir_;
+  std::string code_root_;
+  capability::LinkCache link_cache_;
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<LiveAgent>> agents_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  // Operator queries waiting for an answer: message id -> answer.
+  struct PendingQuery {
+    std::string agent;
+    bool answered = false;
+    vault::v1::QueryResponse response;
+  };
+  absl::flat_hash_map<uint64_t, std::shared_ptr<PendingQuery>> queries_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar queries_cv_;
+  // Control nonces seen (replay protection), with when they expire.
+  absl::flat_hash_map<std::string, absl::Time> nonces_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> next_message_id_{1};
+
+  // Reactor.
+  common::UniqueFd epoll_;
+  common::UniqueFd wake_;  // eventfd
+  absl::Mutex reactor_mu_;
+  struct Registration {
+    std::weak_ptr<LiveAgent> live;
+    bool output = false;
+  };
+  absl::flat_hash_map<uint64_t, Registration> registrations_ ABSL_GUARDED_BY(reactor_mu_);
+  uint64_t next_token_ ABSL_GUARDED_BY(reactor_mu_) = 1;
+  std::atomic<bool> quit_{false};
+  std::thread reactor_;
+  std::thread watchdog_;
+
+  std::unique_ptr<FairQueue> workers_;
+  std::unique_ptr<common::Executor> lifecycle_;  // exit handling, launches of children
+  RateLimiter limiter_;
+
+  // Asynchronous audit entries, appended in order by audit_thread_.
+  absl::Mutex audit_mu_;
+  std::vector<vault::v1::AuditEntry> audit_queue_ ABSL_GUARDED_BY(audit_mu_);
+  bool audit_stop_ ABSL_GUARDED_BY(audit_mu_) = false;
+  std::thread audit_thread_;
+};
+
+// Helpers shared by both files.
+std::string StateName(vault::v1::AgentState state);
+std::string DigestText(const vault::v1::Digest& d);
+
+}  // namespace vault::agent
+
+#endif  // VAULT_AGENT_INTERNAL_RUNTIME_IMPL_H_

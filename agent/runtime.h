@@ -1,0 +1,114 @@
+// agent/runtime: the vault's agents — spawning them from a signed SPAWN link, running each in a
+// sandbox, serving their host calls through the capability proxy, and keeping their lifecycle
+// durable (design §6).
+//
+// One reactor thread reads every agent's channel (epoll; nothing blocks it). Cheap calls (log,
+// heartbeat, self-inspect, send, receive, share) are answered there; the others run on a worker
+// pool that takes principals in turn (FairQueue), after a per-principal rate limit. Every call
+// goes: operation -> required grant -> decision (AgentAuthority, cached) -> handler ->
+// audit entry (an effect node: operation, grant, decision, duration, SHA-256 of input and
+// output, bytes) -> structured result. Calls that change durable state or reach outside the
+// vault (checkpoint, cas-put, write-file, net-connect, spawn-child, exit) are audited durably
+// before they are answered; the others asynchronously, in order. Heartbeats are counted, not
+// audited. Denials are audited; an agent is flagged after agents.flag_after_denials of them and
+// terminated after agents.terminate_after_denials.
+//
+// States (AgentRecord.state): SPAWNED -> RUNNING <-> PAUSED -> TERMINATED | COMPLETED | FAILED.
+// Every transition is a synced RocksDB write and an audit entry. Stop() (SIGTERM) asks every
+// agent to checkpoint, waits agents.stop_checkpoint_ms, and ends the processes while their
+// records stay RUNNING; ResumeAgents() at the next start runs them again from their last
+// checkpoint. After a SIGKILL of vaultd its sandboxes die with it (parent-death signal), so the
+// same holds and no agent runs twice.
+//
+//   VAULT_ASSIGN_OR_RETURN(auto runtime, AgentRuntime::Start(options, deps));
+//   VAULT_RETURN_IF_ERROR(runtime->ResumeAgents());
+//   VAULT_ASSIGN_OR_RETURN(vault::v1::SpawnResponse r, runtime->Spawn(request));
+//   runtime->Stop();
+//
+// Thread-safety: thread-safe.
+#ifndef VAULT_AGENT_RUNTIME_H_
+#define VAULT_AGENT_RUNTIME_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "agent/agent_store.h"
+#include "agent/policy.h"
+#include "audit/log.h"
+#include "capability/principal.h"
+#include "cas/store.h"
+#include "sandbox/sandbox.h"
+#include "storage/database.h"
+#include "vault/v1/agent.pb.h"
+#include "vault/v1/config.pb.h"
+
+namespace vault::agent {
+
+// The domain of an operator's signed control request (ControlPayload).
+inline constexpr absl::string_view kControlDomain("vault.agent.control.v1\0", 23);
+// The domain of a code signature (AgentSpec.code_signer).
+inline constexpr absl::string_view kCodeDomain("vault.agent.code.v1\0", 20);
+
+struct RuntimeOptions {
+  vault::v1::AgentsConfig config;  // finalized (node/config.h)
+  std::string vault_name;
+  std::string data_dir;
+  std::vector<vault::v1::Member> members;
+  // Where agents' code is laid out for their sandboxes. Empty: chosen (see docs/agents.md).
+  std::string code_root;
+};
+
+struct RuntimeDeps {
+  const storage::Database* db = nullptr;
+  cas::Store* cas = nullptr;
+  audit::AuditLog* log = nullptr;
+  const capability::PrivateKey* vault_key = nullptr;
+  // Null, or with agents_enabled false: agents are refused (FAILED_PRECONDITION, with the
+  // reason) and records are kept for when they are enabled again.
+  sandbox::Sandbox* sandbox = nullptr;
+  bool agents_enabled = false;
+  std::string disabled_reason;
+};
+
+class AgentRuntime {
+ public:
+  static std::vector<storage::ColumnFamilySpec> ColumnFamilies();
+  static absl::StatusOr<std::unique_ptr<AgentRuntime>> Start(RuntimeOptions options,
+                                                             RuntimeDeps deps);
+  AgentRuntime(const AgentRuntime&) = delete;
+  AgentRuntime& operator=(const AgentRuntime&) = delete;
+  ~AgentRuntime();
+
+  // Starts again every agent whose record says it was running or paused, from its last
+  // checkpoint (paused ones are paused again).
+  absl::Status ResumeAgents();
+  // Asks every agent to checkpoint, waits for them (bounded), ends them; records stay as they
+  // are for ResumeAgents. Idempotent.
+  void Stop();
+
+  absl::StatusOr<vault::v1::SpawnResponse> Spawn(const vault::v1::SpawnRequest& request);
+  vault::v1::ListAgentsResponse List(const vault::v1::ListAgentsRequest& request);
+  absl::StatusOr<vault::v1::AgentStatus> Get(const std::string& id);
+  absl::StatusOr<vault::v1::ControlResponse> Control(const vault::v1::ControlRequest& request);
+  // A message from the operator ("operator" is the sender).
+  absl::StatusOr<uint64_t> SendFromOperator(const std::string& id, const std::string& type,
+                                            const std::string& data);
+  // Sends a "vault.query" message and waits for the agent's reply (send with reply_to).
+  absl::StatusOr<vault::v1::QueryResponse> Query(const vault::v1::QueryRequest& request);
+
+  TrustPolicy* policy() const;
+  AgentStore* store() const;
+
+  class Impl;
+
+ private:
+  explicit AgentRuntime(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace vault::agent
+
+#endif  // VAULT_AGENT_RUNTIME_H_

@@ -1,0 +1,522 @@
+#include "sdk/cpp/vault_agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace vault::sdk {
+namespace {
+
+using vault::v1::GuestFrame;
+using vault::v1::HostFrame;
+using vault::v1::HostRequest;
+using vault::v1::HostResponse;
+
+// Descriptors one recvmsg can take; more is a protocol error (MSG_CTRUNC: the kernel drops
+// those that do not fit).
+constexpr size_t kMaxPassedFds = 8;
+
+absl::Status ProtocolError(absl::string_view what) {
+  return absl::InternalError(absl::StrCat("vault-agent: protocol error: ", what));
+}
+
+void WaitReady(int fd, short events) {
+  pollfd pfd{fd, events, 0};
+  while (poll(&pfd, 1, -1) < 0 && errno == EINTR) {
+  }
+}
+
+// A frame: the 4-byte big-endian length, then the serialized message.
+absl::StatusOr<std::string> EncodeFrame(const google::protobuf::MessageLite& message,
+                                        size_t max_frame_bytes) {
+  std::string body;
+  if (!message.SerializeToString(&body)) {
+    return absl::InternalError("vault-agent: cannot serialize the frame");
+  }
+  if (body.size() > max_frame_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("vault-agent: a request of ", body.size(),
+                                                   " bytes exceeds the vault's frame limit of ",
+                                                   max_frame_bytes, " bytes"));
+  }
+  uint32_t n = static_cast<uint32_t>(body.size());
+  std::string frame = {static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                       static_cast<char>(n >> 8), static_cast<char>(n)};
+  frame += body;
+  return frame;
+}
+
+absl::Status WriteAll(int fd, absl::string_view bytes) {
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    ssize_t w = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {  // a non-blocking channel: wait
+        WaitReady(fd, POLLOUT);
+        continue;
+      }
+      if (errno == EPIPE || errno == ECONNRESET) {
+        return absl::UnavailableError("vault-agent: the vault closed the channel");
+      }
+      return absl::ErrnoToStatus(errno, "vault-agent: send");
+    }
+    sent += static_cast<size_t>(w);
+  }
+  return absl::OkStatus();
+}
+
+// Reads exactly `n` bytes into `out`, counting them in *got; descriptors that come with them
+// are appended to *fds (owned, close-on-exec). The end of the stream is UNAVAILABLE; the caller
+// tells a clean end (nothing of the frame read) from a truncated frame by *got.
+absl::Status ReadExactly(int fd, char* out, size_t n, size_t* got, std::vector<UniqueFd>* fds) {
+  while (*got < n) {
+    iovec iov{out + *got, n - *got};
+    alignas(cmsghdr) char control[CMSG_SPACE(kMaxPassedFds * sizeof(int))];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    ssize_t r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        WaitReady(fd, POLLIN);
+        continue;
+      }
+      if (errno == ECONNRESET) return absl::UnavailableError("vault-agent: channel reset");
+      return absl::ErrnoToStatus(errno, "vault-agent: recvmsg");
+    }
+    bool other_control = false;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; ++i) {
+          int passed;
+          std::memcpy(&passed, CMSG_DATA(c) + i * sizeof(int), sizeof passed);
+          fds->emplace_back(passed);
+        }
+      } else {
+        other_control = true;
+      }
+    }
+    if ((msg.msg_flags & MSG_CTRUNC) != 0) {
+      return ProtocolError("more descriptors attached to a frame than the one expected");
+    }
+    if (other_control) return ProtocolError("unexpected control message attached to a frame");
+    if (r == 0) return absl::UnavailableError("vault-agent: the vault closed the channel");
+    *got += static_cast<size_t>(r);
+  }
+  return absl::OkStatus();
+}
+
+// Reads one frame; refuses a length over `max_frame_bytes` before reading the body.
+absl::StatusOr<std::string> ReadFrame(int fd, size_t max_frame_bytes, std::vector<UniqueFd>* fds) {
+  unsigned char header[4];
+  size_t got = 0;
+  absl::Status status = ReadExactly(fd, reinterpret_cast<char*>(header), sizeof header, &got, fds);
+  if (!status.ok()) {
+    if (absl::IsUnavailable(status) && got > 0) {
+      return absl::DataLossError("vault-agent: the channel closed in the middle of a frame");
+    }
+    return status;
+  }
+  uint64_t length = (uint64_t{header[0]} << 24) | (uint64_t{header[1]} << 16) |
+                    (uint64_t{header[2]} << 8) | uint64_t{header[3]};
+  if (length > max_frame_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("vault-agent: an incoming frame of ", length,
+                                                     " bytes exceeds the limit of ",
+                                                     max_frame_bytes, " bytes"));
+  }
+  std::string body(length, '\0');
+  got = 0;
+  status = ReadExactly(fd, body.data(), body.size(), &got, fds);
+  if (!status.ok()) {
+    if (absl::IsUnavailable(status)) {
+      return absl::DataLossError("vault-agent: the channel closed in the middle of a frame");
+    }
+    return status;
+  }
+  return body;
+}
+
+// The vault's answer to a call that failed: its code (a google.rpc.Code) and message.
+absl::Status ResponseStatus(const HostResponse& response) {
+  int code = response.code();
+  if (code >= static_cast<int>(absl::StatusCode::kCancelled) &&
+      code <= static_cast<int>(absl::StatusCode::kUnauthenticated)) {
+    return absl::Status(static_cast<absl::StatusCode>(code), response.message());
+  }
+  return absl::UnknownError(absl::StrCat("code ", code, ": ", response.message()));
+}
+
+uint32_t ToMillis(absl::Duration d) {
+  if (d <= absl::ZeroDuration()) return 0;
+  int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(d, absl::Milliseconds(1)));
+  if (ms > int64_t{std::numeric_limits<uint32_t>::max()}) {
+    return std::numeric_limits<uint32_t>::max();
+  }
+  return static_cast<uint32_t>(ms);
+}
+
+bool IsLowerHex(absl::string_view s) {
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string DigestToText(const vault::v1::Digest& digest) {
+  return absl::StrCat("sha256:", absl::BytesToHexString(digest.sha256()), "/", digest.size());
+}
+
+absl::StatusOr<vault::v1::Digest> ParseDigest(absl::string_view text) {
+  auto invalid = [&] {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "not a digest (expected \"sha256:<64 lowercase hex>/<size>\"): \"", text, "\""));
+  };
+  absl::string_view rest = text;
+  if (!absl::ConsumePrefix(&rest, "sha256:")) return invalid();
+  size_t slash = rest.find('/');
+  if (slash != 64) return invalid();
+  absl::string_view hex = rest.substr(0, 64);
+  absl::string_view size = rest.substr(65);
+  if (!IsLowerHex(hex) || size.empty() || (size.size() > 1 && size[0] == '0')) return invalid();
+  for (char c : size) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return invalid();
+  }
+  uint64_t n;
+  if (!absl::SimpleAtoi(size, &n)) return invalid();  // overflow
+  vault::v1::Digest digest;
+  digest.set_sha256(absl::HexStringToBytes(hex));
+  digest.set_size(n);
+  return digest;
+}
+
+void UniqueFd::Reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+absl::StatusOr<std::unique_ptr<Agent>> Agent::Connect(int fd) {
+  if (fd < 0) {
+    fd = kDefaultChannelFd;
+    if (const char* env = std::getenv(kChannelFdEnv); env != nullptr && *env != '\0') {
+      if (!absl::SimpleAtoi(env, &fd) || fd < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("vault-agent: ", kChannelFdEnv, " is not a descriptor number: ", env));
+      }
+    }
+  }
+  int flags = fcntl(fd, F_GETFD);
+  if (flags < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("vault-agent: no channel on descriptor ", fd,
+                     ": is this program running as a vault agent?"));
+  }
+  UniqueFd channel(fd);
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("vault-agent: descriptor ", fd,
+                     " is not a socket: is this program running as a vault agent?"));
+  }
+  // Programs the agent runs must not inherit its authority.
+  if (fcntl(fd, F_SETFD, flags | FD_CLOEXEC) != 0) {
+    return absl::ErrnoToStatus(errno, "vault-agent: fcntl(F_SETFD)");
+  }
+
+  GuestFrame hello;
+  hello.mutable_hello()->set_version(kProtocolVersion);
+  hello.mutable_hello()->set_sdk(kSdkName);
+  absl::StatusOr<std::string> frame = EncodeFrame(hello, kDefaultMaxFrameBytes);
+  if (!frame.ok()) return frame.status();
+  if (absl::Status s = WriteAll(fd, *frame); !s.ok()) return s;
+
+  std::vector<UniqueFd> fds;
+  absl::StatusOr<std::string> body = ReadFrame(fd, kDefaultMaxFrameBytes, &fds);
+  if (!body.ok()) return body.status();
+  if (!fds.empty()) return ProtocolError("a descriptor attached to the handshake (closed)");
+  HostFrame answer;
+  if (!answer.ParseFromString(*body)) return ProtocolError("the handshake answer does not parse");
+  switch (answer.frame_case()) {
+    case HostFrame::kRefused:
+      return absl::FailedPreconditionError(
+          absl::StrCat("vault-agent: the vault refused the handshake: ", answer.refused()));
+    case HostFrame::kWelcome:
+      break;
+    default:
+      return ProtocolError("the vault answered the hello with neither a welcome nor a refusal");
+  }
+  const vault::v1::Welcome& welcome = answer.welcome();
+  if (welcome.version() != kProtocolVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("vault-agent: the vault speaks protocol version ", welcome.version(),
+                     "; this SDK (", kSdkName, ") speaks ", kProtocolVersion));
+  }
+  return std::unique_ptr<Agent>(new Agent(std::move(channel), welcome));
+}
+
+Agent::Agent(UniqueFd fd, const vault::v1::Welcome& welcome)
+    : agent_id_(welcome.agent_id()),
+      vault_(welcome.vault()),
+      incarnation_(welcome.incarnation()),
+      max_frame_bytes_(welcome.max_frame_bytes() != 0 ? welcome.max_frame_bytes()
+                                                      : kDefaultMaxFrameBytes),
+      fd_(std::move(fd)) {}
+
+Agent::~Agent() = default;
+
+absl::Status Agent::Break(absl::Status why) {
+  fd_.Reset();
+  broken_ = why;
+  return why;
+}
+
+absl::StatusOr<HostResponse> Agent::Call(HostRequest& request, HostResponse::ResultCase expected,
+                                         UniqueFd* passed_fd) {
+  absl::MutexLock lock(&mu_);
+  return CallLocked(request, expected, passed_fd);
+}
+
+absl::StatusOr<HostResponse> Agent::CallLocked(HostRequest& request,
+                                               HostResponse::ResultCase expected,
+                                               UniqueFd* passed_fd) {
+  if (!broken_.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "vault-agent: the channel was closed after an earlier error: ", broken_.ToString()));
+  }
+  const uint64_t call_id = next_call_id_;
+  request.set_call_id(call_id);
+  GuestFrame guest;
+  guest.mutable_request()->Swap(&request);  // no copy of a large payload
+  absl::StatusOr<std::string> frame = EncodeFrame(guest, max_frame_bytes_);
+  if (!frame.ok()) return frame.status();  // not sent: the channel is still in step
+  ++next_call_id_;
+  if (absl::Status s = WriteAll(fd_.get(), *frame); !s.ok()) return Break(s);
+
+  std::vector<UniqueFd> fds;
+  absl::StatusOr<std::string> body = ReadFrame(fd_.get(), max_frame_bytes_, &fds);
+  if (!body.ok()) return Break(body.status());
+  HostFrame host;
+  if (!host.ParseFromString(*body)) return Break(ProtocolError("a frame that does not parse"));
+  if (host.frame_case() != HostFrame::kResponse) {
+    if (host.frame_case() == HostFrame::kRefused) {
+      return Break(absl::FailedPreconditionError(
+          absl::StrCat("vault-agent: the vault refused the agent: ", host.refused())));
+    }
+    return Break(ProtocolError("a frame that is not a response"));
+  }
+  HostResponse& response = *host.mutable_response();
+  if (response.call_id() != call_id) {
+    return Break(ProtocolError(
+        absl::StrCat("the response to call ", call_id, " carries call id ", response.call_id())));
+  }
+  // Descriptors: exactly one with an OK net_connect response, none with anything else. The
+  // vector closes any that are not handed out.
+  if (!fds.empty() && (passed_fd == nullptr || fds.size() > 1)) {
+    return Break(ProtocolError(absl::StrCat(fds.size(), " descriptor(s) attached to the response",
+                                            " to call ", call_id, " (closed)")));
+  }
+  if (response.code() != 0) return ResponseStatus(response);
+  if (response.result_case() != expected &&
+      response.result_case() != HostResponse::RESULT_NOT_SET) {
+    return Break(ProtocolError(absl::StrCat("the response to call ", call_id,
+                                            " carries a result of another call (field ",
+                                            static_cast<int>(response.result_case()), ")")));
+  }
+  if (passed_fd != nullptr) {
+    if (fds.empty()) {
+      return Break(ProtocolError("a net_connect response without its socket"));
+    }
+    *passed_fd = std::move(fds[0]);
+  }
+  return std::move(response);
+}
+
+absl::Status Agent::Log(LogLevel level, absl::string_view message) {
+  HostRequest request;
+  request.mutable_log()->set_level(level);
+  request.mutable_log()->set_message(std::string(message));
+  return Call(request, HostResponse::RESULT_NOT_SET).status();
+}
+
+absl::StatusOr<bool> Agent::Heartbeat() {
+  HostRequest request;
+  request.mutable_heartbeat();
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kHeartbeat);
+  if (!response.ok()) return response.status();
+  return response->heartbeat().checkpoint_requested();
+}
+
+absl::StatusOr<std::optional<std::string>> Agent::GetState() {
+  HostRequest request;
+  request.mutable_get_state();
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kGetState);
+  if (!response.ok()) return response.status();
+  if (!response->get_state().present()) return std::optional<std::string>();
+  return std::optional<std::string>(std::move(*response->mutable_get_state()->mutable_state()));
+}
+
+absl::StatusOr<vault::v1::Digest> Agent::Checkpoint(absl::string_view state) {
+  HostRequest request;
+  request.mutable_checkpoint()->set_state(std::string(state));
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kCheckpoint);
+  if (!response.ok()) return response.status();
+  return response->checkpoint().digest();
+}
+
+absl::StatusOr<std::string> Agent::CasGet(const vault::v1::Digest& digest, uint64_t offset,
+                                          uint64_t limit) {
+  HostRequest request;
+  vault::v1::CasGetRequest* get = request.mutable_cas_get();
+  *get->mutable_digest() = digest;
+  get->set_offset(offset);
+  get->set_limit(limit);
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kCasGet);
+  if (!response.ok()) return response.status();
+  return std::move(*response->mutable_cas_get()->mutable_data());
+}
+
+absl::StatusOr<vault::v1::Digest> Agent::CasPut(absl::string_view data) {
+  HostRequest request;
+  request.mutable_cas_put()->set_data(std::string(data));
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kCasPut);
+  if (!response.ok()) return response.status();
+  return response->cas_put().digest();
+}
+
+absl::StatusOr<std::string> Agent::ReadFile(absl::string_view path, uint64_t offset,
+                                            uint64_t limit) {
+  HostRequest request;
+  vault::v1::ReadFileRequest* read = request.mutable_read_file();
+  read->set_path(std::string(path));
+  read->set_offset(offset);
+  read->set_limit(limit);
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kReadFile);
+  if (!response.ok()) return response.status();
+  return std::move(*response->mutable_read_file()->mutable_data());
+}
+
+absl::StatusOr<uint64_t> Agent::WriteFile(absl::string_view path, absl::string_view data,
+                                          bool append) {
+  HostRequest request;
+  vault::v1::WriteFileRequest* write = request.mutable_write_file();
+  write->set_path(std::string(path));
+  write->set_data(std::string(data));
+  write->set_append(append);
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kWriteFile);
+  if (!response.ok()) return response.status();
+  return response->write_file().size();
+}
+
+absl::StatusOr<std::vector<vault::v1::ListResult::Entry>> Agent::List(absl::string_view path) {
+  HostRequest request;
+  request.mutable_list()->set_path(std::string(path));
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kList);
+  if (!response.ok()) return response.status();
+  auto* entries = response->mutable_list()->mutable_entries();
+  return std::vector<vault::v1::ListResult::Entry>(std::make_move_iterator(entries->begin()),
+                                                   std::make_move_iterator(entries->end()));
+}
+
+absl::StatusOr<UniqueFd> Agent::NetConnect(absl::string_view host, uint16_t port,
+                                           absl::Duration timeout) {
+  HostRequest request;
+  vault::v1::NetConnectRequest* connect = request.mutable_net_connect();
+  connect->set_host(std::string(host));
+  connect->set_port(port);
+  connect->set_timeout_ms(ToMillis(timeout));
+  UniqueFd socket;
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kNetConnect, &socket);
+  if (!response.ok()) return response.status();
+  return socket;
+}
+
+absl::StatusOr<uint64_t> Agent::Send(absl::string_view to, absl::string_view type,
+                                     absl::string_view data, uint64_t reply_to) {
+  HostRequest request;
+  vault::v1::SendRequest* send = request.mutable_send();
+  send->set_to(std::string(to));
+  send->set_type(std::string(type));
+  send->set_data(std::string(data));
+  send->set_reply_to(reply_to);
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kSend);
+  if (!response.ok()) return response.status();
+  return response->send().message_id();
+}
+
+absl::StatusOr<std::optional<vault::v1::Message>> Agent::Receive(absl::Duration timeout) {
+  HostRequest request;
+  request.mutable_receive()->set_timeout_ms(ToMillis(timeout));
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kReceive);
+  if (!response.ok()) return response.status();
+  vault::v1::ReceiveResult* result = response->mutable_receive();
+  if (result->timed_out() || !result->has_message()) {
+    return std::optional<vault::v1::Message>();
+  }
+  return std::optional<vault::v1::Message>(std::move(*result->mutable_message()));
+}
+
+absl::Status Agent::Share(const vault::v1::Digest& digest, absl::Span<const std::string> agents) {
+  HostRequest request;
+  vault::v1::ShareRequest* share = request.mutable_share();
+  *share->mutable_digest() = digest;
+  for (const std::string& agent : agents) share->add_agents(agent);
+  return Call(request, HostResponse::kShare).status();
+}
+
+absl::StatusOr<vault::v1::SelfInspectResult> Agent::SelfInspect() {
+  HostRequest request;
+  request.mutable_self_inspect();
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kSelfInspect);
+  if (!response.ok()) return response.status();
+  return std::move(*response->mutable_self_inspect());
+}
+
+absl::StatusOr<vault::v1::SpawnChildResult> Agent::SpawnChild(
+    const vault::v1::AgentSpec& spec, const std::optional<std::string>& initial_state) {
+  HostRequest request;
+  vault::v1::SpawnChildRequest* spawn = request.mutable_spawn_child();
+  *spawn->mutable_spec() = spec;
+  if (initial_state.has_value()) {
+    spawn->set_state(*initial_state);
+    spawn->set_has_state(true);
+  }
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kSpawnChild);
+  if (!response.ok()) return response.status();
+  return std::move(*response->mutable_spawn_child());
+}
+
+absl::Status Agent::Exit(int code, absl::string_view message,
+                         const std::optional<vault::v1::Digest>& result) {
+  HostRequest request;
+  vault::v1::ExitRequest* exit = request.mutable_exit();
+  exit->set_code(code);
+  exit->set_message(std::string(message));
+  if (result.has_value()) *exit->mutable_result() = *result;
+  absl::MutexLock lock(&mu_);  // held to the end: no other call starts after the exit
+  absl::StatusOr<HostResponse> response =
+      CallLocked(request, HostResponse::RESULT_NOT_SET, nullptr);
+  if (!response.ok()) return response.status();
+  std::fflush(nullptr);
+  _exit(code);
+}
+
+}  // namespace vault::sdk

@@ -1,0 +1,196 @@
+// vault_agent: the C++ SDK for agent authors. An agent is a program its vault runs in a sandbox;
+// it reaches the vault only through the host calls of proto/vault/v1/hostcall.proto, over one
+// inherited Unix stream socket (fd 3, named by the environment variable VAULT_CHANNEL_FD). This
+// library speaks that protocol: length-prefixed GuestFrame / HostFrame messages, a Hello /
+// Welcome handshake, then one request and its response at a time. It needs only Protocol
+// Buffers, Abseil and the C library; see docs/sdk-cpp.md.
+//
+//   absl::StatusOr<std::unique_ptr<vault::sdk::Agent>> agent = vault::sdk::Agent::Connect();
+//   if (!agent.ok()) return 1;
+//   absl::StatusOr<std::optional<std::string>> state = (*agent)->GetState();
+//   absl::StatusOr<vault::v1::Digest> put = (*agent)->CasPut("hello");
+//   if (absl::IsPermissionDenied(put.status())) { /* the vault denied it: no cas-write grant */ }
+//   absl::Status ended = (*agent)->Exit(0, "done", *put);  // returns only if the exit failed
+//
+// Errors. A call the vault answers with a non-zero code returns that code as an absl::Status,
+// with the vault's message: PERMISSION_DENIED is a denial (the agent lacks the grant; the vault
+// counts and audits it), NOT_FOUND, INVALID_ARGUMENT, RESOURCE_EXHAUSTED (a quota) and so on
+// keep their canonical meaning; a code outside google.rpc.Code is UNKNOWN. The channel itself
+// fails with: UNAVAILABLE (the vault closed it), DATA_LOSS (it closed in the middle of a frame),
+// RESOURCE_EXHAUSTED (an incoming frame over Welcome.max_frame_bytes, refused before its body is
+// read), INTERNAL (the vault broke the protocol: a frame that does not parse, a response to
+// another call or of another kind, or a descriptor attached to anything but a net_connect
+// response; such descriptors are closed unused), or an errno status. Any of these closes the
+// channel for good: every later call returns FAILED_PRECONDITION. A request larger than
+// max_frame_bytes is INVALID_ARGUMENT and is not sent (the vault would end the agent for it).
+//
+// Thread safety: an Agent may be shared by threads, but it makes one host call at a time: every
+// method holds the Agent's mutex from sending its request until its response has been read. A
+// thread waiting in Receive(timeout) therefore holds up the others (a Heartbeat included) for up
+// to `timeout`: keep it shorter than the spec's heartbeat_timeout_ms. DigestToText, ParseDigest
+// and UniqueFd are plain functions and values.
+#ifndef VAULT_SDK_CPP_VAULT_AGENT_H_
+#define VAULT_SDK_CPP_VAULT_AGENT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "vault/v1/hostcall.pb.h"
+
+namespace vault::sdk {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr char kSdkName[] = "vault-agent-cpp/0.1";
+inline constexpr int kDefaultChannelFd = 3;
+inline constexpr char kChannelFdEnv[] = "VAULT_CHANNEL_FD";
+// The frame limit until the Welcome names one (and when it names 0).
+inline constexpr size_t kDefaultMaxFrameBytes = 1 << 20;
+
+// A digest as text: "sha256:<64 lowercase hex>/<decimal size>".
+std::string DigestToText(const vault::v1::Digest& digest);
+// The inverse of DigestToText, strict: the prefix, exactly 64 lowercase hex digits, '/', a
+// decimal size without sign or leading zeros. Anything else is INVALID_ARGUMENT.
+absl::StatusOr<vault::v1::Digest> ParseDigest(absl::string_view text);
+
+// Owns one file descriptor (a connected socket from NetConnect) and closes it when destroyed.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) Reset(std::exchange(other.fd_, -1));
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { Reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  // Gives the descriptor up without closing it.
+  int release() { return std::exchange(fd_, -1); }
+  // Closes the descriptor held (if any) and holds `fd` instead.
+  void Reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+using LogLevel = vault::v1::LogRequest::Level;
+
+class Agent {
+ public:
+  // Takes the channel (`fd`; when negative, the number in $VAULT_CHANNEL_FD, else 3), marks it
+  // close-on-exec, sends Hello{version: 1, sdk: kSdkName} and reads the vault's answer. A
+  // refusal, or a Welcome of another protocol version, is FAILED_PRECONDITION (with the vault's
+  // reason); no open channel on that descriptor is FAILED_PRECONDITION too (the program is not
+  // running as an agent). The Agent owns the descriptor from here on: it is closed when Connect
+  // fails or the Agent is destroyed.
+  static absl::StatusOr<std::unique_ptr<Agent>> Connect(int fd = -1);
+
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+  ~Agent();
+
+  // From the Welcome; constant.
+  const std::string& agent_id() const { return agent_id_; }
+  const std::string& vault() const { return vault_; }
+  uint64_t incarnation() const { return incarnation_; }  // +1 each time the vault restarts it
+  size_t max_frame_bytes() const { return max_frame_bytes_; }
+
+  // One method per host call (hostcall.proto says what each does; docs/sdk-cpp.md too).
+
+  // A line in the agent's log (at most 4096 bytes are kept).
+  absl::Status Log(LogLevel level, absl::string_view message);
+  // Proves the agent alive (a spec with heartbeat_timeout_ms requires it that often). True when
+  // the vault is stopping and wants a Checkpoint now.
+  absl::StatusOr<bool> Heartbeat();
+  // The last checkpoint, else the initial state the agent was spawned with; nullopt when none.
+  absl::StatusOr<std::optional<std::string>> GetState();
+  // Stores `state` durably: what GetState returns after a restart. Returns its CAS digest.
+  absl::StatusOr<vault::v1::Digest> Checkpoint(absl::string_view state);
+  // Bytes [offset, offset + limit) of a CAS object; limit 0: to the end (the answer must fit in
+  // a frame, so read large objects in pieces).
+  absl::StatusOr<std::string> CasGet(const vault::v1::Digest& digest, uint64_t offset = 0,
+                                     uint64_t limit = 0);
+  absl::StatusOr<vault::v1::Digest> CasPut(absl::string_view data);
+  // A file of the vault's tree ("/vault/pub/prices.csv"), as CasGet.
+  absl::StatusOr<std::string> ReadFile(absl::string_view path, uint64_t offset = 0,
+                                       uint64_t limit = 0);
+  // Replaces the file atomically, or appends to it. Returns the file's size after the write.
+  absl::StatusOr<uint64_t> WriteFile(absl::string_view path, absl::string_view data,
+                                     bool append = false);
+  absl::StatusOr<std::vector<vault::v1::ListResult::Entry>> List(absl::string_view path);
+  // A TCP connection the vault opens on the agent's behalf (the sandbox has no network of its
+  // own) to a host and port its network grant covers; the connected socket comes with the
+  // response (SCM_RIGHTS) and is the caller's. A timeout of zero is the vault's default (5 s).
+  absl::StatusOr<UniqueFd> NetConnect(absl::string_view host, uint16_t port,
+                                      absl::Duration timeout = absl::Seconds(5));
+  // Sends a message to an agent id (or "operator", answering a query). Returns its id.
+  absl::StatusOr<uint64_t> Send(absl::string_view to, absl::string_view type,
+                                absl::string_view data, uint64_t reply_to = 0);
+  // The next message in the agent's mailbox, waiting up to `timeout` (zero: do not wait);
+  // nullopt when none came. Holds the Agent's mutex meanwhile (see Thread safety).
+  absl::StatusOr<std::optional<vault::v1::Message>> Receive(absl::Duration timeout);
+  // Lets these agents cas-get the object.
+  absl::Status Share(const vault::v1::Digest& digest, absl::Span<const std::string> agents);
+  absl::StatusOr<vault::v1::SelfInspectResult> SelfInspect();
+  // Spawns a child with (at most) the authority asked for; the spec names its code by
+  // code_digest. `initial_state` is what the child's GetState first returns.
+  absl::StatusOr<vault::v1::SpawnChildResult> SpawnChild(
+      const vault::v1::AgentSpec& spec,
+      const std::optional<std::string>& initial_state = std::nullopt);
+  // Ends the agent: sends ExitRequest{code, message, result} and waits for the vault's answer.
+  // When the vault has recorded the exit, flushes stdio and calls _exit(code): it does not
+  // return, destructors and atexit handlers do not run. It returns only when the exit was not
+  // recorded (the vault refused it, e.g. NOT_FOUND for a result digest not in the CAS, or the
+  // channel failed); the caller may then fix the request or just return from main.
+  absl::Status Exit(int code, absl::string_view message = "",
+                    const std::optional<vault::v1::Digest>& result = std::nullopt);
+
+ private:
+  Agent(UniqueFd fd, const vault::v1::Welcome& welcome);
+
+  // Sends `request` (its call id set here; the request is consumed) and reads the response. A
+  // non-zero code becomes the returned status; an OK response must carry `expected` (or no result
+  // at all). `passed_fd` is non-null only for net_connect: the descriptor that came with the
+  // response.
+  absl::StatusOr<vault::v1::HostResponse> Call(vault::v1::HostRequest& request,
+                                               vault::v1::HostResponse::ResultCase expected,
+                                               UniqueFd* passed_fd = nullptr);
+  absl::StatusOr<vault::v1::HostResponse> CallLocked(vault::v1::HostRequest& request,
+                                                     vault::v1::HostResponse::ResultCase expected,
+                                                     UniqueFd* passed_fd)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Closes the channel after a protocol or I/O error and returns `why`.
+  absl::Status Break(absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Constant after construction.
+  const std::string agent_id_;
+  const std::string vault_;
+  const uint64_t incarnation_;
+  const size_t max_frame_bytes_;
+
+  // State below is protected by mu_.
+  absl::Mutex mu_;
+  UniqueFd fd_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_call_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);  // why the channel was closed (OK while open)
+};
+
+}  // namespace vault::sdk
+
+#endif  // VAULT_SDK_CPP_VAULT_AGENT_H_

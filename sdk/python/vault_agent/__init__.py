@@ -1,0 +1,434 @@
+"""vault_agent: the Python SDK for agents run by a vault (docs/sdk-python.md, design §6).
+
+An agent talks to its vault over one inherited Unix stream socket (fd 3, or $VAULT_CHANNEL_FD)
+with length-prefixed protobuf frames (proto/vault/v1/hostcall.proto):
+
+    import vault_agent
+    agent = vault_agent.Agent.connect()
+    state = agent.get_state()                       # bytes, or None
+    digest = agent.cas_put(b"hello")                # "sha256:<64 hex>/5"
+    agent.exit(0, result=digest)                    # raises SystemExit(0)
+
+Every method sends one request and waits for its response. A failed call raises HostError
+(`code` is a google.rpc.Code, `message` the vault's text); a denial (code 7) raises Denied.
+Errors of the channel itself (closed, truncated or oversized frame, a frame that does not parse)
+close the channel; every later call raises HostError(14).
+
+Thread-safety: calls are serialized by a lock, so an Agent may be shared between threads, but a
+thread blocked in receive() holds the channel until it returns. close() may be called from any
+thread; a call blocked on the channel then fails with HostError(14).
+"""
+
+import array
+import collections
+import os
+import re
+import socket
+import struct
+import threading
+
+from google.protobuf.message import DecodeError
+
+from vault.v1 import agent_pb2, capability_pb2, cas_pb2, hostcall_pb2 as H
+
+__all__ = ["Agent", "HostError", "Denied", "Message", "parse_digest", "format_digest",
+           "format_grant", "parse_grant"]
+
+PROTOCOL_VERSION = 1
+DEFAULT_MAX_FRAME_BYTES = 1 << 20  # until the Welcome says otherwise
+FRAME_TIMEOUT_S = 30.0             # a frame that has begun must be complete within this
+_MAX_FDS = 4                       # ancillary space per recvmsg
+_ANC_SPACE = socket.CMSG_SPACE(_MAX_FDS * array.array("i").itemsize)
+_CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+_RECEIVE_SLICE_MS = 60_000         # receive(timeout=None) waits in slices of this
+_UINT32_MAX = (1 << 32) - 1
+
+# google.rpc.Code values the SDK raises itself.
+DEADLINE_EXCEEDED = 4
+PERMISSION_DENIED = 7
+RESOURCE_EXHAUSTED = 8
+FAILED_PRECONDITION = 9
+INTERNAL = 13
+UNAVAILABLE = 14
+
+
+class HostError(Exception):
+    """A host call failed. `code` is a google.rpc.Code, `message` says why."""
+
+    def __init__(self, code, message):
+        super().__init__(f"[code {code}] {message}")
+        self.code = code
+        self.message = message
+
+
+class Denied(HostError):
+    """The vault refused the call: the agent's grants do not cover it (code 7)."""
+
+    def __init__(self, message):
+        super().__init__(PERMISSION_DENIED, message)
+
+
+# A message from receive(). `sender` is the proto's `from`: an agent id, or "operator".
+Message = collections.namedtuple("Message", "id sender type data sent_unix_ms reply_to")
+
+_DIGEST_RE = re.compile(r"sha256:([0-9a-f]{64})/(0|[1-9][0-9]{0,19})")
+
+
+def parse_digest(text):
+    """"sha256:<64 lowercase hex>/<decimal size>" -> cas_pb2.Digest; ValueError otherwise."""
+    m = _DIGEST_RE.fullmatch(text) if isinstance(text, str) else None
+    if m is None or int(m[2]) > (1 << 64) - 1:
+        raise ValueError(f"bad digest {text!r}: expected sha256:<64 lowercase hex>/<size>")
+    return cas_pb2.Digest(sha256=bytes.fromhex(m[1]), size=int(m[2]))
+
+
+def format_digest(digest):
+    """cas_pb2.Digest -> "sha256:<hex>/<size>"; ValueError when the hash is not 32 bytes."""
+    if len(digest.sha256) != 32:
+        raise ValueError(f"bad digest: a {len(digest.sha256)}-byte hash")
+    return f"sha256:{digest.sha256.hex()}/{digest.size}"
+
+
+_G = capability_pb2.Grant
+_KIND_NAMES = {_G.READ: "read", _G.WRITE: "write", _G.CAS_READ: "cas-read",
+               _G.CAS_WRITE: "cas-write", _G.NETWORK: "network", _G.SEND: "send",
+               _G.RECEIVE: "receive", _G.MIGRATE: "migrate", _G.SPAWN: "spawn"}
+
+
+def format_grant(grant):
+    """A Grant as vaultctl shows it: "read /vault/pub", "network *.example.com:443"."""
+    parts = [_KIND_NAMES.get(grant.kind, f"kind({grant.kind})")]
+    if grant.path:
+        parts.append(grant.path)
+    if grant.hash:
+        parts.append("sha256:" + grant.hash.hex())
+    if grant.host:
+        parts.append(f"{grant.host}:{grant.port or '*'}")
+    if grant.agent:
+        parts.append(grant.agent)
+    parts.extend(grant.vaults)
+    return " ".join(parts)
+
+
+def parse_grant(text):
+    """vaultctl's grant shorthand -> Grant: "read:/vault/pub", "write:/p", "read-hash:sha256:<hex>",
+    "cas-read", "cas-write", "spawn", "network:host:443" (port "*" or omitted: any),
+    "send:agent-7", "receive:*", "migrate:vault-b,vault-c". The vault validates the scope."""
+    kind, sep, arg = text.partition(":")
+    if kind in ("read", "write") and arg:
+        return _G(kind=_G.READ if kind == "read" else _G.WRITE, path=arg)
+    if kind == "read-hash" and re.fullmatch(r"sha256:[0-9a-f]{64}", arg):
+        return _G(kind=_G.READ, hash=bytes.fromhex(arg[7:]))
+    if kind in ("cas-read", "cas-write", "spawn") and not sep:
+        return _G(kind={"cas-read": _G.CAS_READ, "cas-write": _G.CAS_WRITE, "spawn": _G.SPAWN}[kind])
+    if kind == "network" and arg:
+        host, colon, port = arg.rpartition(":")
+        if not colon:
+            return _G(kind=_G.NETWORK, host=arg)
+        if port == "*" or (port.isdigit() and port.isascii() and int(port) <= 65535):
+            return _G(kind=_G.NETWORK, host=host, port=0 if port == "*" else int(port))
+    if kind in ("send", "receive") and arg:
+        return _G(kind=_G.SEND if kind == "send" else _G.RECEIVE, agent=arg)
+    if kind == "migrate" and arg and "" not in arg.split(","):
+        return _G(kind=_G.MIGRATE, vaults=sorted(set(arg.split(","))))
+    raise ValueError(f"bad grant {text!r}")
+
+
+def _spec_from_dict(d):
+    """{"purpose", "instructions", "code": digest text, "grants": [shorthand or Grant],
+    "constraints": {field: int}, "sandbox", "heartbeat_timeout_ms", "code_signer"} -> AgentSpec."""
+    d = dict(d)
+    spec = agent_pb2.AgentSpec(
+        purpose=d.pop("purpose", ""), instructions=d.pop("instructions", ""),
+        sandbox=d.pop("sandbox", ""), heartbeat_timeout_ms=d.pop("heartbeat_timeout_ms", 0),
+        code_signer=d.pop("code_signer", ""))
+    if "code" in d:
+        spec.code_digest.CopyFrom(parse_digest(d.pop("code")))
+    for g in d.pop("grants", []):
+        spec.grants.append(g if isinstance(g, _G) else parse_grant(g))
+    if "constraints" in d:
+        spec.constraints.CopyFrom(capability_pb2.Constraints(**d.pop("constraints")))
+    if d:
+        raise ValueError(f"unknown agent spec keys: {sorted(d)}")
+    return spec
+
+
+def _close_fds(fds):
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()
+
+
+class Agent:
+    """The agent's end of its vault channel. Create it with Agent.connect()."""
+
+    def __init__(self, sock):
+        self._sock = sock
+        self._lock = threading.Lock()
+        self._last_call_id = 0
+        self.max_frame_bytes = DEFAULT_MAX_FRAME_BYTES
+        self.agent_id, self.vault, self.incarnation = "", "", 0
+
+    @classmethod
+    def connect(cls, fd=None, sdk_name="vault-agent-python/0.1"):
+        """Takes over the channel (an fd, default $VAULT_CHANNEL_FD or 3, or a socket object),
+        says Hello and reads the Welcome. HostError(9) when the vault refuses or speaks another
+        protocol version; HostError(14) when there is no channel."""
+        if fd is None:
+            fd = int(os.environ.get("VAULT_CHANNEL_FD", "3"))
+        try:
+            sock = fd if isinstance(fd, socket.socket) else socket.socket(fileno=fd)
+            sock.set_inheritable(False)  # the channel is not for the agent's own children
+        except OSError as e:
+            raise HostError(UNAVAILABLE, f"no vault channel on fd {fd}: {e}") from None
+        agent = cls(sock)
+        agent._send_frame(H.GuestFrame(hello=H.Hello(version=PROTOCOL_VERSION, sdk=sdk_name)))
+        frame, fds = agent._read_frame()
+        kind = frame.WhichOneof("frame")
+        if fds or kind not in ("welcome", "refused"):
+            _close_fds(fds)
+            agent._fail(INTERNAL, f"expected a Welcome, got {kind or 'an empty frame'}")
+        if kind == "refused":
+            agent._fail(FAILED_PRECONDITION, f"the vault refused the handshake: {frame.refused}")
+        w = frame.welcome
+        if w.version != PROTOCOL_VERSION:
+            agent._fail(FAILED_PRECONDITION,
+                        f"the vault speaks protocol {w.version}, this SDK {PROTOCOL_VERSION}")
+        agent.agent_id, agent.vault, agent.incarnation = w.agent_id, w.vault, w.incarnation
+        agent.max_frame_bytes = w.max_frame_bytes or DEFAULT_MAX_FRAME_BYTES
+        return agent
+
+    # --- host calls ---------------------------------------------------------------------------
+
+    _LEVELS = {"info": H.LogRequest.INFO, "debug": H.LogRequest.DEBUG,
+               "warn": H.LogRequest.WARN, "warning": H.LogRequest.WARN,
+               "error": H.LogRequest.ERROR}
+
+    def log(self, message, level="info"):
+        if level not in self._LEVELS:
+            raise ValueError(f"bad log level {level!r}: expected info, debug, warn or error")
+        self._call("log", H.LogRequest(level=self._LEVELS[level], message=message))
+
+    def heartbeat(self):
+        """Returns True when the vault asks for a checkpoint now (it is stopping)."""
+        return self._call("heartbeat", H.HeartbeatRequest()).checkpoint_requested
+
+    def get_state(self):
+        r = self._call("get_state", H.GetStateRequest())
+        return r.state if r.present else None
+
+    def checkpoint(self, state):
+        return format_digest(self._call("checkpoint", H.CheckpointRequest(state=state)).digest)
+
+    def cas_get(self, digest, offset=0, limit=0):
+        req = H.CasGetRequest(digest=parse_digest(digest), offset=offset, limit=limit)
+        return self._call("cas_get", req).data
+
+    def cas_put(self, data):
+        return format_digest(self._call("cas_put", H.CasPutRequest(data=data)).digest)
+
+    def read_file(self, path, offset=0, limit=0):
+        req = H.ReadFileRequest(path=path, offset=offset, limit=limit)
+        return self._call("read_file", req).data
+
+    def write_file(self, path, data, append=False):
+        """Returns the file's size afterwards. Without append the file is replaced atomically."""
+        req = H.WriteFileRequest(path=path, data=data, append=append)
+        return self._call("write_file", req).size
+
+    def list(self, path):
+        entries = self._call("list", H.ListRequest(path=path)).entries
+        return [{"name": e.name, "directory": e.directory, "size": e.size} for e in entries]
+
+    def net_connect(self, host, port, timeout_ms=0):
+        """The vault connects (if a network grant covers host:port) and hands the connected
+        socket over with its response: returned as a socket.socket."""
+        req = H.NetConnectRequest(host=host, port=port, timeout_ms=timeout_ms)
+        _, fds = self._call("net_connect", req, want_fds=True)
+        if len(fds) != 1:
+            _close_fds(fds)
+            raise HostError(INTERNAL, "net_connect answered without exactly one socket")
+        return socket.socket(fileno=fds[0])
+
+    def send(self, to, type, data=b"", reply_to=0):
+        """Returns the message id."""
+        req = H.SendRequest(to=to, type=type, data=data, reply_to=reply_to)
+        return self._call("send", req).message_id
+
+    def receive(self, timeout=None):
+        """The next message, or None when none came within `timeout` seconds (0: do not wait;
+        None: wait until one comes). The vault may end a wait early (None is then returned)."""
+        if timeout is not None and timeout < 0:
+            raise ValueError("negative timeout")
+        while True:
+            ms = _RECEIVE_SLICE_MS if timeout is None else min(int(timeout * 1000 + 0.999),
+                                                               _UINT32_MAX)
+            r = self._call("receive", H.ReceiveRequest(timeout_ms=ms))
+            if not r.timed_out:
+                m = r.message
+                return Message(m.id, getattr(m, "from"), m.type, m.data, m.sent_unix_ms,
+                               m.reply_to)
+            if timeout is not None:
+                return None
+
+    def share(self, digest, agents):
+        self._call("share", H.ShareRequest(digest=parse_digest(digest), agents=list(agents)))
+
+    def self_inspect(self):
+        """Every SelfInspectResult field by name; grants as strings (format_grant), constraints
+        as a dict of the limits that are set."""
+        r = self._call("self_inspect", H.SelfInspectRequest())
+        out = {}
+        for f in r.DESCRIPTOR.fields:
+            v = getattr(r, f.name)
+            if f.name == "grants":
+                v = [format_grant(g) for g in v]
+            elif f.name == "constraints":
+                v = {c.name: x for c, x in v.ListFields()}
+            out[f.name] = v
+        return out
+
+    def spawn_child(self, spec, state=None):
+        """spec: an AgentSpec (code as code_digest) or a dict (see _spec_from_dict).
+        Returns {"agent_id", "grants": [str], "narrowed"}."""
+        if isinstance(spec, dict):
+            spec = _spec_from_dict(spec)
+        req = H.SpawnChildRequest(spec=spec, state=state or b"", has_state=state is not None)
+        r = self._call("spawn_child", req)
+        return {"agent_id": r.agent_id, "grants": [format_grant(g) for g in r.grants],
+                "narrowed": r.narrowed}
+
+    def exit(self, code=0, message="", result=None):
+        """Ends the agent: the vault records code (0: completed) and result (a digest text), the
+        channel is closed and SystemExit(code) raised. An error response raises HostError
+        instead (the channel stays open); a channel the vault already closed is not an error."""
+        req = H.ExitRequest(code=code, message=message)
+        if result is not None:
+            req.result.CopyFrom(parse_digest(result))
+        try:
+            self._call("exit", req)
+        except HostError:
+            if self._sock is not None:
+                raise
+        self.close()
+        raise SystemExit(code)
+
+    def close(self):
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # --- framing ------------------------------------------------------------------------------
+
+    def _call(self, name, request, want_fds=False):
+        """Sends HostRequest{call_id, <name>: request}; returns the response's <name> result
+        (None for log and exit), and with want_fds (result, fds)."""
+        with self._lock:
+            self._last_call_id += 1
+            call_id = self._last_call_id
+            frame = H.GuestFrame()
+            frame.request.call_id = call_id
+            getattr(frame.request, name).CopyFrom(request)
+            self._send_frame(frame)
+            host, fds = self._read_frame()
+        kind = host.WhichOneof("frame")
+        if kind != "response" or host.response.call_id != call_id:
+            _close_fds(fds)
+            got = f"call id {host.response.call_id}" if kind == "response" else kind or "nothing"
+            self._fail(INTERNAL, f"expected the response to call {call_id}, got {got}")
+        resp = host.response
+        if fds and (not want_fds or resp.code != 0):
+            _close_fds(fds)
+            if resp.code == 0:
+                raise HostError(INTERNAL, f"unexpected descriptor with the {name} response")
+        if resp.code == PERMISSION_DENIED:
+            raise Denied(resp.message)
+        if resp.code != 0:
+            raise HostError(resp.code, resp.message)
+        which = resp.WhichOneof("result")
+        if which is not None and which != name:
+            _close_fds(fds)
+            raise HostError(INTERNAL, f"a {which} result for a {name} call")
+        result = getattr(resp, name) if name in resp.DESCRIPTOR.fields_by_name else None
+        return (result, fds) if want_fds else result
+
+    def _fail(self, code, message):
+        self.close()
+        raise HostError(code, message)
+
+    def _live(self):
+        if self._sock is None:
+            raise HostError(UNAVAILABLE, "the vault channel is closed")
+        return self._sock
+
+    def _send_frame(self, frame):
+        body = frame.SerializeToString()
+        if len(body) > self.max_frame_bytes:  # the vault would end the agent
+            raise HostError(RESOURCE_EXHAUSTED,
+                            f"a {len(body)}-byte request exceeds the {self.max_frame_bytes}-byte "
+                            "frame limit")
+        sock = self._live()
+        try:
+            sock.sendall(struct.pack(">I", len(body)) + body)
+        except OSError as e:
+            self._fail(UNAVAILABLE, f"the vault channel broke: {e}")
+
+    def _read_frame(self):
+        """One HostFrame and the descriptors that came with it. Any failure, or an interruption,
+        closes the channel (the stream could no longer be framed)."""
+        sock, fds = self._live(), []
+        try:
+            (n,) = struct.unpack(">I", self._recv_exact(sock, 4, fds, False))
+            if n > self.max_frame_bytes:
+                raise HostError(RESOURCE_EXHAUSTED,
+                                f"a {n}-byte frame exceeds the {self.max_frame_bytes}-byte limit")
+            body = self._recv_exact(sock, n, fds, True)
+            sock.settimeout(None)
+            frame = H.HostFrame()
+            try:
+                frame.ParseFromString(body)
+            except DecodeError:
+                raise HostError(INTERNAL, "the vault sent a frame that does not parse") from None
+            return frame, fds
+        except BaseException as e:
+            _close_fds(fds)
+            self.close()
+            if isinstance(e, socket.timeout):
+                raise HostError(DEADLINE_EXCEEDED,
+                                f"a frame incomplete after {FRAME_TIMEOUT_S} s") from None
+            if isinstance(e, OSError):
+                raise HostError(UNAVAILABLE, f"the vault channel broke: {e}") from None
+            raise
+
+    @staticmethod
+    def _recv_exact(sock, n, fds, begun):
+        buf = bytearray()
+        while len(buf) < n:
+            data, anc, flags, _ = sock.recvmsg(n - len(buf), _ANC_SPACE, _CLOEXEC)
+            for level, kind, payload in anc:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    a = array.array("i")
+                    a.frombytes(payload[:len(payload) - len(payload) % a.itemsize])
+                    fds.extend(a)
+            if flags & socket.MSG_CTRUNC:
+                raise HostError(INTERNAL, "too many descriptors with a frame")
+            if not data:
+                raise HostError(UNAVAILABLE, "the vault closed the channel"
+                                + (" in the middle of a frame" if buf or begun else ""))
+            if not buf and not begun:
+                sock.settimeout(FRAME_TIMEOUT_S)  # the frame has begun: it must complete
+            buf += data
+        return bytes(buf)
