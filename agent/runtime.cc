@@ -179,7 +179,7 @@ absl::Status AgentRuntime::Impl::Init() {
   if (code_root_.empty()) {
     if (geteuid() == 0) {
       code_root_ =
-          absl::StrCat("/run/vault-sandbox/code/", options_.vault_name, "-",
+          absl::StrCat("/var/lib/vault-sandbox/code/", options_.vault_name, "-",
                        absl::BytesToHexString(cas::Sha256::Hash(options_.data_dir)).substr(0, 8));
     } else {
       code_root_ = options_.data_dir + "/agent-code";
@@ -188,21 +188,43 @@ absl::Status AgentRuntime::Impl::Init() {
   std::error_code ec;
   std::filesystem::remove_all(code_root_, ec);  // code of a previous run
   VAULT_RETURN_IF_ERROR(common::MakeDirs(code_root_, 0711));
+  // The Python SDK, copied beside the code so that its path inside the sandbox is neutral (the
+  // build tree may live under /work, which the sandbox uses for itself).
+  if (common::PathExists(python_sdk_dir_)) {
+    std::string copy = code_root_ + "/python";
+    std::filesystem::copy(
+        python_sdk_dir_, copy,
+        std::filesystem::copy_options::recursive | std::filesystem::copy_options::skip_symlinks,
+        ec);
+    if (ec) {
+      return absl::InternalError(
+          absl::StrCat("copy the Python SDK from ", python_sdk_dir_, ": ", ec.message()));
+    }
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(copy, ec)) {
+      chmod(entry.path().c_str(), entry.is_directory() ? 0755 : 0644);
+    }
+    chmod(copy.c_str(), 0755);
+    python_sdk_dir_ = copy;
+  } else {
+    spdlog::warn("the Python agent SDK is not at {}: Python agents cannot import vault_agent",
+                 python_sdk_dir_);
+  }
   for (std::string dir = code_root_; dir.size() > 1 && dir != "/run"; dir = common::DirName(dir)) {
     if (chmod(dir.c_str(), 0711) != 0) break;  // as far as we own the path
     if (dir == "/run/vault-sandbox") break;
   }
 
   VAULT_ASSIGN_OR_RETURN(std::vector<AgentRecord> records, store_->LoadAll());
-  {
-    absl::MutexLock lock(&mu_);
-    for (AgentRecord& r : records) {
-      if (Ended(r.state())) continue;
-      auto live = std::make_shared<LiveAgent>(r.id(), r.principal());
+  // Lock order: an agent's mu before the runtime's mu_, never the other way.
+  for (AgentRecord& r : records) {
+    if (Ended(r.state())) continue;
+    auto live = std::make_shared<LiveAgent>(r.id(), r.principal());
+    {
       absl::MutexLock agent_lock(&live->mu);
       live->record = std::move(r);
-      agents_[live->id] = live;
     }
+    absl::MutexLock lock(&mu_);
+    agents_[live->id] = live;
   }
 
   epoll_ = common::UniqueFd(epoll_create1(EPOLL_CLOEXEC));
@@ -489,17 +511,19 @@ absl::StatusOr<std::shared_ptr<LiveAgent>> AgentRuntime::Impl::CreateAndLaunch(
   record.set_updated_unix_ms(now_ms);
   auto live = std::make_shared<LiveAgent>(record.id(), record.principal());
   {
-    absl::MutexLock lock(&mu_);
-    if (stopping_) return absl::UnavailableError("the vault is stopping");
-    if (agents_.contains(record.id())) {
-      return absl::AlreadyExistsError(absl::StrCat("agent ", record.id(), " already exists"));
-    }
-    // Ended agents keep their id forever.
-    if (store_->Get(record.id()).ok()) {
-      return absl::AlreadyExistsError(absl::StrCat("agent ", record.id(), " existed here"));
-    }
     absl::MutexLock agent_lock(&live->mu);
     live->record = std::move(record);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::UnavailableError("the vault is stopping");
+    if (agents_.contains(live->id)) {
+      return absl::AlreadyExistsError(absl::StrCat("agent ", live->id, " already exists"));
+    }
+    // Ended agents keep their id forever.
+    if (store_->Get(live->id).ok()) {
+      return absl::AlreadyExistsError(absl::StrCat("agent ", live->id, " existed here"));
+    }
     agents_[live->id] = live;
   }
   absl::Status launched = Launch(live);

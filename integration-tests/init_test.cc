@@ -105,10 +105,12 @@ TEST_F(InitTest, InitIntoAnEmptyDirectoryWorks) {
   RunResult r = Vaultctl({"--output", "json", "init", "--name", "e", "--dir", dir});
   ASSERT_EQ(r.exit_code, kExitOk) << r;
   EXPECT_EQ(JsonField(r.out, "config"), dir + "/vault.conf");
-  EXPECT_EQ(Entries(dir),
-            (std::vector<std::string>{"ca", "data", "tls", "vault.conf", "vault.key"}));
+  EXPECT_EQ(Entries(dir), (std::vector<std::string>{"admin.key", "ca", "data", "tls", "vault.conf",
+                                                    "vault.key"}));
   struct stat st;
   ASSERT_EQ(stat((dir + "/vault.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(stat((dir + "/admin.key").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   ASSERT_EQ(stat((dir + "/tls/vault.key").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
@@ -121,8 +123,8 @@ TEST_F(InitTest, TrailingSlashInDirWorksAndLeavesNoTemporaryDirectory) {
   RunResult r = Vaultctl({"--output", "json", "init", "--name", "s", "--dir", dir + "/"});
   ASSERT_EQ(r.exit_code, kExitOk) << r;
   EXPECT_EQ(JsonField(r.out, "config"), dir + "/vault.conf");
-  EXPECT_EQ(Entries(dir),
-            (std::vector<std::string>{"ca", "data", "tls", "vault.conf", "vault.key"}));
+  EXPECT_EQ(Entries(dir), (std::vector<std::string>{"admin.key", "ca", "data", "tls", "vault.conf",
+                                                    "vault.key"}));
   for (const std::string& e : Entries(root())) {
     EXPECT_FALSE(absl::StrContains(e, ".init-")) << "left behind: " << e;
   }

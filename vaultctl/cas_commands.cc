@@ -19,6 +19,7 @@
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "node/grpc_status.h"
+#include "vaultctl/cas_upload.h"
 #include "vaultctl/commands.h"
 #include "vaultctl/output.h"
 
@@ -503,6 +504,24 @@ int HasCommand(const GlobalOptions& g, const std::vector<std::string>& texts) {
 }
 
 }  // namespace
+
+absl::StatusOr<cas::Digest> UploadFile(const Connection& conn, const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return common::PosixError(errno, path);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+  }
+  // An empty object would be a Put stream without a single message (StreamFile sends the
+  // digest with the first piece of data): refuse it here, with the reason.
+  if (st.st_size == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is empty: nothing to upload"));
+  }
+  PutFile f{.path = path, .size = static_cast<uint64_t>(st.st_size)};
+  Progress progress("upload", f.size, 1);
+  VAULT_RETURN_IF_ERROR(StreamFile(conn, f, progress));
+  progress.Done();
+  return f.digest;
+}
 
 void AddCasCommands(CLI::App& app, GlobalOptions& g, Command& command) {
   auto* cas = app.add_subcommand("cas", "The content-addressed store");

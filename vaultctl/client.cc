@@ -75,6 +75,7 @@ absl::StatusOr<Connection> Connection::Connect(const ConnectOptions& in) {
   c.channel_ = grpc::CreateCustomChannel(c.target_, creds, args);
   c.cas_ = vault::v1::Cas::NewStub(c.channel_);
   c.admin_ = vault::v1::Admin::NewStub(c.channel_);
+  c.agents_ = vault::v1::Agents::NewStub(c.channel_);
   c.audit_ = vault::v1::Audit::NewStub(c.channel_);
   c.audit_admin_ = vault::v1::AuditAdmin::NewStub(c.channel_);
   return c;

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "vault/v1/admin.grpc.pb.h"
+#include "vault/v1/agent.grpc.pb.h"
 #include "vault/v1/audit.grpc.pb.h"
 #include "vault/v1/cas.grpc.pb.h"
 
@@ -38,6 +39,8 @@ class Connection {
 
   vault::v1::Cas::Stub* cas() const { return cas_.get(); }
   vault::v1::Admin::Stub* admin() const { return admin_.get(); }
+  // Served only on the admin socket.
+  vault::v1::Agents::Stub* agents() const { return agents_.get(); }
   vault::v1::Audit::Stub* audit() const { return audit_.get(); }
   vault::v1::AuditAdmin::Stub* audit_admin() const { return audit_admin_.get(); }
   const std::string& target() const { return target_; }
@@ -53,6 +56,7 @@ class Connection {
   std::shared_ptr<grpc::Channel> channel_;
   std::shared_ptr<vault::v1::Cas::Stub> cas_;
   std::shared_ptr<vault::v1::Admin::Stub> admin_;
+  std::shared_ptr<vault::v1::Agents::Stub> agents_;
   std::shared_ptr<vault::v1::Audit::Stub> audit_;
   std::shared_ptr<vault::v1::AuditAdmin::Stub> audit_admin_;
 };

@@ -6,11 +6,17 @@
 #define VAULT_VAULTCTL_COMMANDS_H_
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "capability/principal.h"
+#include "vault/v1/capability.pb.h"
 #include "vaultctl/client.h"
+#include "vaultctl/output.h"
 
 namespace vault::vaultctl {
 
@@ -34,6 +40,29 @@ void AddCapCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddAuditCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddStatusCommand(CLI::App& app, GlobalOptions& global, Command& command);
 void AddSandboxCommands(CLI::App& app, GlobalOptions& global, Command& command);
+void AddAgentCommands(CLI::App& app, GlobalOptions& global, Command& command);
+void AddPolicyCommands(CLI::App& app, GlobalOptions& global, Command& command);
+
+// Shared by the agent and policy commands (defined in agent_commands.cc).
+
+// A principal on the command line: "ed25519:<hex>", or a key file — a private key (PKCS#8 PEM:
+// its public key) or a file holding an ed25519:<hex> id. INVALID_ARGUMENT naming `flag`.
+absl::StatusOr<capability::PublicKey> PrincipalArg(const std::string& text, absl::string_view flag);
+// A byte size: "4096", "512M", "1G", "10KiB", "2 GiB" (units are binary: K = KB = KiB = 1024;
+// B, K, M, G, T, case-insensitive). INVALID_ARGUMENT naming `flag` and saying what is wrong.
+absl::StatusOr<uint64_t> ParseByteSize(absl::string_view flag, absl::string_view text);
+// Constraints as a one-line S-expression ("(constraints (max-memory 1024) ...)").
+std::string ConstraintsLine(const vault::v1::Constraints& constraints);
+// Constraints as a JSON object of the limits that are set ({"max_memory_bytes": 1024, ...}).
+Json ConstraintsJson(const vault::v1::Constraints& constraints);
+// An Agents call's outcome as a Status. UNIMPLEMENTED (a TCP address rather than the admin
+// socket, or a vaultd without agents) becomes FAILED_PRECONDITION saying so.
+absl::Status FromAgentsGrpc(const grpc::Status& status);
+// Prints rows as left-aligned columns two spaces apart; the first row is the header.
+void PrintTable(const std::vector<std::vector<std::string>>& rows);
+// Text from a vault (an agent's log line, a purpose) made safe for a terminal: control characters
+// other than tab and newline become \xHH escapes, C1 controls (U+0080..U+009F) \uHHHH.
+std::string TerminalSafe(absl::string_view text);
 
 }  // namespace vault::vaultctl
 

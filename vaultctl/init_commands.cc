@@ -76,6 +76,8 @@ struct InitResult {
   std::string public_key;
   std::string config_path;
   std::string admin_socket;
+  std::string admin_key;        // DIR/admin.key: a vault administrator's key (agents.admins)
+  std::string admin_principal;  // its ed25519:<hex>
 };
 
 // Builds the whole vault in `tmp`, then renames it to `dir`: a failure leaves nothing behind.
@@ -102,6 +104,8 @@ absl::StatusOr<InitResult> InitVault(const std::string& name, std::string dir,
   }
   VAULT_ASSIGN_OR_RETURN(node::KeyAndCert tls, node::IssueMemberCert(ca, name, kCertValidity));
   VAULT_ASSIGN_OR_RETURN(capability::PrivateKey key, capability::PrivateKey::Generate());
+  // The operator's key for the agent commands: an administrator of this vault's agents.
+  VAULT_ASSIGN_OR_RETURN(capability::PrivateKey admin, capability::PrivateKey::Generate());
 
   vault::v1::VaultConfig config;
   config.set_name(name);
@@ -115,6 +119,7 @@ absl::StatusOr<InitResult> InitVault(const std::string& name, std::string dir,
   self->set_name(name);
   self->set_address(listen);
   self->set_public_key(key.public_key().ToText());
+  config.mutable_agents()->add_admins(admin.public_key().ToText());
   std::string text = absl::StrCat(
       "# Vault configuration (protobuf text format, vault.v1.VaultConfig).\n"
       "# Relative paths are relative to this file. See docs/configuration.md.\n",
@@ -134,6 +139,7 @@ absl::StatusOr<InitResult> InitVault(const std::string& name, std::string dir,
     VAULT_RETURN_IF_ERROR(common::MakeDirs(tmp + "/tls", 0700));
     VAULT_RETURN_IF_ERROR(common::MakeDirs(tmp + "/data", 0700));
     VAULT_RETURN_IF_ERROR(key.SaveNewFile(tmp + "/vault.key"));
+    VAULT_RETURN_IF_ERROR(admin.SaveNewFile(tmp + "/admin.key"));
     VAULT_RETURN_IF_ERROR(common::WriteNewFile(tmp + "/tls/vault.key", tls.key_pem, 0600));
     VAULT_RETURN_IF_ERROR(common::WriteNewFile(tmp + "/tls/vault.crt", tls.cert_pem, 0644));
     VAULT_RETURN_IF_ERROR(common::WriteNewFile(tmp + "/tls/ca.crt", ca.cert_pem, 0644));
@@ -158,7 +164,8 @@ absl::StatusOr<InitResult> InitVault(const std::string& name, std::string dir,
   char abs[PATH_MAX];
   std::string abs_dir = realpath(dir.c_str(), abs) != nullptr ? std::string(abs) : dir;
   return InitResult{key.public_key().ToText(), abs_dir + "/vault.conf",
-                    abs_dir + "/data/vault.sock"};
+                    abs_dir + "/data/vault.sock", abs_dir + "/admin.key",
+                    admin.public_key().ToText()};
 }
 
 // Reads a config as written (relative paths kept), for editing.
@@ -221,12 +228,16 @@ void AddInitCommands(CLI::App& app, GlobalOptions& g, Command& command) {
                          .Add("config", r->config_path)
                          .Add("admin_socket", r->admin_socket)
                          .Add("listen_address", listen)
+                         .Add("admin_key", r->admin_key)
+                         .Add("admin_principal", r->admin_principal)
                          .ToString()
                   << "\n";
       } else {
         std::cout << "created vault " << name << "\n  public key:   " << r->public_key
                   << "\n  config:       " << r->config_path
                   << "\n  admin socket: " << r->admin_socket << " (once vaultd runs)"
+                  << "\n  admin key:    " << r->admin_key << " (" << r->admin_principal
+                  << "; for vaultctl agent ... --as)"
                   << "\n  start it:     vaultd --config " << r->config_path << "\n";
       }
       return kExitOk;

@@ -58,6 +58,8 @@ int main(int argc, char** argv) {
   AddKeyCommands(app, g, command);
   AddCapCommands(app, g, command);
   AddSandboxCommands(app, g, command);
+  AddAgentCommands(app, g, command);
+  AddPolicyCommands(app, g, command);
   for (int i = 1; i < argc; ++i) {
     if (std::string_view(argv[i]) == "--") {
       g.after_dashes.assign(argv + i + 1, argv + argc);
