@@ -148,7 +148,7 @@ std::atomic<uint64_t>& SandboxCounter() {
 }
 
 bool ProbeUserNamespaces(std::string* why) {
-  static char stack[64 * 1024] alignas(16);
+  alignas(16) static char stack[64 * 1024];
   pid_t pid = clone([](void*) -> int { _exit(0); }, stack + sizeof stack,
                     CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
                         CLONE_NEWUTS | CLONE_NEWCGROUP | SIGCHLD,
