@@ -264,6 +264,7 @@ absl::Status AgentRuntime::Impl::ResumeAgents() {
       absl::MutexLock lock(&live->mu);
       was_paused = live->record.state() == vault::v1::PAUSED;
       live->record.mutable_counters()->set_restarts(live->record.counters().restarts() + 1);
+      live->record.set_reason("resumed from its last checkpoint after a vault restart");
     }
     absl::Status s = Launch(live);
     absl::MutexLock lock(&live->mu);

@@ -1,0 +1,5 @@
+(agent (purpose "one-shot processing: CAS in, CAS out")
+       (instructions "initial state {\"input\": \"sha256:<hex>/<size>\"}; exits with the result digest")
+       (code-file "one_shot.py")
+       (capabilities (cas-read) (cas-write))
+       (constraints (max-runtime 60)))

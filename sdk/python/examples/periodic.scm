@@ -1,0 +1,5 @@
+(agent (purpose "a periodic task: count, checkpoint, sleep")
+       (instructions "none: it logs its progress")
+       (code-file "periodic.py")
+       (capabilities (read (path "/vault/pub")))
+       (constraints (max-runtime 600)))

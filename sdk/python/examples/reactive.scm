@@ -1,0 +1,5 @@
+(agent (purpose "answer questions about itself")
+       (instructions "(query ANY-TEXT) -> JSON {question, answered}")
+       (code-file "reactive.py")
+       (capabilities (send (agent "*")) (receive (from "*")))
+       (constraints (max-runtime (* 24 3600))))
