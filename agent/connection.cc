@@ -52,6 +52,15 @@ std::optional<std::string> FrameDecoder::Next() {
   return frame;
 }
 
+bool FrameDecoder::partial() const {
+  size_t have = buffer_.size() - pos_;
+  if (have == 0) return false;
+  if (have < 4) return true;
+  const auto* p = reinterpret_cast<const unsigned char*>(buffer_.data() + pos_);
+  uint32_t length = (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
+  return have - 4 < length;
+}
+
 std::string EncodeFrame(absl::string_view payload) {
   std::string out(4, '\0');
   uint32_t n = static_cast<uint32_t>(payload.size());

@@ -43,8 +43,9 @@ class FrameDecoder {
   absl::Status Feed(absl::string_view bytes);
   // The next complete frame's payload, if there is one.
   std::optional<std::string> Next();
-  // Bytes are buffered that do not (yet) form a frame.
-  bool partial() const { return pos_ < buffer_.size(); }
+  // Bytes are buffered that do not (yet) form a whole frame (complete frames waiting to be
+  // taken do not count).
+  bool partial() const;
 
  private:
   const size_t max_frame_;

@@ -90,6 +90,8 @@ TEST(AgentConnection, LimitsFramesPerRead) {
   ASSERT_TRUE(p.host->ReadAvailable(&frames, 3, &more).ok());
   EXPECT_EQ(frames.size(), 3u);
   EXPECT_TRUE(more);
+  // Whole frames waiting their turn are not an unfinished frame (no read timeout runs).
+  EXPECT_EQ(p.host->partial_since(), absl::InfiniteFuture());
   frames.clear();
   ASSERT_TRUE(p.host->ReadAvailable(&frames, 100, &more).ok());
   EXPECT_EQ(frames.size(), 7u);

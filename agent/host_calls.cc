@@ -207,6 +207,11 @@ void AgentRuntime::Impl::HandleFrame(const std::shared_ptr<LiveAgent>& live, std
         g.has_hello() ? "protocol: a second hello" : "protocol: an empty frame");
     return;
   }
+  {
+    // Once the agent is being ended nothing more it asks is served.
+    absl::MutexLock lock(&live->mu);
+    if (live->end_cause != EndCause::kNone) return;
+  }
   HostRequest request = std::move(*g.mutable_request());
   const uint64_t call_id = request.call_id();
   auto refuse = [&](absl::Status s) {
@@ -233,7 +238,7 @@ void AgentRuntime::Impl::HandleFrame(const std::shared_ptr<LiveAgent>& live, std
   rate = trust.has_value() && trust->quota().max_calls_per_second() != 0
              ? trust->quota().max_calls_per_second()
              : options_.config.default_max_calls_per_second();
-  if (request.call_case() != HostRequest::kHeartbeat &&
+  if (request.call_case() != HostRequest::kHeartbeat && request.call_case() != HostRequest::kExit &&
       !limiter_.Admit(live->principal, rate, absl::Now())) {
     refuse(absl::ResourceExhaustedError(
         absl::StrCat("host-call rate limit: ", rate, " per second for this principal's agents")));
@@ -371,6 +376,12 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
       c.op = "unknown";
       c.status = absl::UnimplementedError("unknown host call");
       break;
+  }
+  // Paths name the vault's tree: anything else is a malformed call, not a denial.
+  if (c.grant.has_value() && !c.grant->path().empty() && c.grant->path() != "/vault" &&
+      !absl::StartsWith(c.grant->path(), "/vault/")) {
+    c.status = absl::InvalidArgumentError(
+        absl::StrCat("path \"", c.grant->path(), "\" is not in the vault's tree (/vault/...)"));
   }
   // 2. The decision: a lookup in the agent's cached authority.
   bool allowed = true;
@@ -829,6 +840,18 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
         break;
       }
       case HostRequest::kExit: {
+        if (request.exit().has_result()) {
+          absl::StatusOr<cas::Digest> d = ToDigest(request.exit().result());
+          absl::StatusOr<bool> present = d.ok() ? deps_.cas->Contains(*d) : d.status();
+          if (!present.ok() || !*present) {
+            c.status =
+                present.ok()
+                    ? absl::NotFoundError("the result names an object that is not in the CAS")
+                    : present.status();
+            break;
+          }
+          c.subject = d->ToString();
+        }
         absl::MutexLock lock(&live->mu);
         live->exit_requested = true;
         live->exit_code = request.exit().code();

@@ -628,6 +628,7 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live) 
   live->exit_requested = false;
   live->exit_deadline = absl::InfiniteFuture();
   live->checkpoint_requested = false;
+  live->channel_closed_at = absl::InfiniteFuture();
   live->conn = std::make_shared<AgentConnection>(
       std::move(host_end),
       ConnectionOptions{.max_frame = options_.config.max_frame_bytes(),
@@ -834,8 +835,16 @@ void AgentRuntime::Impl::Unregister(uint64_t token) {
 
 void AgentRuntime::Impl::ReactorLoop() {
   epoll_event events[64];
+  // Agents whose frames were left for a later round: the socket may be empty by then, so
+  // level-triggered epoll would not report them again.
+  std::vector<std::shared_ptr<LiveAgent>> again, next_again;
   while (!quit_.load()) {
-    int n = epoll_wait(epoll_.get(), events, 64, -1);
+    for (const std::shared_ptr<LiveAgent>& live : again) {
+      if (OnReadable(live)) next_again.push_back(live);
+    }
+    again.swap(next_again);
+    next_again.clear();
+    int n = epoll_wait(epoll_.get(), events, 64, again.empty() ? -1 : 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       spdlog::error("agent reactor: epoll_wait: {}", strerror(errno));
@@ -887,18 +896,21 @@ void AgentRuntime::Impl::ReactorLoop() {
           }
         }
       }
-      if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) OnReadable(live);
+      if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && OnReadable(live) &&
+          std::find(again.begin(), again.end(), live) == again.end()) {
+        again.push_back(live);
+      }
     }
   }
 }
 
-void AgentRuntime::Impl::OnReadable(const std::shared_ptr<LiveAgent>& live) {
+bool AgentRuntime::Impl::OnReadable(const std::shared_ptr<LiveAgent>& live) {
   std::shared_ptr<AgentConnection> conn;
   {
     absl::MutexLock lock(&live->mu);
     conn = live->conn;
   }
-  if (conn == nullptr) return;
+  if (conn == nullptr) return false;
   std::vector<std::string> frames;
   bool more = false;
   // A bounded number of frames per agent per round: the others get their turn.
@@ -906,15 +918,17 @@ void AgentRuntime::Impl::OnReadable(const std::shared_ptr<LiveAgent>& live) {
   for (std::string& f : frames) HandleFrame(live, std::move(f));
   if (!s.ok()) {
     epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, conn->fd(), nullptr);
-    bool exiting;
-    {
+    if (absl::IsUnavailable(s)) {
+      // The end of the stream: most often the process is leaving. The watchdog ends it if it
+      // is still there a second later.
       absl::MutexLock lock(&live->mu);
-      exiting = live->exit_requested;
+      live->channel_closed_at = absl::Now();
+      return false;
     }
-    if (!exiting) {
-      End(live, EndCause::kProtocol, absl::StrCat("channel: ", s.message()));
-    }
+    End(live, EndCause::kProtocol, absl::StrCat("channel: ", s.message()));
+    return false;
   }
+  return more;
 }
 
 void AgentRuntime::Impl::OnOutput(const std::shared_ptr<LiveAgent>& live) {
@@ -1006,6 +1020,9 @@ void AgentRuntime::Impl::WatchdogLoop() {
         if (live->exit_requested && now >= live->exit_deadline) {
           cause = EndCause::kExitCall;
           reason = live->end_reason;
+        } else if (!live->exit_requested && now - live->channel_closed_at > absl::Seconds(1)) {
+          cause = EndCause::kProtocol;
+          reason = "channel: the agent closed its channel and did not exit";
         } else if (hb > 0 && now - live->last_heartbeat > absl::Milliseconds(hb)) {
           cause = EndCause::kWatchdog;
           reason = absl::StrCat("heartbeat limit: none for ",

@@ -70,6 +70,9 @@ struct LiveAgent {
   int32_t exit_code ABSL_GUARDED_BY(mu) = 0;
   absl::Time exit_deadline ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();
   bool checkpoint_requested ABSL_GUARDED_BY(mu) = false;
+  // When the agent closed its channel: its process gets a moment to exit by itself (then its
+  // exit code decides the state) before it is ended as a protocol breach.
+  absl::Time channel_closed_at ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();
   bool flagged ABSL_GUARDED_BY(mu) = false;
   std::string code_dir ABSL_GUARDED_BY(mu);
 
@@ -123,7 +126,8 @@ class AgentRuntime::Impl {
   uint64_t Register(const std::shared_ptr<LiveAgent>& live, int fd, bool output);
   void Unregister(uint64_t token);
   void ReactorLoop();
-  void OnReadable(const std::shared_ptr<LiveAgent>& live);
+  // True when frames were left for a later round (fairness between agents).
+  bool OnReadable(const std::shared_ptr<LiveAgent>& live);
   void OnOutput(const std::shared_ptr<LiveAgent>& live);
   void WatchdogLoop();
   void OnExit(const std::shared_ptr<LiveAgent>& live, const sandbox::ExitInfo& exit);
