@@ -48,38 +48,6 @@ struct CapFlags {
   std::string vault_config;
 };
 
-// A principal given on the command line: its id (ed25519:<hex>), or a key file — a private key
-// (PKCS#8 PEM, as `vaultctl key generate` or `vaultctl init` write) or a file holding the id.
-absl::StatusOr<PublicKey> KeyArg(const std::string& text, absl::string_view what) {
-  if (absl::StartsWith(text, PublicKey::kTextPrefix)) {
-    absl::StatusOr<PublicKey> k = PublicKey::FromText(text);
-    if (!k.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": \"", text, "\" is not an ed25519:<64 hex> public key"));
-    }
-    return k;
-  }
-  absl::StatusOr<std::string> content = common::ReadFile(text);
-  if (!content.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": \"", text,
-                     "\" is neither a principal id (ed25519:<hex>) nor a readable key file"));
-  }
-  if (absl::StrContains(*content, "PRIVATE KEY")) {
-    absl::StatusOr<PrivateKey> key = PrivateKey::LoadFile(text);
-    if (!key.ok()) {
-      return absl::Status(key.status().code(), absl::StrCat(what, ": ", key.status().message()));
-    }
-    return key->public_key();
-  }
-  absl::StatusOr<PublicKey> k = PublicKey::FromText(absl::StripAsciiWhitespace(*content));
-  if (!k.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": ", text, " holds neither a private key nor an ed25519:<hex> id"));
-  }
-  return k;
-}
-
 absl::StatusOr<vault::v1::Chain> ReadChain(const std::string& path) {
   VAULT_ASSIGN_OR_RETURN(std::string bytes, common::ReadFile(path));
   vault::v1::Chain chain;
@@ -287,7 +255,7 @@ void AddCapCommands(CLI::App& app, GlobalOptions& g, Command& command) {
     command = [&g] {
       absl::Status s = [&]() -> absl::Status {
         VAULT_ASSIGN_OR_RETURN(PrivateKey key, PrivateKey::LoadFile(f.key));
-        VAULT_ASSIGN_OR_RETURN(PublicKey to, KeyArg(f.to, "--to"));
+        VAULT_ASSIGN_OR_RETURN(PublicKey to, PrincipalArg(f.to, "--to"));
         absl::Duration valid;
         if (!absl::ParseDuration(f.valid_for, &valid) || valid <= absl::ZeroDuration()) {
           return absl::InvalidArgumentError(
@@ -345,7 +313,7 @@ void AddCapCommands(CLI::App& app, GlobalOptions& g, Command& command) {
           return absl::PermissionDeniedError(
               "--key is not the holder of this chain (the last link's audience)");
         }
-        VAULT_ASSIGN_OR_RETURN(PublicKey to, KeyArg(f.to, "--to"));
+        VAULT_ASSIGN_OR_RETURN(PublicKey to, PrincipalArg(f.to, "--to"));
         LinkPayload p;
         p.set_version(capability::kLinkVersion);
         VAULT_ASSIGN_OR_RETURN(LinkPayload::Kind kind, KindArg(f.kind));
@@ -416,7 +384,7 @@ void AddCapCommands(CLI::App& app, GlobalOptions& g, Command& command) {
         VAULT_ASSIGN_OR_RETURN(vault::v1::Chain chain, ReadChain(f.chain));
         std::vector<PublicKey> trusted;
         for (const std::string& t : f.trust) {
-          VAULT_ASSIGN_OR_RETURN(PublicKey k, KeyArg(t, "--trust"));
+          VAULT_ASSIGN_OR_RETURN(PublicKey k, PrincipalArg(t, "--trust"));
           trusted.push_back(k);
         }
         std::vector<std::pair<std::string, PublicKey>> vaults;
@@ -426,14 +394,14 @@ void AddCapCommands(CLI::App& app, GlobalOptions& g, Command& command) {
             return absl::InvalidArgumentError(
                 absl::StrCat("--vault-key \"", vk, "\" is not NAME=ed25519:<hex>"));
           }
-          VAULT_ASSIGN_OR_RETURN(PublicKey k, KeyArg(kv[1], "--vault-key"));
+          VAULT_ASSIGN_OR_RETURN(PublicKey k, PrincipalArg(kv[1], "--vault-key"));
           vaults.emplace_back(kv[0], k);
         }
         if (!f.vault_config.empty()) {
           VAULT_ASSIGN_OR_RETURN(vault::v1::VaultConfig config,
                                  node::LoadConfigFile(f.vault_config));
           for (const vault::v1::Member& m : config.members()) {
-            VAULT_ASSIGN_OR_RETURN(PublicKey k, KeyArg(m.public_key(), "members"));
+            VAULT_ASSIGN_OR_RETURN(PublicKey k, PrincipalArg(m.public_key(), "members"));
             vaults.emplace_back(m.name(), k);
           }
         }
@@ -451,7 +419,7 @@ void AddCapCommands(CLI::App& app, GlobalOptions& g, Command& command) {
           return std::nullopt;
         };
         if (!f.as.empty()) {
-          VAULT_ASSIGN_OR_RETURN(PublicKey as, KeyArg(f.as, "--as"));
+          VAULT_ASSIGN_OR_RETURN(PublicKey as, PrincipalArg(f.as, "--as"));
           ctx.this_vault = as;
         }
         capability::ChainVerifier verifier(nullptr);
