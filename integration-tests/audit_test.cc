@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "agent/runtime.h"
 #include "audit/log_store.h"
 #include "cas/store.h"
 #include "integration-tests/harness.h"
@@ -152,6 +153,7 @@ class AuditTamperTest : public AuditTest {
   void Tamper(const std::function<void(rocksdb::DB*, const audit::LogStore&)>& fn) {
     std::vector<storage::ColumnFamilySpec> cfs = cas::Store::ColumnFamilies();
     for (auto& cf : audit::LogStore::ColumnFamilies()) cfs.push_back(cf);
+    for (auto& cf : agent::AgentRuntime::ColumnFamilies()) cfs.push_back(cf);
     absl::StatusOr<std::unique_ptr<storage::Database>> db =
         storage::Database::Open({.path = vaultd_->vault().data_dir + "/db"}, cfs);
     ASSERT_TRUE(db.ok()) << db.status();
