@@ -878,6 +878,30 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
     resp.set_message(std::string(c.status.message()));
   }
   bool denied = c.status.code() == absl::StatusCode::kPermissionDenied;
+  // Calls of one agent may run on several workers at once: the denial is counted, and the
+  // decision to end the agent taken, under its lock before anything is answered, and a call
+  // that finds the agent being ended is dropped unanswered.
+  uint64_t denials = 0;
+  bool newly_flagged = false, end_now = false;
+  std::string end_reason;
+  {
+    absl::MutexLock lock(&live->mu);
+    if (live->end_cause != EndCause::kNone && live->end_cause != EndCause::kExitCall) return;
+    if (denied) {
+      denials = live->record.counters().denials() + 1;
+      live->record.mutable_counters()->set_denials(denials);
+      if (denials >= options_.config.flag_after_denials() && !live->flagged) {
+        live->flagged = true;
+        newly_flagged = true;
+      }
+      if (denials >= options_.config.terminate_after_denials()) {
+        end_now = true;
+        end_reason = absl::StrCat("denial limit: ", denials, " denied host calls");
+        live->end_cause = EndCause::kWatchdog;
+        live->end_reason = end_reason;
+      }
+    }
+  }
   if (c.audited) {
     std::string out_bytes = c.output_bytes;
     if (out_bytes.empty() && resp.result_case() != HostResponse::RESULT_NOT_SET) {
@@ -901,30 +925,15 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
   vault::v1::HostFrame frame;
   *frame.mutable_response() = std::move(resp);
   SendFrame(live, frame, std::move(c.pass_fd));
-  if (denied) {
-    uint64_t denials;
-    bool newly_flagged = false;
-    {
-      absl::MutexLock lock(&live->mu);
-      denials = live->record.counters().denials() + 1;
-      live->record.mutable_counters()->set_denials(denials);
-      if (denials >= options_.config.flag_after_denials() && !live->flagged) {
-        live->flagged = true;
-        newly_flagged = true;
-      }
-    }
-    if (newly_flagged) {
-      vault::v1::AuditEntry e =
-          audit::MakeEntry(deps_.vault_key->public_key().ToText(), "agent.flagged", live->id,
-                           vault::v1::AuditEntry::ALLOWED, "repeated denied host calls",
-                           {{"denials", absl::StrCat(denials)}});
-      e.set_priority(vault::v1::AuditEntry::HIGH);
-      Audit(std::move(e), /*durable=*/true);
-    }
-    if (denials >= options_.config.terminate_after_denials()) {
-      End(live, EndCause::kWatchdog, absl::StrCat("denial limit: ", denials, " denied host calls"));
-    }
+  if (newly_flagged) {
+    vault::v1::AuditEntry e =
+        audit::MakeEntry(deps_.vault_key->public_key().ToText(), "agent.flagged", live->id,
+                         vault::v1::AuditEntry::ALLOWED, "repeated denied host calls",
+                         {{"denials", absl::StrCat(denials)}});
+    e.set_priority(vault::v1::AuditEntry::HIGH);
+    Audit(std::move(e), /*durable=*/true);
   }
+  if (end_now) End(live, EndCause::kWatchdog, end_reason);
 }
 
 absl::StatusOr<uint64_t> AgentRuntime::Impl::Deliver(const std::shared_ptr<LiveAgent>& to,
