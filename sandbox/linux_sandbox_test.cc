@@ -136,7 +136,9 @@ TEST(LinuxSandbox, OnExitIsCalledOnceWithWhatWaitReturns) {
   EXPECT_EQ(exit->exit_code, 5);
   // The callback runs after Wait's result is set; give it a moment.
   absl::MutexLock lock(&mu);
-  mu.AwaitWithTimeout(absl::Condition(+[](int* c) { return *c > 0; }, &calls), absl::Seconds(5));
+  mu.AwaitWithTimeout(absl::Condition(
+                          +[](int* c) { return *c > 0; }, &calls),
+                      absl::Seconds(5));
   EXPECT_EQ(calls, 1);
   EXPECT_TRUE(seen.exited);
   EXPECT_EQ(seen.exit_code, 5);
