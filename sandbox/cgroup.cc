@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/file_util.h"
@@ -478,6 +480,10 @@ class CgroupImpl final : public Cgroup {
 
   ~CgroupImpl() override {
     // Best effort and without waiting: tasks still inside keep their cgroups alive.
+    {
+      absl::MutexLock lock(&cpu_mu_);
+      cpu_fd_.Reset();
+    }
     if (!removed_.load()) RemoveDirs(absl::ZeroDuration()).IgnoreError();
   }
 
@@ -549,7 +555,41 @@ class CgroupImpl final : public Cgroup {
     return r;
   }
 
+  absl::StatusOr<uint64_t> CpuUsageNs() const override {
+    const Place& p = place(CgroupController::kCpuAcct);
+    if (p.dir.empty()) return absl::NotFoundError("no CPU accounting controller");
+    const std::string path = p.version == 1 ? File(p, "cpuacct.usage") : File(p, "cpu.stat");
+    int fd;
+    {
+      absl::MutexLock lock(&cpu_mu_);
+      if (cpu_fd_.get() < 0) {
+        int opened = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (opened < 0) return common::PosixError(errno, absl::StrCat("open ", path));
+        cpu_fd_ = common::UniqueFd(opened);
+      }
+      fd = cpu_fd_.get();
+    }
+    // A cgroup file read from offset 0 is generated afresh.
+    char buf[512];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    if (n < 0) return common::PosixError(errno, absl::StrCat("read ", path));
+    absl::string_view text(buf, static_cast<size_t>(n));
+    if (p.version == 1) return ParseU64(path, std::string(text));
+    for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+      std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(line, ' ');
+      if (kv.first == "usage_usec") {
+        VAULT_ASSIGN_OR_RETURN(uint64_t usec, ParseU64(path, std::string(kv.second)));
+        return usec * 1000;
+      }
+    }
+    return absl::NotFoundError(absl::StrCat("no \"usage_usec\" line in ", path));
+  }
+
   absl::Status Remove() override {
+    {
+      absl::MutexLock lock(&cpu_mu_);
+      cpu_fd_.Reset();
+    }
     absl::Status s = RemoveDirs(kRemoveTimeout);
     if (s.ok()) removed_.store(true);
     return s;
@@ -712,6 +752,8 @@ class CgroupImpl final : public Cgroup {
   const std::vector<std::string> dirs_;  // one per hierarchy used, each distinct
   const std::array<Place, kNumControllers> places_;
   std::atomic<bool> removed_{false};
+  mutable absl::Mutex cpu_mu_;
+  mutable common::UniqueFd cpu_fd_ ABSL_GUARDED_BY(cpu_mu_);
 };
 
 // ---- The manager ----

@@ -61,6 +61,9 @@ class Cgroup {
   // and returns once cgroup.procs is empty (DeadlineExceeded after 5 s).
   virtual absl::Status KillAll() = 0;
   virtual absl::StatusOr<CgroupReadings> Read() const = 0;
+  // cpu_usage_ns alone, from a descriptor kept open (the supervisor reads it ten times a
+  // second for every sandbox). NotFound when the CPU accounting controller is missing.
+  virtual absl::StatusOr<uint64_t> CpuUsageNs() const = 0;
   // Removes the cgroup folders (retries EBUSY for up to 2 s while exiting tasks leave).
   virtual absl::Status Remove() = 0;
 };

@@ -265,6 +265,15 @@ void ExpectFreezeStopsCpu(Cgroup& cg, const std::string& events) {
   absl::SleepFor(absl::Milliseconds(300));
   ASSERT_OK_AND_ASSIGN(CgroupReadings thawed, cg.Read());
   EXPECT_GT(thawed.cpu_usage_ns, frozen_end.cpu_usage_ns + 10'000'000);  // > 10 ms
+
+  // CpuUsageNs reads through one descriptor kept open: each read is a fresh value.
+  ASSERT_OK_AND_ASSIGN(uint64_t first, cg.CpuUsageNs());
+  EXPECT_GE(first, thawed.cpu_usage_ns);
+  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_OK_AND_ASSIGN(uint64_t second, cg.CpuUsageNs());
+  EXPECT_GT(second, first + 10'000'000);
+  ASSERT_OK_AND_ASSIGN(CgroupReadings after, cg.Read());
+  EXPECT_GE(after.cpu_usage_ns, second);
 }
 
 // ---- Detect on fake /proc files ----

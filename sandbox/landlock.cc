@@ -8,8 +8,13 @@
 #include <cstring>
 #include <utility>
 
+#include "sandbox/internal/raw_syscall.h"
+
 namespace vault::sandbox::landlock {
 namespace {
+
+using internal::RawFailed;
+using internal::RawSys;
 
 // uapi structures, as of ABI 6 (the kernel accepts a shorter size from older callers).
 struct RulesetAttr {
@@ -38,12 +43,12 @@ uint64_t FsRightsFor(int abi) {
   return rights;
 }
 
+// Raw system calls, in the sandbox's clone child (see Apply): returns 0 or -errno.
 int AddRule(int ruleset_fd, int fd, uint64_t access) noexcept {
   PathBeneathAttr attr;
   attr.allowed_access = access;
   attr.parent_fd = fd;
-  if (syscall(SYS_landlock_add_rule, ruleset_fd, kRulePathBeneath, &attr, 0) != 0) return -errno;
-  return 0;
+  return static_cast<int>(RawSys(SYS_landlock_add_rule, ruleset_fd, kRulePathBeneath, &attr, 0));
 }
 
 }  // namespace
@@ -72,6 +77,8 @@ Plan MakePlan(int abi, std::vector<Rule> rules) {
   return plan;
 }
 
+// Runs in the sandbox's clone child, which shares its errno with the host's supervisor thread
+// and other children: raw system calls only, errors taken from their results, never errno.
 int Apply(const Plan& plan, int* failed_rule) noexcept {
   *failed_rule = -1;
   if (plan.abi <= 0) return 0;
@@ -79,31 +86,33 @@ int Apply(const Plan& plan, int* failed_rule) noexcept {
   attr.handled_access_fs = plan.handled_fs;
   attr.handled_access_net = plan.handled_net;
   attr.scoped = plan.scoped;
-  int ruleset = static_cast<int>(syscall(SYS_landlock_create_ruleset, &attr, plan.attr_size, 0));
-  if (ruleset < 0) return -errno;
+  long created = RawSys(SYS_landlock_create_ruleset, &attr, plan.attr_size, 0);
+  if (RawFailed(created)) return static_cast<int>(created);
+  const int ruleset = static_cast<int>(created);
   int result = 0;
   for (size_t i = 0; i < plan.rules.size() && result == 0; ++i) {
     const Rule& rule = plan.rules[i];
-    int fd = open(rule.path.c_str(), O_PATH | O_CLOEXEC);
-    if (fd < 0) {
-      if (rule.optional && errno == ENOENT) continue;
-      result = -errno;
+    long opened = RawSys(SYS_openat, AT_FDCWD, rule.path.c_str(), O_PATH | O_CLOEXEC);
+    if (RawFailed(opened)) {
+      if (rule.optional && opened == -ENOENT) continue;
+      result = static_cast<int>(opened);
       *failed_rule = static_cast<int>(i);
       break;
     }
+    const int fd = static_cast<int>(opened);
     result = AddRule(ruleset, fd, rule.access);
     if (result == -EINVAL) {
       result = AddRule(ruleset, fd,
                        rule.access & (kExecute | kReadFile | kWriteFile | kTruncate | kIoctlDev));
     }
-    close(fd);
+    RawSys(SYS_close, fd);
     if (result != 0) *failed_rule = static_cast<int>(i);
   }
   if (result == 0 && plan.extra_fd >= 0) {
     result = AddRule(ruleset, plan.extra_fd, plan.extra_access & plan.handled_fs);
   }
-  if (result == 0 && syscall(SYS_landlock_restrict_self, ruleset, 0) != 0) result = -errno;
-  close(ruleset);
+  if (result == 0) result = static_cast<int>(RawSys(SYS_landlock_restrict_self, ruleset, 0));
+  RawSys(SYS_close, ruleset);
   return result;
 }
 

@@ -180,6 +180,7 @@ struct SandboxState {
   UniqueFd work_fd;    // O_PATH of /work inside (keeps the tmpfs alive)
   std::unique_ptr<Cgroup> cgroup;
   int uid_slot = -1;
+  bool missing_from_epoll = false;  // its pidfd could not join the epoll set (set once)
   // The clone child's stack (it shares our memory until it executes); freed once the child has
   // executed the init or died.
   void* clone_stack ABSL_GUARDED_BY(mu) = nullptr;
@@ -257,6 +258,9 @@ class LinuxSandbox::Impl : public std::enable_shared_from_this<LinuxSandbox::Imp
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<CloneRequest*> clone_queue_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int, std::shared_ptr<SandboxState>> live_ ABSL_GUARDED_BY(mu_);  // by pidfd
+  // When the supervisor next looks at every live sandbox (see SupervisorLoop).
+  absl::Time scan_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  int missing_from_epoll_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<int, int> used_slots_ ABSL_GUARDED_BY(mu_);  // slot -> its lock fd
   std::string id_lock_dir_;
   int next_slot_ ABSL_GUARDED_BY(mu_) = 0;
@@ -342,6 +346,16 @@ class LinuxSandboxHandle : public SandboxHandle {
       usage.work_inodes = fs.f_files - fs.f_ffree;
     }
     return usage;
+  }
+
+  absl::StatusOr<uint64_t> GetWorkBytes() override {
+    {
+      absl::MutexLock lock(&state_->mu);
+      if (state_->done) return state_->exit.final_usage.work_bytes;
+    }
+    struct statfs fs;
+    if (fstatfs(state_->work_fd.get(), &fs) != 0) return Errno(errno, "statfs /work");
+    return (fs.f_blocks - fs.f_bfree) * static_cast<uint64_t>(fs.f_bsize);
   }
 
   bool paused() const override {
@@ -573,9 +587,10 @@ void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
   // CLONE_VM: the child shares this process's memory until its execveat, as with vfork, so
   // the kernel copies no page tables and the child takes no copy-on-write faults (together
   // ~0.8 ms of a spawn). That is sound because the child writes only to its own stack (mapped
-  // above, unmapped only once it has executed or died) and to errno, which it shares with
-  // this thread: a failure on both sides at once could garble one error message, nothing
-  // more. It never allocates, locks or returns.
+  // above, unmapped only once it has executed or died). It also shares this thread's TLS (no
+  // CLONE_SETTLS), hence its errno, with this thread and with every other child still setting
+  // up: so the child makes only raw system calls (internal/raw_syscall.h), takes each error
+  // from the call's result and never touches errno. It never allocates, locks or returns.
   int pidfd = -1;
   pid_t pid = clone(ChildMain, static_cast<char*>(stack) + kCloneStackSize,
                     CLONE_VM | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
@@ -836,16 +851,28 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
   }();
   // Register: from here on the supervisor reaps it (on a failed setup, once the handle's
   // destructor has killed it).
-  {
-    absl::MutexLock lock(&mu_);
-    live_[state->pidfd.get()] = state;
-  }
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = state->pidfd.get();
   absl::Status registered = absl::OkStatus();
-  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, state->pidfd.get(), &ev) != 0) {
-    registered = Errno(errno, "epoll_ctl pidfd");  // the loop still polls every live sandbox
+  {
+    absl::MutexLock lock(&mu_);
+    live_[state->pidfd.get()] = state;
+    if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, state->pidfd.get(), &ev) != 0) {
+      registered = Errno(errno, "epoll_ctl pidfd");  // the periodic scan reaps it
+      state->missing_from_epoll = true;
+      ++missing_from_epoll_;
+    }
+    // The supervisor's next scan: this sandbox's deadline, and its first CPU reading.
+    absl::Time deadline;
+    {
+      absl::MutexLock state_lock(&state->mu);
+      deadline = state->deadline;
+    }
+    scan_at_ = std::min(scan_at_, deadline);
+    if (state->cgroup != nullptr || state->missing_from_epoll) {
+      scan_at_ = std::min(scan_at_, absl::Now() + kCpuPollInterval);
+    }
   }
   Wake();
   auto handle = std::make_unique<LinuxSandboxHandle>(shared_from_this(), state);
@@ -874,7 +901,7 @@ void LinuxSandbox::Impl::Signal(const std::shared_ptr<SandboxState>& state, Limi
 
 void LinuxSandbox::Impl::Unregister(const std::shared_ptr<SandboxState>& state) {
   absl::MutexLock lock(&mu_);
-  live_.erase(state->pidfd.get());
+  if (live_.erase(state->pidfd.get()) > 0 && state->missing_from_epoll) --missing_from_epoll_;
 }
 
 void LinuxSandbox::Impl::Reap(const std::shared_ptr<SandboxState>& state) {
@@ -965,14 +992,20 @@ void LinuxSandbox::Impl::Reap(const std::shared_ptr<SandboxState>& state) {
   if (state->on_exit) state->on_exit(exit);
 }
 
+// One thread clones, reaps and enforces the wall-time and CPU limits. A wake-up (a clone
+// request, a registration, an exited sandbox's pidfd) costs work for that sandbox only; the
+// scan of every live sandbox (deadlines, CPU readings, sandboxes missing from epoll) runs
+// every kCpuPollInterval when any has a cgroup, and at the earliest deadline.
 void LinuxSandbox::Impl::SupervisorLoop() {
+  std::vector<int> ready;  // pidfds epoll reported
   for (;;) {
-    // Clone requests first: they are what a caller is blocked on.
-    std::vector<std::shared_ptr<SandboxState>> live;
-    absl::Time next = absl::InfiniteFuture();
-    bool cpu_watch = false;
+    std::vector<std::shared_ptr<SandboxState>> work;
+    bool stopping;
+    bool scan;
+    const absl::Time now = absl::Now();
     {
       absl::MutexLock lock(&mu_);
+      // Clone requests first: they are what a caller is blocked on.
       while (!clone_queue_.empty()) {
         CloneRequest* request = clone_queue_.front();
         clone_queue_.pop_front();
@@ -981,15 +1014,23 @@ void LinuxSandbox::Impl::SupervisorLoop() {
         mu_.Lock();
         request->finished = true;
       }
-      for (auto& [fd, state] : live_) live.push_back(state);
-    }
-    bool stopping;
-    {
-      absl::MutexLock lock(&mu_);
       stopping = stopping_;
+      scan = stopping || now >= scan_at_;
+      if (scan) {
+        scan_at_ = absl::InfiniteFuture();  // registrations from here on lower it again
+        work.reserve(live_.size());
+        for (auto& [fd, state] : live_) work.push_back(state);
+      } else {
+        for (int fd : ready) {
+          auto it = live_.find(fd);
+          if (it != live_.end()) work.push_back(it->second);
+        }
+      }
     }
-    const absl::Time now = absl::Now();
-    for (const auto& state : live) {
+    ready.clear();
+    absl::Time next = absl::InfiniteFuture();
+    bool cpu_watch = false;
+    for (const auto& state : work) {
       bool done, paused;
       absl::Time deadline;
       {
@@ -1008,6 +1049,7 @@ void LinuxSandbox::Impl::SupervisorLoop() {
         absl::MutexLock lock(&state->mu);
         if (state->done) continue;
       }
+      if (!scan) continue;
       if (!paused && now >= deadline) {
         Signal(state, LimitHit::kWallTime, false);
         continue;
@@ -1015,16 +1057,16 @@ void LinuxSandbox::Impl::SupervisorLoop() {
       if (!paused) next = std::min(next, deadline);
       if (state->cgroup != nullptr) {
         cpu_watch = true;
-        absl::StatusOr<CgroupReadings> readings = state->cgroup->Read();
-        if (readings.ok() && absl::Nanoseconds(readings->cpu_usage_ns) >
-                                 absl::Seconds(static_cast<int64_t>(state->limits.cpu_seconds))) {
+        absl::StatusOr<uint64_t> cpu_ns = state->cgroup->CpuUsageNs();
+        if (cpu_ns.ok() && absl::Nanoseconds(*cpu_ns) >
+                               absl::Seconds(static_cast<int64_t>(state->limits.cpu_seconds))) {
           Signal(state, LimitHit::kCpuTime, false);
         }
       }
     }
     if (stopping) {
       // Reap what was killed, then leave.
-      for (const auto& state : live) {
+      for (const auto& state : work) {
         siginfo_t info;
         syscall(SYS_waitid, P_PIDFD, state->pidfd.get(), &info, WEXITED, nullptr);
         absl::MutexLock lock(&state->mu);
@@ -1036,19 +1078,29 @@ void LinuxSandbox::Impl::SupervisorLoop() {
       }
       return;
     }
-    if (cpu_watch) next = std::min(next, now + kCpuPollInterval);
-    int timeout_ms = -1;
-    if (next != absl::InfiniteFuture()) {
-      timeout_ms =
-          static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(next - absl::Now()) + 1));
+    absl::Time wake_at;
+    {
+      absl::MutexLock lock(&mu_);
+      if (scan) {
+        if (cpu_watch || missing_from_epoll_ > 0) next = std::min(next, now + kCpuPollInterval);
+        scan_at_ = std::min(scan_at_, next);
+      }
+      wake_at = scan_at_;
     }
-    epoll_event events[16];
-    int n = epoll_wait(epoll_.get(), events, 16, timeout_ms);
+    int timeout_ms = -1;
+    if (wake_at != absl::InfiniteFuture()) {
+      timeout_ms = static_cast<int>(
+          std::max<int64_t>(1, absl::ToInt64Milliseconds(wake_at - absl::Now()) + 1));
+    }
+    epoll_event events[64];
+    int n = epoll_wait(epoll_.get(), events, 64, timeout_ms);
     for (int i = 0; i < n; ++i) {
       if (events[i].data.fd == wake_.get()) {
         uint64_t value;
         ssize_t ignored = read(wake_.get(), &value, sizeof value);
         (void)ignored;
+      } else {
+        ready.push_back(events[i].data.fd);
       }
     }
   }

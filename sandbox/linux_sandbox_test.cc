@@ -2,20 +2,36 @@
 // ordinary programs (sh, python3, coreutils) inside. The attacks are in hostile_*_test.cc.
 #include "sandbox/linux_sandbox.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "common/testing/temp_dir.h"
 #include "sandbox/channel.h"
+#include "sandbox/internal/child.h"
+#include "sandbox/landlock.h"
+#include "sandbox/seccomp.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
 
 namespace vault::sandbox {
 namespace {
@@ -469,6 +485,161 @@ TEST(LinuxSandbox, InstantExitsReportTheirCodes) {
     EXPECT_EQ(exit->exit_code, 1 + i % 100) << i;
     EXPECT_EQ(exit->final_usage.work_inodes, 3u) << i;  // root, work, tmp: the pipe was read
   }
+}
+
+// Regression: the clone child (CLONE_VM, no CLONE_SETTLS) shares errno with the supervisor
+// thread and with every other child still setting up. When the child read errno after a libc
+// call, a concurrent child's EINVAL (the capability bounding-set loop) or the supervisor's
+// errno could replace its own: "mkdir (/newroot/etc): Invalid argument", "dropping
+// capabilities: Operation not permitted", about once in 300-600 spawns with 4 spawners. The
+// read-only directories add mkdirs of existing folders (EEXIST, tolerated) to every setup.
+TEST(LinuxSandbox, ConcurrentSpawnsAllSucceed) {
+  REQUIRE_SANDBOX();
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 200;
+  absl::Mutex mu;
+  std::vector<std::string> failures;
+  int succeeded = 0;
+  auto spawner = [&](int t) {
+    for (int i = 0; i < kPerThread; ++i) {
+      SandboxSpec spec;
+      spec.program = "/bin/true";
+      spec.argv = {"true"};
+      spec.read_only_dirs = {"/usr/share", "/usr/lib"};
+      spec.limits.wall_time = absl::Seconds(30);
+      std::string failure;
+      absl::StatusOr<std::unique_ptr<SandboxHandle>> handle = Shared()->Spawn(spec);
+      if (!handle.ok()) {
+        failure = absl::StrCat("spawn ", t, "/", i, ": ", handle.status().ToString());
+      } else {
+        absl::StatusOr<ExitInfo> exit = (*handle)->Wait(absl::Seconds(30));
+        if (!exit.ok()) {
+          failure = absl::StrCat("wait ", t, "/", i, ": ", exit.status().ToString());
+        } else if (!exit->exited || exit->exit_code != 0) {
+          failure = absl::StrCat("sandbox ", t, "/", i, ": ", DescribeExit(*exit));
+        }
+      }
+      absl::MutexLock lock(&mu);
+      if (failure.empty()) {
+        ++succeeded;
+      } else {
+        failures.push_back(std::move(failure));
+      }
+    }
+  };
+  const absl::Time start = absl::Now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) threads.emplace_back(spawner, t);
+  for (std::thread& thread : threads) thread.join();
+  const absl::Duration took = absl::Now() - start;
+  for (const std::string& failure : failures) ADD_FAILURE() << failure;
+  EXPECT_EQ(succeeded, kThreads * kPerThread);
+  printf("%d concurrent spawns in %s\n", kThreads * kPerThread, absl::FormatDuration(took).c_str());
+}
+
+// The same shared errno, deterministically: a CLONE_VM child shares this thread's errno, and
+// ChildMain's failure paths (here: a bad sync descriptor, EBADF) must leave it untouched.
+TEST(LinuxSandbox, CloneChildLeavesTheSharedErrnoAlone) {
+  constexpr size_t kStackSize = 256 * 1024;
+  void* stack = mmap(nullptr, kStackSize, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  ASSERT_NE(stack, MAP_FAILED);
+  internal::ChildArgs args;  // sync_fd -1: the first read (or report) fails with EBADF
+  constexpr int kSentinel = 4242;
+  errno = kSentinel;
+  pid_t pid =
+      clone(internal::ChildMain, static_cast<char*>(stack) + kStackSize, CLONE_VM | SIGCHLD, &args);
+  int clone_errno = errno;
+  int status = 0;
+  pid_t waited = pid > 0 ? waitpid(pid, &status, 0) : -1;
+  int after = errno;
+#if defined(__SANITIZE_ADDRESS__)
+  __asan_unpoison_memory_region(stack, kStackSize);
+#endif
+  munmap(stack, kStackSize);
+  ASSERT_GT(pid, 0) << strerror(clone_errno);
+  ASSERT_EQ(waited, pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 127) << status;
+  EXPECT_EQ(after, kSentinel) << "the child set errno to " << after << " (" << strerror(after)
+                              << ")";
+}
+
+// A failing step reaches the host with the kernel's own error: in a fresh user namespace with no
+// id map, switching to uid/gid 1000 fails with EINVAL; errno here stays untouched.
+TEST(LinuxSandbox, CloneChildReportsTheKernelsError) {
+  constexpr size_t kStackSize = 256 * 1024;
+  int sync[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sync), 0);
+  void* stack = mmap(nullptr, kStackSize, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  ASSERT_NE(stack, MAP_FAILED);
+  internal::ChildArgs args;
+  args.sync_fd = sync[1];
+  constexpr int kSentinel = 4242;
+  errno = kSentinel;
+  pid_t pid = clone(internal::ChildMain, static_cast<char*>(stack) + kStackSize,
+                    CLONE_VM | CLONE_NEWUSER | SIGCHLD, &args);
+  int clone_errno = errno;
+  internal::ChildError error;
+  ssize_t got = -1;
+  int status = 0;
+  if (pid > 0) {
+    char go = 'G';
+    EXPECT_EQ(send(sync[0], &go, 1, MSG_NOSIGNAL), 1);
+    got = recv(sync[0], &error, sizeof error, 0);
+    EXPECT_EQ(waitpid(pid, &status, 0), pid);
+  }
+  int after = errno;
+#if defined(__SANITIZE_ADDRESS__)
+  __asan_unpoison_memory_region(stack, kStackSize);
+#endif
+  munmap(stack, kStackSize);
+  close(sync[0]);
+  close(sync[1]);
+  if (pid < 0) GTEST_SKIP() << "no user namespaces here: " << strerror(clone_errno);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 127) << status;
+  ASSERT_EQ(got, static_cast<ssize_t>(sizeof error));
+  EXPECT_EQ(error.step, internal::kStepIds) << internal::StepName(error.step);
+  EXPECT_EQ(error.err, EINVAL) << strerror(error.err);
+  EXPECT_EQ(after, kSentinel);
+}
+
+// landlock::Apply runs in that child too; its failures come back in the return value only.
+TEST(LinuxSandbox, LandlockApplyLeavesErrnoAlone) {
+  int abi = landlock::ProbeAbi();
+  if (abi <= 0) GTEST_SKIP() << "no Landlock";
+  // The first rule is skipped (optional, missing), the second fails before anything is
+  // restricted.
+  landlock::Plan plan =
+      landlock::MakePlan(abi, {{"/nonexistent-vault-test/a", landlock::kReadOnly, true},
+                               {"/nonexistent-vault-test/b", landlock::kReadOnly, false}});
+  int failed_rule = -1;
+  constexpr int kSentinel = 4242;
+  errno = kSentinel;
+  int rc = landlock::Apply(plan, &failed_rule);
+  int after = errno;
+  EXPECT_EQ(rc, -ENOENT);
+  EXPECT_EQ(failed_rule, 1);
+  EXPECT_EQ(after, kSentinel);
+}
+
+// And InstallSeccompPrograms (in a forked child, in case the kernel took the program).
+TEST(LinuxSandbox, InstallSeccompProgramsLeavesErrnoAlone) {
+  SeccompPrograms programs;
+  // One load and no return: the kernel refuses it (EINVAL; EACCES without privileges).
+  programs.argument_denials = {sock_filter{BPF_LD | BPF_W | BPF_ABS, 0, 0, 0}};
+  programs.allowlist = programs.argument_denials;
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    constexpr int kSentinel = 4242;
+    errno = kSentinel;
+    int rc = InstallSeccompPrograms(programs);
+    _exit(rc < 0 && errno == kSentinel ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 TEST(LinuxSandbox, V2FreezerPath) {

@@ -127,6 +127,8 @@ class SandboxHandle {
   virtual absl::StatusOr<ExitInfo> Wait(absl::Duration timeout) = 0;
   // Current readings; after the end, the final readings.
   virtual absl::StatusOr<Usage> GetUsage() = 0;
+  // Bytes used in the work directory only: one statfs, for a watchdog that polls many.
+  virtual absl::StatusOr<uint64_t> GetWorkBytes() = 0;
   virtual bool paused() const = 0;
   // Reads a regular file of the work directory (path relative to /work, at most max_bytes)
   // the way the host must read anything an agent wrote: beneath the work directory only, no

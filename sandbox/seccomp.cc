@@ -26,6 +26,7 @@
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "common/unique_fd.h"
+#include "sandbox/internal/raw_syscall.h"
 
 namespace vault::sandbox {
 namespace {
@@ -322,14 +323,15 @@ absl::StatusOr<std::vector<sock_filter>> BuildArgumentDenials() {
   return ExportBpf(ctx.get());
 }
 
+// Runs in the sandbox's clone child, which shares its errno with the host's supervisor thread
+// and other children: a raw system call, its error taken from the result, never from errno.
 int InstallProgram(const std::vector<sock_filter>& program) noexcept {
   if (program.empty() || program.size() > BPF_MAXINSNS) return -EINVAL;
   sock_fprog prog{};
   prog.len = static_cast<unsigned short>(program.size());
   // The kernel copies the program; it never writes through this pointer.
   prog.filter = const_cast<sock_filter*>(program.data());
-  if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0) return -errno;
-  return 0;
+  return static_cast<int>(internal::RawSys(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog));
 }
 
 }  // namespace

@@ -13,9 +13,12 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstring>
+
+#include "sandbox/internal/raw_syscall.h"
 
 namespace vault::sandbox::internal {
 
@@ -86,7 +89,10 @@ const char* StepName(int32_t step) {
 
 // ---------------------------------------------------------------------------------------------
 // The child's side. Everything below runs in the clone child of a multithreaded process: raw
-// system calls on data prepared by the parent, no allocation, no locks, no logging.
+// system calls on data prepared by the parent, no allocation, no locks, no logging. The child
+// shares the supervisor thread's memory and thread pointer (CLONE_VM, no CLONE_SETTLS), hence
+// its errno, which other children of that thread write concurrently: every call goes through
+// RawSys (raw_syscall.h) and takes its error from the return value, never from errno.
 
 namespace {
 
@@ -101,98 +107,140 @@ struct MountAttr {
 #define AT_RECURSIVE 0x8000
 #endif
 
-[[noreturn]] void ChildFail(int sync_fd, int32_t step, int err, int32_t detail = -1) {
-  ChildError error{step, err, detail};
-  ssize_t ignored = send(sync_fd, &error, sizeof error, MSG_NOSIGNAL);
-  (void)ignored;
-  _exit(127);
+// The kernel's struct sigaction for rt_sigaction(2) (not glibc's), and its sigset size.
+struct KernelSigaction {
+  void (*handler)(int);
+  unsigned long flags;
+  void (*restorer)();
+  uint64_t mask;
+};
+constexpr long kKernelSigsetSize = sizeof(uint64_t);
+
+// The kernel's struct rlimit64 for prlimit64(2).
+struct KernelRlimit {
+  uint64_t cur;
+  uint64_t max;
+};
+
+// The positive errno of a call that did not return what it should have: its own error, or EIO
+// for an unexpected non-error result (a short send).
+int ErrOf(long r) { return RawFailed(r) ? RawErrno(r) : EIO; }
+
+[[noreturn]] void ChildExit(int code) {
+  for (;;) RawSys(SYS_exit_group, code);
 }
 
+[[noreturn]] void ChildFail(int sync_fd, int32_t step, int err, int32_t detail = -1) {
+  ChildError error{step, err, detail};
+  RawSys(SYS_sendto, sync_fd, &error, sizeof error, MSG_NOSIGNAL, nullptr, 0);
+  ChildExit(127);
+}
+
+// Returns 0 or the positive errno.
 int WriteWholeFile(const char* path, const std::string& contents, mode_t mode) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-  if (fd < 0) return errno;
+  long fd = RawSys(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (RawFailed(fd)) return RawErrno(fd);
   size_t done = 0;
   while (done < contents.size()) {
-    ssize_t n = write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0) {
-      int err = errno;
-      close(fd);
-      return err;
+    long n = RawSys(SYS_write, fd, contents.data() + done, contents.size() - done);
+    if (RawFailed(n)) {
+      RawSys(SYS_close, fd);
+      return RawErrno(n);
     }
     done += static_cast<size_t>(n);
   }
-  close(fd);
+  RawSys(SYS_close, fd);
   return 0;
 }
 
-// Copies `fd` (close-on-exec) to a number above every final position 0-6, so that the dup2s
-// into place never overwrite a source still needed.
-int LiftFd(int fd) { return fd < 0 ? fd : fcntl(fd, F_DUPFD_CLOEXEC, 16); }
+// Copies `fd` (close-on-exec) to a number above every final position 0-6, so that the dup3s
+// into place never overwrite a source still needed. Returns the new descriptor, `fd` itself
+// when it is negative (none), or -errno.
+long LiftFd(int fd) { return fd < 0 ? fd : RawSys(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 16); }
+
+// Reads the host's one-byte go-ahead; 0 when none came (the host gave up on us).
+char ReadGo(int sync) {
+  char go = 0;
+  long got;
+  do {
+    got = RawSys(SYS_read, sync, &go, 1);
+  } while (got == -EINTR);
+  return got == 1 ? go : 0;
+}
 
 }  // namespace
 
 int ChildMain(void* raw) {
   const ChildArgs& a = *static_cast<const ChildArgs*>(raw);
   const int sync = a.sync_fd;
+  long r;
   // The network namespace is the costly one to create (loopback, sysctl tables): made here,
   // while the host writes this child's id maps, rather than by clone() before it returns.
-  if (unshare(CLONE_NEWNET) != 0) ChildFail(sync, kStepNetNs, errno);
-  char go = 0;
-  ssize_t got;
-  do {
-    got = read(sync, &go, 1);
-  } while (got < 0 && errno == EINTR);
-  if (got != 1 || go != 'G') _exit(127);  // the host gave up on us
+  if (RawFailed(r = RawSys(SYS_unshare, CLONE_NEWNET))) ChildFail(sync, kStepNetNs, RawErrno(r));
+  if (ReadGo(sync) != 'G') ChildExit(127);  // the host gave up on us
 
-  if (setsid() < 0) ChildFail(sync, kStepSetsid, errno);
+  if (RawFailed(r = RawSys(SYS_setsid))) ChildFail(sync, kStepSetsid, RawErrno(r));
 
   // Become uid/gid 1000 inside (the host id the parent mapped), keeping the namespace's
   // capabilities for the mounts below; they are all dropped before exec.
-  // Raw system calls: glibc's set*id wrappers broadcast to every thread the parent had, and
-  // would wait forever for threads that do not exist in this child.
-  if (a.drop_groups && syscall(SYS_setgroups, 0, nullptr) != 0) ChildFail(sync, kStepIds, errno);
-  if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0) ChildFail(sync, kStepIds, errno);
-  if (syscall(SYS_setresgid, kInsideId, kInsideId, kInsideId) != 0)
-    ChildFail(sync, kStepIds, errno);
-  if (syscall(SYS_setresuid, kInsideId, kInsideId, kInsideId) != 0)
-    ChildFail(sync, kStepIds, errno);
+  // Raw system calls (glibc's set*id wrappers would also broadcast to every thread the parent
+  // had, and wait forever for threads that do not exist in this child).
+  if (a.drop_groups && (r = RawSys(SYS_setgroups, 0, nullptr)) != 0) {
+    ChildFail(sync, kStepIds, ErrOf(r));
+  }
+  if ((r = RawSys(SYS_prctl, PR_SET_KEEPCAPS, 1, 0, 0, 0)) != 0)
+    ChildFail(sync, kStepIds, ErrOf(r));
+  if ((r = RawSys(SYS_setresgid, kInsideId, kInsideId, kInsideId)) != 0) {
+    ChildFail(sync, kStepIds, ErrOf(r));
+  }
+  if ((r = RawSys(SYS_setresuid, kInsideId, kInsideId, kInsideId)) != 0) {
+    ChildFail(sync, kStepIds, ErrOf(r));
+  }
   __user_cap_header_struct cap_header{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct caps[2];
-  if (syscall(SYS_capget, &cap_header, caps) != 0) ChildFail(sync, kStepIds, errno);
+  if ((r = RawSys(SYS_capget, &cap_header, caps)) != 0) ChildFail(sync, kStepIds, ErrOf(r));
   caps[0].effective = caps[0].permitted;
   caps[1].effective = caps[1].permitted;
-  if (syscall(SYS_capset, &cap_header, caps) != 0) ChildFail(sync, kStepIds, errno);
+  if ((r = RawSys(SYS_capset, &cap_header, caps)) != 0) ChildFail(sync, kStepIds, ErrOf(r));
 
   static const char kHostname[] = "vault-sandbox";
-  if (sethostname(kHostname, sizeof kHostname - 1) != 0) ChildFail(sync, kStepHostname, errno);
+  if ((r = RawSys(SYS_sethostname, kHostname, sizeof kHostname - 1)) != 0) {
+    ChildFail(sync, kStepHostname, ErrOf(r));
+  }
 
   // Mounts: a setup tmpfs becomes the root for a moment so that every host path stays
   // reachable under /oldroot while the real root is built at /newroot (bubblewrap's way).
-  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
-    ChildFail(sync, kStepMountPrivate, errno);
+  if ((r = RawSys(SYS_mount, nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr)) != 0) {
+    ChildFail(sync, kStepMountPrivate, ErrOf(r));
   }
-  if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, a.setup_opts.c_str()) != 0) {
-    ChildFail(sync, kStepSetupTmpfs, errno);
+  if ((r = RawSys(SYS_mount, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
+                  a.setup_opts.c_str())) != 0) {
+    ChildFail(sync, kStepSetupTmpfs, ErrOf(r));
   }
-  if (chdir("/tmp") != 0 || mkdir("oldroot", 0700) != 0 || mkdir("newroot", 0755) != 0 ||
-      mkdir("scratch", 0700) != 0) {
-    ChildFail(sync, kStepSetupTmpfs, errno);
+  if ((r = RawSys(SYS_chdir, "/tmp")) != 0 ||
+      (r = RawSys(SYS_mkdirat, AT_FDCWD, "oldroot", 0700)) != 0 ||
+      (r = RawSys(SYS_mkdirat, AT_FDCWD, "newroot", 0755)) != 0 ||
+      (r = RawSys(SYS_mkdirat, AT_FDCWD, "scratch", 0700)) != 0) {
+    ChildFail(sync, kStepSetupTmpfs, ErrOf(r));
   }
-  if (syscall(SYS_pivot_root, ".", "oldroot") != 0) ChildFail(sync, kStepPivotSetup, errno);
-  if (chdir("/") != 0) ChildFail(sync, kStepPivotSetup, errno);
-  if (mount("tmpfs", "/newroot", "tmpfs", MS_NOSUID | MS_NODEV, a.root_opts.c_str()) != 0) {
-    ChildFail(sync, kStepRootTmpfs, errno);
+  if ((r = RawSys(SYS_pivot_root, ".", "oldroot")) != 0) ChildFail(sync, kStepPivotSetup, ErrOf(r));
+  if ((r = RawSys(SYS_chdir, "/")) != 0) ChildFail(sync, kStepPivotSetup, ErrOf(r));
+  if ((r = RawSys(SYS_mount, "tmpfs", "/newroot", "tmpfs", MS_NOSUID | MS_NODEV,
+                  a.root_opts.c_str())) != 0) {
+    ChildFail(sync, kStepRootTmpfs, ErrOf(r));
   }
-  if (mount("tmpfs", "/scratch", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-            a.scratch_opts.c_str()) != 0) {
-    ChildFail(sync, kStepScratchTmpfs, errno);
+  if ((r = RawSys(SYS_mount, "tmpfs", "/scratch", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  a.scratch_opts.c_str())) != 0) {
+    ChildFail(sync, kStepScratchTmpfs, ErrOf(r));
   }
-  if (mkdir("/scratch/work", 0700) != 0 || mkdir("/scratch/tmp", 0700) != 0) {
-    ChildFail(sync, kStepScratchTmpfs, errno);
+  if ((r = RawSys(SYS_mkdirat, AT_FDCWD, "/scratch/work", 0700)) != 0 ||
+      (r = RawSys(SYS_mkdirat, AT_FDCWD, "/scratch/tmp", 0700)) != 0) {
+    ChildFail(sync, kStepScratchTmpfs, ErrOf(r));
   }
   {
-    int work = open("/scratch/work", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (work < 0) ChildFail(sync, kStepSendWorkFd, errno);
+    long opened = RawSys(SYS_openat, AT_FDCWD, "/scratch/work", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (RawFailed(opened)) ChildFail(sync, kStepSendWorkFd, RawErrno(opened));
+    int work = static_cast<int>(opened);
     char byte = 'W';
     iovec iov{&byte, 1};
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
@@ -206,42 +254,48 @@ int ChildMain(void* raw) {
     cmsg->cmsg_type = SCM_RIGHTS;
     cmsg->cmsg_len = CMSG_LEN(sizeof(int));
     std::memcpy(CMSG_DATA(cmsg), &work, sizeof work);
-    if (sendmsg(sync, &msg, MSG_NOSIGNAL) != 1) ChildFail(sync, kStepSendWorkFd, errno);
-    close(work);
+    if ((r = RawSys(SYS_sendmsg, sync, &msg, MSG_NOSIGNAL)) != 1) {
+      ChildFail(sync, kStepSendWorkFd, ErrOf(r));
+    }
+    RawSys(SYS_close, work);
   }
   for (size_t i = 0; i < a.ops.size(); ++i) {
     const MountOp& op = a.ops[i];
     const int32_t index = static_cast<int32_t>(i);
     switch (op.kind) {
       case MountOp::kMkdir:
-        if (mkdir(op.a.c_str(), op.mode) != 0 && errno != EEXIST) {
-          ChildFail(sync, kStepMkdir, errno, index);
-        }
+        r = RawSys(SYS_mkdirat, AT_FDCWD, op.a.c_str(), op.mode);
+        if (r != 0 && r != -EEXIST) ChildFail(sync, kStepMkdir, ErrOf(r), index);
         break;
       case MountOp::kTouch: {
-        int fd = open(op.a.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-        if (fd < 0) ChildFail(sync, kStepTouch, errno, index);
-        close(fd);
+        long fd = RawSys(SYS_openat, AT_FDCWD, op.a.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (RawFailed(fd)) ChildFail(sync, kStepTouch, RawErrno(fd), index);
+        RawSys(SYS_close, fd);
         break;
       }
       case MountOp::kSymlink:
-        if (symlink(op.a.c_str(), op.b.c_str()) != 0) ChildFail(sync, kStepSymlink, errno, index);
+        if ((r = RawSys(SYS_symlinkat, op.a.c_str(), AT_FDCWD, op.b.c_str())) != 0) {
+          ChildFail(sync, kStepSymlink, ErrOf(r), index);
+        }
         break;
       case MountOp::kBind: {
         // Not recursive: whatever is mounted below an operator's folder stays outside.
         if (op.ino == 0) {
-          if (mount(op.a.c_str(), op.b.c_str(), nullptr, MS_BIND, nullptr) != 0) {
-            ChildFail(sync, kStepBind, errno, index);
+          if ((r = RawSys(SYS_mount, op.a.c_str(), op.b.c_str(), nullptr, MS_BIND, nullptr)) != 0) {
+            ChildFail(sync, kStepBind, ErrOf(r), index);
           }
           break;
         }
         open_how how{};
         how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
         how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-        int fd = static_cast<int>(syscall(SYS_openat2, AT_FDCWD, op.a.c_str(), &how, sizeof how));
-        if (fd < 0) ChildFail(sync, kStepBind, errno, index);
+        long opened = RawSys(SYS_openat2, AT_FDCWD, op.a.c_str(), &how, sizeof how);
+        if (RawFailed(opened)) ChildFail(sync, kStepBind, RawErrno(opened), index);
+        int fd = static_cast<int>(opened);
         struct stat st;
-        if (fstat(fd, &st) != 0) ChildFail(sync, kStepBind, errno, index);
+        if ((r = RawSys(SYS_newfstatat, fd, "", &st, AT_EMPTY_PATH)) != 0) {
+          ChildFail(sync, kStepBind, ErrOf(r), index);
+        }
         if (static_cast<uint64_t>(st.st_dev) != op.dev ||
             static_cast<uint64_t>(st.st_ino) != op.ino) {
           ChildFail(sync, kStepBind, ESTALE, index);
@@ -256,17 +310,17 @@ int ChildMain(void* raw) {
         }
         while (d > 0) source[n++] = digits[--d];
         source[n] = '\0';
-        if (mount(source, op.b.c_str(), nullptr, MS_BIND, nullptr) != 0) {
-          ChildFail(sync, kStepBind, errno, index);
+        if ((r = RawSys(SYS_mount, source, op.b.c_str(), nullptr, MS_BIND, nullptr)) != 0) {
+          ChildFail(sync, kStepBind, ErrOf(r), index);
         }
-        close(fd);
+        RawSys(SYS_close, fd);
         break;
       }
       case MountOp::kAttr: {
         MountAttr attr{op.attr, 0, 0, 0};
-        if (syscall(SYS_mount_setattr, AT_FDCWD, op.a.c_str(), op.recursive ? AT_RECURSIVE : 0,
-                    &attr, sizeof attr) != 0) {
-          ChildFail(sync, kStepMountAttr, errno, index);
+        if ((r = RawSys(SYS_mount_setattr, AT_FDCWD, op.a.c_str(), op.recursive ? AT_RECURSIVE : 0,
+                        &attr, sizeof attr)) != 0) {
+          ChildFail(sync, kStepMountAttr, ErrOf(r), index);
         }
         break;
       }
@@ -277,82 +331,90 @@ int ChildMain(void* raw) {
       }
     }
   }
-  if (mount("proc", "/newroot/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-            "hidepid=invisible,subset=pid") != 0) {
-    ChildFail(sync, kStepProc, errno);
+  if ((r = RawSys(SYS_mount, "proc", "/newroot/proc", "proc",
+                  MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible,subset=pid")) !=
+      0) {
+    ChildFail(sync, kStepProc, ErrOf(r));
   }
   {
     // The root itself becomes read-only last (the binds below it keep their own flags).
     MountAttr attr{kMountAttrRdonly | kMountAttrNosuid | kMountAttrNodev, 0, 0, 0};
-    if (syscall(SYS_mount_setattr, AT_FDCWD, "/newroot", 0, &attr, sizeof attr) != 0) {
-      ChildFail(sync, kStepMountAttr, errno);
+    if ((r = RawSys(SYS_mount_setattr, AT_FDCWD, "/newroot", 0, &attr, sizeof attr)) != 0) {
+      ChildFail(sync, kStepMountAttr, ErrOf(r));
     }
   }
-  if (chdir("/newroot") != 0) ChildFail(sync, kStepPivotFinal, errno);
-  if (syscall(SYS_pivot_root, ".", ".") != 0) ChildFail(sync, kStepPivotFinal, errno);
-  if (umount2(".", MNT_DETACH) != 0) ChildFail(sync, kStepPivotFinal, errno);
-  if (chdir("/") != 0) ChildFail(sync, kStepPivotFinal, errno);
+  if ((r = RawSys(SYS_chdir, "/newroot")) != 0) ChildFail(sync, kStepPivotFinal, ErrOf(r));
+  if ((r = RawSys(SYS_pivot_root, ".", ".")) != 0) ChildFail(sync, kStepPivotFinal, ErrOf(r));
+  if ((r = RawSys(SYS_umount2, ".", MNT_DETACH)) != 0) ChildFail(sync, kStepPivotFinal, ErrOf(r));
+  if ((r = RawSys(SYS_chdir, "/")) != 0) ChildFail(sync, kStepPivotFinal, ErrOf(r));
 
   // The host moves this process into its cgroup while the mounts above are made (a v1
   // cgroup.procs write can wait for an RCU grace period); nothing of the program runs before
   // it says so. Then the cgroup namespace, rooted at that cgroup.
-  do {
-    got = read(sync, &go, 1);
-  } while (got < 0 && errno == EINTR);
-  if (got != 1 || go != 'C') _exit(127);
-  if (unshare(CLONE_NEWCGROUP) != 0) ChildFail(sync, kStepCgroupNs, errno);
-
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig == SIGKILL || sig == SIGSTOP) continue;
-    sigaction(sig, &dfl, nullptr);  // fails harmlessly for the numbers glibc reserves
+  if (ReadGo(sync) != 'C') ChildExit(127);
+  if (RawFailed(r = RawSys(SYS_unshare, CLONE_NEWCGROUP))) {
+    ChildFail(sync, kStepCgroupNs, RawErrno(r));
   }
-  sigset_t none;
-  sigemptyset(&none);
-  if (sigprocmask(SIG_SETMASK, &none, nullptr) != 0) ChildFail(sync, kStepSignals, errno);
+
+  // Every handler back to the default (best effort; this now also resets the two real-time
+  // signals glibc reserves for itself, which its sigaction refused and execve resets anyway),
+  // then nothing blocked.
+  const KernelSigaction dfl{SIG_DFL, 0, nullptr, 0};
+  for (int sig = 1; sig <= 64; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    RawSys(SYS_rt_sigaction, sig, &dfl, nullptr, kKernelSigsetSize);
+  }
+  const uint64_t none = 0;
+  if ((r = RawSys(SYS_rt_sigprocmask, SIG_SETMASK, &none, nullptr, kKernelSigsetSize)) != 0) {
+    ChildFail(sync, kStepSignals, ErrOf(r));
+  }
 
   // Descriptors first, before any limit on them: this child still holds a copy of the host's
   // whole descriptor table. 0-2 stdio (or /dev/null), 3 the channel, 4 the status pipe, 5 the
   // sync socket and 6 the init binary (both close-on-exec), nothing else.
-  int lifted[7];
+  long lifted[7];
   const int sources[7] = {a.stdio[0],  a.stdio[1], a.stdio[2], a.channel_fd,
                           a.status_fd, sync,       a.init_fd};
   for (int i = 0; i < 7; ++i) {
     lifted[i] = LiftFd(sources[i]);
-    if (sources[i] >= 0 && lifted[i] < 0) ChildFail(sync, kStepFds, errno, i);
+    if (sources[i] >= 0 && RawFailed(lifted[i])) ChildFail(sync, kStepFds, RawErrno(lifted[i]), i);
   }
-  int current_sync = lifted[5];
+  int current_sync = static_cast<int>(lifted[5]);
   for (int i = 0; i < 3; ++i) {
     if (lifted[i] < 0) {
-      lifted[i] = open("/dev/null", i == 0 ? O_RDONLY | O_CLOEXEC : O_WRONLY | O_CLOEXEC);
-      if (lifted[i] < 0) ChildFail(current_sync, kStepFds, errno, i);
+      lifted[i] = RawSys(SYS_openat, AT_FDCWD, "/dev/null",
+                         i == 0 ? O_RDONLY | O_CLOEXEC : O_WRONLY | O_CLOEXEC);
+      if (RawFailed(lifted[i])) ChildFail(current_sync, kStepFds, RawErrno(lifted[i]), i);
     }
   }
   static_assert(kInsideStatusFd == 4, "sources[4] is the status pipe");
+  // dup3 for dup2: every lifted descriptor is at least 16, never equal to its target.
   for (int i = 0; i < 5; ++i) {
     if (lifted[i] < 0) continue;  // no channel
-    if (dup2(lifted[i], i) != i) ChildFail(current_sync, kStepFds, errno, i);
+    if ((r = RawSys(SYS_dup3, lifted[i], i, 0)) != i)
+      ChildFail(current_sync, kStepFds, ErrOf(r), i);
   }
-  if (dup3(lifted[5], kInsideSyncFd, O_CLOEXEC) != kInsideSyncFd) {
-    ChildFail(current_sync, kStepFds, errno, 5);
+  if ((r = RawSys(SYS_dup3, lifted[5], kInsideSyncFd, O_CLOEXEC)) != kInsideSyncFd) {
+    ChildFail(current_sync, kStepFds, ErrOf(r), 5);
   }
   current_sync = kInsideSyncFd;
-  if (dup3(lifted[6], kInsideInitFd, O_CLOEXEC) != kInsideInitFd) {
-    ChildFail(current_sync, kStepFds, errno, 6);
+  if ((r = RawSys(SYS_dup3, lifted[6], kInsideInitFd, O_CLOEXEC)) != kInsideInitFd) {
+    ChildFail(current_sync, kStepFds, ErrOf(r), 6);
   }
-  if (a.channel_fd < 0) close(3);
-  if (syscall(SYS_close_range, kInsideInitFd + 1, ~0U, 0) != 0) {
-    ChildFail(current_sync, kStepFds, errno);
+  if (a.channel_fd < 0) RawSys(SYS_close, 3);
+  if ((r = RawSys(SYS_close_range, kInsideInitFd + 1, ~0U, 0)) != 0) {
+    ChildFail(current_sync, kStepFds, ErrOf(r));
   }
 
   for (const RlimitSetting& setting : a.rlimits) {
-    rlimit limit{setting.soft, setting.hard};
-    if (setrlimit(setting.resource, &limit) != 0) {
-      ChildFail(current_sync, kStepRlimit, errno, setting.resource);
+    KernelRlimit limit{static_cast<uint64_t>(setting.soft), static_cast<uint64_t>(setting.hard)};
+    if ((r = RawSys(SYS_prlimit64, 0, setting.resource, &limit, nullptr)) != 0) {
+      ChildFail(current_sync, kStepRlimit, ErrOf(r), setting.resource);
     }
   }
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ChildFail(current_sync, kStepNoNewPrivs, errno);
+  if ((r = RawSys(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) != 0) {
+    ChildFail(current_sync, kStepNoNewPrivs, ErrOf(r));
+  }
   {
     // The plan names the init binary by its final number, kInsideInitFd.
     int failed_rule = -1;
@@ -361,36 +423,42 @@ int ChildMain(void* raw) {
   }
   // Speculative store bypass and indirect branch speculation off for the sandbox (best effort:
   // the calls fail on CPUs and kernels without the controls).
-  prctl(PR_SET_SPECULATION_CTRL, PR_SPEC_STORE_BYPASS, PR_SPEC_FORCE_DISABLE, 0, 0);
-  prctl(PR_SET_SPECULATION_CTRL, PR_SPEC_INDIRECT_BRANCH, PR_SPEC_FORCE_DISABLE, 0, 0);
+  RawSys(SYS_prctl, PR_SET_SPECULATION_CTRL, PR_SPEC_STORE_BYPASS, PR_SPEC_FORCE_DISABLE, 0, 0);
+  RawSys(SYS_prctl, PR_SET_SPECULATION_CTRL, PR_SPEC_INDIRECT_BRANCH, PR_SPEC_FORCE_DISABLE, 0, 0);
   // Capabilities: the bounding set first (needs CAP_SETPCAP; every number the kernel might
   // know, EINVAL past its last), then ambient, then all sets.
   for (int cap = 0; cap < 64; ++cap) {
-    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) {
-      ChildFail(current_sync, kStepCaps, errno, cap);
-    }
+    r = RawSys(SYS_prctl, PR_CAPBSET_DROP, cap, 0, 0, 0);
+    if (r != 0 && r != -EINVAL) ChildFail(current_sync, kStepCaps, ErrOf(r), cap);
   }
-  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) {
-    ChildFail(current_sync, kStepCaps, errno);
+  if ((r = RawSys(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)) != 0) {
+    ChildFail(current_sync, kStepCaps, ErrOf(r));
   }
   std::memset(caps, 0, sizeof caps);
-  if (syscall(SYS_capset, &cap_header, caps) != 0) ChildFail(current_sync, kStepCaps, errno);
-  if (prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0) != 0) ChildFail(current_sync, kStepCaps, errno);
+  if ((r = RawSys(SYS_capset, &cap_header, caps)) != 0)
+    ChildFail(current_sync, kStepCaps, ErrOf(r));
+  if ((r = RawSys(SYS_prctl, PR_SET_KEEPCAPS, 0, 0, 0, 0)) != 0) {
+    ChildFail(current_sync, kStepCaps, ErrOf(r));
+  }
 
   // Die with the host's supervisor thread. Set after the last credential change (which
   // clears it), then check the host did not die before it was set.
-  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) {
-    ChildFail(current_sync, kStepParentGone, errno);
+  if ((r = RawSys(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)) != 0) {
+    ChildFail(current_sync, kStepParentGone, ErrOf(r));
   }
   {
     pollfd pfd{current_sync, 0, 0};
-    if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLERR)) != 0) _exit(127);
+    const timespec immediately{0, 0};
+    if (RawSys(SYS_ppoll, &pfd, 1, &immediately, nullptr, kKernelSigsetSize) > 0 &&
+        (pfd.revents & (POLLHUP | POLLERR)) != 0) {
+      ChildExit(127);
+    }
   }
 
   int rc = InstallSeccompPrograms(*a.seccomp);
   if (rc != 0) ChildFail(current_sync, kStepSeccomp, -rc);
-  syscall(SYS_execveat, kInsideInitFd, "", a.argv.data(), a.envp.data(), AT_EMPTY_PATH);
-  ChildFail(current_sync, kStepExec, errno);
+  r = RawSys(SYS_execveat, kInsideInitFd, "", a.argv.data(), a.envp.data(), AT_EMPTY_PATH);
+  ChildFail(current_sync, kStepExec, ErrOf(r));
 }
 
 }  // namespace vault::sandbox::internal
