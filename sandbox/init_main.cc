@@ -3,11 +3,15 @@
 //   vault-sandbox-init PROGRAM ARGV0 ARGS...      (environment: the program's)
 //
 // It is executed by the host's clone child after every fence is up (seccomp, Landlock,
-// rlimits, no capabilities), so it runs inside them like the program. It starts the program as
-// its child, reaps every orphan the program leaves, and reports on fd 4 (a pipe to the host,
-// close-on-exec here so the program never holds it):
+// rlimits, no capabilities), so it runs inside them like the program. First it writes "1000"
+// to fd 7, its own /proc/<pid>/oom_score_adj opened by the host, and closes it: the sandbox is
+// the first victim of host memory pressure, and the program inherits the value. (The host
+// cannot write it before the exec: the clone child shares the host's memory until then, and
+// the kernel gives the value to every process sharing it, the host included.) Then it starts
+// the program as its child, reaps every orphan the program leaves, and reports on fd 4 (a pipe
+// to the host, close-on-exec here so the program never holds it):
 //   "R\n"          the program was executed
-//   "X <errno>\n"  execve failed
+//   "X <errno>\n"  oom_score_adj could not be written, or execve failed
 //   "E <code>\n"   the program exited with code
 //   "S <signal>\n" the program was killed by signal
 // then exits, which makes the kernel kill whatever is left in the sandbox's PID namespace.
@@ -24,7 +28,9 @@
 namespace {
 
 constexpr int kStatusFd = 4;
+constexpr int kOomFd = 7;  // kInsideOomFd (sandbox/internal/child.h)
 constexpr long kEintr = 4;
+constexpr long kEio = 5;
 constexpr long kEchild = 10;
 constexpr int kFdCloexec = 1;
 
@@ -66,6 +72,15 @@ void Report(char kind, long value) {
 }
 
 [[noreturn]] void Main(long argc, char** argv, char** envp) {
+  // Fail closed: a sandbox that cannot take its oom_score_adj does not run.
+  static const char kOomScoreAdj[] = "1000";
+  long written =
+      Syscall(__NR_write, kOomFd, reinterpret_cast<long>(kOomScoreAdj), sizeof kOomScoreAdj - 1);
+  Syscall(__NR_close, kOomFd);
+  if (written != static_cast<long>(sizeof kOomScoreAdj - 1)) {
+    Report('X', written < 0 ? -written : kEio);
+    Exit(127);
+  }
   if (argc < 3) Exit(127);
   Syscall(__NR_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0);
   Syscall(__NR_fcntl, kStatusFd, F_SETFD, kFdCloexec);

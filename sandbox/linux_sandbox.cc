@@ -90,6 +90,25 @@ absl::Status WriteProcFile(pid_t pid, const char* name, absl::string_view conten
   return absl::OkStatus();
 }
 
+// The child's go-ahead: the byte 'G' with the descriptor of its oom_score_adj (SCM_RIGHTS).
+absl::Status SendGo(int sync_fd, int oom_score_adj_fd) {
+  char byte = 'G';
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(cmsg), &oom_score_adj_fd, sizeof oom_score_adj_fd);
+  if (sendmsg(sync_fd, &msg, MSG_NOSIGNAL) != 1) return Errno(errno, "signal the sandbox child");
+  return absl::OkStatus();
+}
+
 std::string ReadSmallFile(const char* path) {
   std::string out;
   UniqueFd fd(open(path, O_RDONLY | O_CLOEXEC));
@@ -633,15 +652,21 @@ void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
   absl::Status status = WriteProcFile(pid, "uid_map", uid_line);
   if (status.ok() && !request.root_mode) status = WriteProcFile(pid, "setgroups", "deny");
   if (status.ok()) status = WriteProcFile(pid, "gid_map", gid_line);
-  // Under memory pressure on the host, agents go first.
-  if (status.ok()) status = WriteProcFile(pid, "oom_score_adj", "1000");
-  auto send_byte = [&](char byte) {
-    if (send(request.sync_parent_fd, &byte, 1, MSG_NOSIGNAL) != 1) {
-      status = Errno(errno, "signal the sandbox child");
-    }
-  };
-  // 'G': build the mounts. Spawn's thread then moves the child into its cgroup and sends 'C'.
-  if (status.ok()) send_byte('G');
+  // Under memory pressure on the host, agents go first: oom_score_adj 1000. Not written here:
+  // the kernel gives a new value to every process sharing the task's memory, and until it
+  // executes the child shares ours (CLONE_VM), so vaultd itself would become the first victim.
+  // The child carries the descriptor to its init (kInsideOomFd), which writes it in memory of
+  // its own before it starts the program.
+  UniqueFd oom_score_adj;
+  if (status.ok()) {
+    std::string path = absl::StrCat("/proc/", pid, "/oom_score_adj");
+    oom_score_adj = UniqueFd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (oom_score_adj.get() < 0) status = Errno(errno, absl::StrCat("open ", path));
+  }
+  // 'G' with that descriptor: build the mounts. Spawn's thread then moves the child into its
+  // cgroup and sends 'C'.
+  if (status.ok()) status = SendGo(request.sync_parent_fd, oom_score_adj.get());
+  oom_score_adj.Reset();
   if (!status.ok()) {
     fail(std::move(status));
     return;

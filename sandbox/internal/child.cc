@@ -27,6 +27,8 @@ const char* StepName(int32_t step) {
   switch (step) {
     case kStepGo:
       return "waiting for the host";
+    case kStepOomFd:
+      return "receiving the oom_score_adj descriptor";
     case kStepNetNs:
       return "network namespace";
     case kStepCgroupNs:
@@ -153,7 +155,7 @@ int WriteWholeFile(const char* path, const std::string& contents, mode_t mode) {
   return 0;
 }
 
-// Copies `fd` (close-on-exec) to a number above every final position 0-6, so that the dup3s
+// Copies `fd` (close-on-exec) to a number above every final position 0-7, so that the dup3s
 // into place never overwrite a source still needed. Returns the new descriptor, `fd` itself
 // when it is negative (none), or -errno.
 long LiftFd(int fd) { return fd < 0 ? fd : RawSys(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 16); }
@@ -168,6 +170,32 @@ char ReadGo(int sync) {
   return got == 1 ? go : 0;
 }
 
+// Reads the host's first go-ahead, 'G' with one descriptor (SCM_RIGHTS, received
+// close-on-exec); 0 when no byte came (the host gave up on us). *fd is the descriptor, or -1
+// when none came.
+char ReceiveGo(int sync, int* fd) {
+  *fd = -1;
+  char go = 0;
+  iovec iov{&go, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  long got;
+  do {
+    got = RawSys(SYS_recvmsg, sync, &msg, MSG_CMSG_CLOEXEC);
+  } while (got == -EINTR);
+  if (got != 1) return 0;
+  const cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  if ((msg.msg_flags & MSG_CTRUNC) == 0 && cmsg != nullptr && cmsg->cmsg_level == SOL_SOCKET &&
+      cmsg->cmsg_type == SCM_RIGHTS && cmsg->cmsg_len == CMSG_LEN(sizeof(int))) {
+    std::memcpy(fd, CMSG_DATA(cmsg), sizeof *fd);
+  }
+  return go;
+}
+
 }  // namespace
 
 int ChildMain(void* raw) {
@@ -177,7 +205,10 @@ int ChildMain(void* raw) {
   // The network namespace is the costly one to create (loopback, sysctl tables): made here,
   // while the host writes this child's id maps, rather than by clone() before it returns.
   if (RawFailed(r = RawSys(SYS_unshare, CLONE_NEWNET))) ChildFail(sync, kStepNetNs, RawErrno(r));
-  if (ReadGo(sync) != 'G') ChildExit(127);  // the host gave up on us
+  // With 'G' comes the descriptor of this process's oom_score_adj, for the init to write.
+  int oom_fd;
+  if (ReceiveGo(sync, &oom_fd) != 'G') ChildExit(127);  // the host gave up on us
+  if (oom_fd < 0) ChildFail(sync, kStepOomFd, EPROTO);
 
   if (RawFailed(r = RawSys(SYS_setsid))) ChildFail(sync, kStepSetsid, RawErrno(r));
 
@@ -371,11 +402,12 @@ int ChildMain(void* raw) {
 
   // Descriptors first, before any limit on them: this child still holds a copy of the host's
   // whole descriptor table. 0-2 stdio (or /dev/null), 3 the channel, 4 the status pipe, 5 the
-  // sync socket and 6 the init binary (both close-on-exec), nothing else.
-  long lifted[7];
-  const int sources[7] = {a.stdio[0],  a.stdio[1], a.stdio[2], a.channel_fd,
-                          a.status_fd, sync,       a.init_fd};
-  for (int i = 0; i < 7; ++i) {
+  // sync socket and 6 the init binary (both close-on-exec), 7 the oom_score_adj the init writes
+  // and closes, nothing else.
+  long lifted[8];
+  const int sources[8] = {a.stdio[0],  a.stdio[1], a.stdio[2], a.channel_fd,
+                          a.status_fd, sync,       a.init_fd,  oom_fd};
+  for (int i = 0; i < 8; ++i) {
     lifted[i] = LiftFd(sources[i]);
     if (sources[i] >= 0 && RawFailed(lifted[i])) ChildFail(sync, kStepFds, RawErrno(lifted[i]), i);
   }
@@ -401,8 +433,13 @@ int ChildMain(void* raw) {
   if ((r = RawSys(SYS_dup3, lifted[6], kInsideInitFd, O_CLOEXEC)) != kInsideInitFd) {
     ChildFail(current_sync, kStepFds, ErrOf(r), 6);
   }
+  if ((r = RawSys(SYS_dup3, lifted[7], kInsideOomFd, 0)) != kInsideOomFd) {
+    ChildFail(current_sync, kStepFds, ErrOf(r), 7);
+  }
   if (a.channel_fd < 0) RawSys(SYS_close, 3);
-  if ((r = RawSys(SYS_close_range, kInsideInitFd + 1, ~0U, 0)) != 0) {
+  static_assert(kInsideOomFd > kInsideInitFd && kInsideInitFd > kInsideSyncFd,
+                "close_range keeps everything up to kInsideOomFd");
+  if ((r = RawSys(SYS_close_range, kInsideOomFd + 1, ~0U, 0)) != 0) {
     ChildFail(current_sync, kStepFds, ErrOf(r));
   }
 

@@ -2,10 +2,11 @@
 // sandbox's init.
 //
 // The host fills a ChildArgs (plan.h) and clones ChildMain with new namespaces (see
-// docs/sandbox.md for the order of the steps). ChildMain waits for 'G' on the sync socket,
-// builds the sandbox's tree from the MountOps, hands the work directory's descriptor to the
-// host, raises every fence and executes the init. When a step fails it sends one ChildError
-// on the sync socket and exits with 127; the host names the step with StepName.
+// docs/sandbox.md for the order of the steps). ChildMain waits for 'G' on the sync socket (with
+// the descriptor of its own /proc/<pid>/oom_score_adj, which it passes on to the init as
+// kInsideOomFd), builds the sandbox's tree from the MountOps, hands the work directory's
+// descriptor to the host, raises every fence and executes the init. When a step fails it sends one
+// ChildError on the sync socket and exits with 127; the host names the step with StepName.
 //
 //   auto args = std::make_unique<ChildArgs>();  // ... filled by BuildChildArgs (plan.h)
 //   pid_t pid = clone(ChildMain, stack_top, CLONE_NEWUSER | ... | SIGCHLD, args.get(), &pidfd);
@@ -33,6 +34,9 @@ inline constexpr uid_t kInsideId = 1000;
 inline constexpr int kInsideStatusFd = 4;  // vault-sandbox-init writes its reports here
 inline constexpr int kInsideSyncFd = 5;
 inline constexpr int kInsideInitFd = 6;
+// The sandbox's /proc/<pid>/oom_score_adj, open for writing and kept across the exec: the init
+// writes "1000" there (the host cannot while the child shares its memory) and closes it.
+inline constexpr int kInsideOomFd = 7;
 
 // MOUNT_ATTR_* of mount_setattr(2), defined here because <linux/mount.h> clashes with glibc
 // 2.36's <sys/mount.h>.
@@ -43,6 +47,7 @@ inline constexpr uint64_t kMountAttrNoexec = 0x8;
 
 enum Step : int32_t {
   kStepGo = 1,
+  kStepOomFd,
   kStepCgroupNs,
   kStepNetNs,
   kStepSetsid,
