@@ -29,6 +29,10 @@ absl::Status AgentStore::Put(const vault::v1::AgentRecord& record) {
   return db_->Write(&batch);
 }
 
+void AgentStore::AddPut(rocksdb::WriteBatch* batch, const vault::v1::AgentRecord& record) const {
+  batch->Put(db_->Handle(kAgents), storage::ToSlice(record.id()), record.SerializeAsString());
+}
+
 absl::StatusOr<vault::v1::AgentRecord> AgentStore::Get(const std::string& id) const {
   std::string value;
   rocksdb::Status s =

@@ -37,6 +37,8 @@ class AgentStore {
 
   // Durable (synced) before it returns.
   absl::Status Put(const vault::v1::AgentRecord& record);
+  // Adds the record's write to `batch` (for a write that must be atomic with others).
+  void AddPut(rocksdb::WriteBatch* batch, const vault::v1::AgentRecord& record) const;
   // NOT_FOUND when there is no such agent.
   absl::StatusOr<vault::v1::AgentRecord> Get(const std::string& id) const;
   // Every record, by id.

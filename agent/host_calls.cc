@@ -54,33 +54,8 @@ std::string Sha256Hex(absl::string_view bytes) {
   return absl::BytesToHexString(cas::Sha256::Hash(bytes));
 }
 
-absl::StatusOr<cas::Digest> ToDigest(const vault::v1::Digest& d) {
-  return cas::Digest::FromParts(d.sha256(), d.size());
-}
-
-vault::v1::Digest FromDigest(const cas::Digest& d) {
-  vault::v1::Digest out;
-  out.set_sha256(d.sha256());
-  out.set_size(d.size());
-  return out;
-}
-
-// Message types: [a-z0-9._-]{1,64}; "vault.*" is the vault's own, except "vault.answer".
-absl::Status ValidateMessageType(const std::string& type) {
-  bool ok = !type.empty() && type.size() <= 64;
-  for (char c : type) {
-    ok = ok &&
-         (absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '.' || c == '_' || c == '-');
-  }
-  if (!ok) return absl::InvalidArgumentError("a message type is 1-64 of [a-z0-9._-]");
-  if (absl::StartsWith(type, "vault.") && type != "vault.answer") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("message type \"", type, "\" is reserved for the vault"));
-  }
-  return absl::OkStatus();
-}
-
-// Does `g` name exactly `agent` (not "*")?
+// Does some grant of `kind` name exactly `agent` (not "*")? Whatever its message types: this
+// decides whether another principal's agent is visible at all, not what may be sent to it.
 bool NamesExactly(const std::vector<Grant>& grants, Grant::Kind kind, const std::string& agent) {
   for (const Grant& g : grants) {
     if (g.kind() == kind && g.agent() == agent) return true;
@@ -347,8 +322,15 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
       c.op = "send";
       c.subject = request.send().to();
       if (request.send().to() != "operator") {
-        c.grant = MakeGrant(Grant::SEND);
-        c.grant->set_agent(request.send().to());
+        // The sender needs SEND {to, [type]}; the receiver's RECEIVE {from, [type]} is checked
+        // by the handler. A malformed type ([a-z0-9._-]{1,64}; "vault.*" is the vault's own,
+        // except "vault.answer") is a bad call, not a denial.
+        c.status = capability::ValidateMessageType(request.send().type());
+        if (c.status.ok()) {
+          c.grant = MakeGrant(Grant::SEND);
+          c.grant->set_agent(request.send().to());
+          c.grant->add_message_types(request.send().type());
+        }
       }
       break;
     case HostRequest::kReceive:
@@ -365,6 +347,13 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
     case HostRequest::kSpawnChild:
       c.op = "spawn_child";
       c.grant = MakeGrant(Grant::SPAWN);
+      c.durable = true;
+      break;
+    case HostRequest::kMigrate:
+      c.op = "migrate";
+      c.subject = request.migrate().vault();
+      c.grant = MakeGrant(Grant::MIGRATE);
+      c.grant->add_vaults(request.migrate().vault());
       c.durable = true;
       break;
     case HostRequest::kExit:
@@ -597,10 +586,6 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
           resp.mutable_send()->set_message_id(send.reply_to());
           break;
         }
-        if (absl::Status s = ValidateMessageType(send.type()); !s.ok()) {
-          c.status = s;
-          break;
-        }
         // Isolation (RFC-0006 §9): another principal's agent is addressable only through grants
         // naming it exactly, on both sides; otherwise it is as if it did not exist.
         std::shared_ptr<LiveAgent> to = Find(send.to());
@@ -621,6 +606,7 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
           receiver_grants.assign(to->record.grants().begin(), to->record.grants().end());
           Grant from = MakeGrant(Grant::RECEIVE);
           from.set_agent(live->id);
+          from.add_message_types(send.type());
           receiver_accepts = to->authority != nullptr && to->authority->Allows(from);
         }
         if (to->principal != live->principal &&
@@ -631,8 +617,8 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
         }
         if (!receiver_accepts) {
           c.status = absl::PermissionDeniedError(
-              absl::StrCat("denied: agent ", to->id, " does not accept messages from ", live->id,
-                           " (it has no receive grant for it)"));
+              absl::StrCat("denied: agent ", to->id, " does not accept \"", send.type(),
+                           "\" messages from ", live->id, " (it has no receive grant for it)"));
           break;
         }
         vault::v1::Message m;
@@ -837,6 +823,25 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
         out->set_agent_id(child.id());
         *out->mutable_grants() = child.grants();
         out->set_narrowed(narrowed);
+        break;
+      }
+      case HostRequest::kMigrate: {
+        // Answered here only when the agent never froze; once it did, the hop's outcome
+        // answers (a failure) or the process ends (it went).
+        {
+          absl::MutexLock lock(&live->mu);
+          live->migrate_call_id = request.call_id();
+        }
+        absl::StatusOr<vault::v1::MigrateAgentResponse> moved =
+            MigrateOut(live, request.migrate().vault(), request.migrate().state(), "agent");
+        absl::MutexLock lock(&live->mu);
+        if (moved.ok() || live->migrate_call_id != request.call_id() ||
+            live->record.state() == vault::v1::MIGRATING) {
+          c.deferred = true;
+        } else {
+          live->migrate_call_id = 0;
+          c.status = moved.status();
+        }
         break;
       }
       case HostRequest::kExit: {

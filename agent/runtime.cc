@@ -46,28 +46,6 @@ std::string RandomHex(size_t bytes) {
   return absl::BytesToHexString(raw);
 }
 
-absl::StatusOr<cas::Digest> ToDigest(const vault::v1::Digest& d) {
-  return cas::Digest::FromParts(d.sha256(), d.size());
-}
-
-vault::v1::Digest FromDigest(const cas::Digest& d) {
-  vault::v1::Digest out;
-  out.set_sha256(d.sha256());
-  out.set_size(d.size());
-  return out;
-}
-
-// Agent ids: 1-64 of [a-z0-9-], starting with a letter or digit ("a-" + hex by vaultctl).
-absl::Status ValidateAgentId(const std::string& id) {
-  bool ok = !id.empty() && id.size() <= 64 && id.front() != '-';
-  for (char c : id) ok = ok && (absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-');
-  if (!ok) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("agent id \"", absl::CHexEscape(id), "\" must be 1-64 of [a-z0-9-]"));
-  }
-  return absl::OkStatus();
-}
-
 std::string PythonSdkDir(const std::string& configured) {
   if (!configured.empty()) return configured;
   if (const char* env = getenv("VAULT_PYTHON_SDK"); env != nullptr && *env != '\0') return env;
@@ -98,6 +76,34 @@ sandbox::Limits LimitsFor(const vault::v1::Constraints& c, const vault::v1::Agen
 
 }  // namespace
 
+absl::StatusOr<cas::Digest> ToDigest(const vault::v1::Digest& d) {
+  return cas::Digest::FromParts(d.sha256(), d.size());
+}
+
+vault::v1::Digest FromDigest(const cas::Digest& d) {
+  vault::v1::Digest out;
+  out.set_sha256(d.sha256());
+  out.set_size(d.size());
+  return out;
+}
+
+// Agent ids: 1-64 of [a-z0-9-], starting with a letter or digit ("a-" + hex by vaultctl).
+absl::Status ValidateAgentId(const std::string& id) {
+  bool ok = !id.empty() && id.size() <= 64 && id.front() != '-';
+  for (char c : id) ok = ok && (absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-');
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("agent id \"", absl::CHexEscape(id), "\" must be 1-64 of [a-z0-9-]"));
+  }
+  return absl::OkStatus();
+}
+
+std::string RandomBytes(size_t n) {
+  std::string raw(n, '\0');
+  RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), static_cast<int>(n));
+  return raw;
+}
+
 std::string StateName(AgentState state) {
   std::string name = vault::v1::AgentState_Name(state);
   return absl::AsciiStrToLower(name);
@@ -117,6 +123,10 @@ AgentRuntime::~AgentRuntime() { impl_->Stop(); }
 std::vector<storage::ColumnFamilySpec> AgentRuntime::ColumnFamilies() {
   std::vector<storage::ColumnFamilySpec> cfs = AgentStore::ColumnFamilies();
   for (storage::ColumnFamilySpec& cf : TrustPolicy::ColumnFamilies()) cfs.push_back(cf);
+  for (storage::ColumnFamilySpec& cf : capability::RevocationStore::ColumnFamilies()) {
+    cfs.push_back(cf);
+  }
+  for (storage::ColumnFamilySpec& cf : MigrationColumnFamilies()) cfs.push_back(cf);
   return cfs;
 }
 
@@ -151,6 +161,32 @@ absl::StatusOr<vault::v1::QueryResponse> AgentRuntime::Query(const vault::v1::Qu
   return impl_->Query(r);
 }
 TrustPolicy* AgentRuntime::policy() const { return impl_->policy_.get(); }
+capability::RevocationStore* AgentRuntime::revocations() const { return impl_->revocations_.get(); }
+void AgentRuntime::SetMigrationTransport(MigrationTransport* transport) {
+  impl_->transport_ = transport;
+}
+absl::StatusOr<std::vector<vault::v1::Digest>> AgentRuntime::OfferIn(
+    const vault::v1::MigrationPackage& p, const std::string& caller) {
+  return impl_->OfferIn(p, caller);
+}
+absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::CommitIn(
+    const vault::v1::MigrationPackage& p, const std::string& caller) {
+  return impl_->CommitIn(p, caller);
+}
+absl::StatusOr<vault::v1::TransferStatusResponse> AgentRuntime::TransferStatus(
+    const std::string& transfer_id, bool abort_if_unknown) {
+  return impl_->TransferStatus(transfer_id, abort_if_unknown);
+}
+vault::v1::WhereResponse AgentRuntime::Where(const std::string& id) { return impl_->Where(id); }
+absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Migrate(
+    const vault::v1::MigrateAgentRequest& request) {
+  return impl_->MigrateOperator(request);
+}
+
+absl::StatusOr<vault::v1::RevokeResponse> AgentRuntime::Revoke(
+    const vault::v1::RevokeRequest& request) {
+  return impl_->Revoke(request);
+}
 AgentStore* AgentRuntime::store() const { return impl_->store_.get(); }
 
 // ---------------------------------------------------------------------------------------------
@@ -169,6 +205,7 @@ absl::Status AgentRuntime::Impl::Init() {
   }
   VAULT_ASSIGN_OR_RETURN(policy_, TrustPolicy::Open(deps_.db, std::move(policy_options)));
   store_ = std::make_unique<AgentStore>(deps_.db);
+  VAULT_ASSIGN_OR_RETURN(revocations_, capability::RevocationStore::Open(deps_.db));
   VAULT_ASSIGN_OR_RETURN(files_, FileTree::Open(options_.config.files_dir()));
   python_sdk_dir_ = PythonSdkDir(options_.config.python_sdk_dir());
 
@@ -266,6 +303,30 @@ absl::Status AgentRuntime::Impl::ResumeAgents() {
       live->record.mutable_counters()->set_restarts(live->record.counters().restarts() + 1);
       live->record.set_reason("resumed from its last checkpoint after a vault restart");
     }
+    bool migrating;
+    {
+      absl::MutexLock lock(&live->mu);
+      migrating = live->record.state() == vault::v1::MIGRATING;
+    }
+    if (migrating) {
+      // A hop in flight when this vault stopped: its outcome is settled with the destination.
+      ScheduleResolve(live);
+      continue;
+    }
+    std::string revoked;
+    {
+      absl::MutexLock lock(&live->mu);
+      revoked = RevokedBecause(live->record);
+      if (!revoked.empty()) {
+        // Cut while the vault was down: it does not start again.
+        (void)Transition(*live, vault::v1::TERMINATED, revoked, /*high_priority=*/true);
+      }
+    }
+    if (!revoked.empty()) {
+      absl::MutexLock agents_lock(&mu_);
+      agents_.erase(live->id);
+      continue;
+    }
     absl::Status s = Launch(live);
     absl::MutexLock lock(&live->mu);
     if (!s.ok()) {
@@ -326,6 +387,12 @@ void AgentRuntime::Impl::Stop() {
       live->mu.Lock();
     }
   }
+  std::vector<std::thread> resolvers;
+  {
+    absl::MutexLock lock(&mu_);
+    resolvers.swap(resolvers_);
+  }
+  for (std::thread& t : resolvers) t.join();  // each leaves at its next retry: stopping_
   for (const auto& live : live_agents) End(live, EndCause::kVaultStop, "vault stopping");
   // Wait for the exits to be handled (records written).
   absl::Time exits_deadline = absl::Now() + absl::Seconds(10);
@@ -388,19 +455,9 @@ absl::StatusOr<vault::v1::SpawnResponse> AgentRuntime::Impl::Spawn(
     return absl::InvalidArgumentError("a spawn needs a chain ending in a SPAWN link");
   }
   // The chain: every rule of design §5, rooted in a principal this vault trusts, ending here.
-  capability::VerifyContext ctx;
-  ctx.this_vault = deps_.vault_key->public_key();
+  capability::VerifyContext ctx = BaseContext();
   ctx.trusted_root = [this](const capability::PublicKey& key) {
     return policy_->Lookup(key).has_value();
-  };
-  ctx.vault_key = [this](absl::string_view name) -> std::optional<capability::PublicKey> {
-    for (const vault::v1::Member& m : options_.members) {
-      if (m.name() == name) {
-        absl::StatusOr<capability::PublicKey> k = capability::PublicKey::FromText(m.public_key());
-        if (k.ok()) return *k;
-      }
-    }
-    return std::nullopt;
   };
   capability::ChainVerifier verifier(&link_cache_);
   absl::StatusOr<capability::VerifiedChain> verified = verifier.Verify(request.chain(), ctx);
@@ -479,6 +536,7 @@ absl::StatusOr<vault::v1::SpawnResponse> AgentRuntime::Impl::Spawn(
       capability::IntersectConstraints(verified->constraints, trust->ceiling_constraints());
   record.set_principal(principal);
   record.set_hop(verified->hop);
+  record.set_home_vault(options_.vault_name);
   VAULT_ASSIGN_OR_RETURN(
       std::shared_ptr<LiveAgent> live,
       CreateAndLaunch(std::move(record),
@@ -558,6 +616,7 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live) 
   absl::MutexLock lock(&live->mu);
   AgentRecord& r = live->record;
   auto fail = [&](absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu) {
+    if (!live->code_key.empty()) ReleaseCode(std::exchange(live->code_key, ""));
     r.set_state(vault::v1::FAILED);
     r.set_reason(absl::StrCat("could not start: ", s.message()));
     r.set_ended_unix_ms(absl::ToUnixMillis(absl::Now()));
@@ -571,19 +630,11 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live) 
   r.set_incarnation(r.incarnation() + 1);
   absl::StatusOr<cas::Digest> code_digest = ToDigest(r.spec().code_digest());
   if (!code_digest.ok()) return fail(code_digest.status());
-  absl::StatusOr<std::string> code = deps_.cas->ReadAll(*code_digest);
+  absl::StatusOr<CodeLayout> code = AcquireCode(*code_digest);
   if (!code.ok()) return fail(code.status());
-  // The code folder: readable (not listable) by the sandbox's host id.
-  std::string dir = absl::StrCat(code_root_, "/", RandomHex(16));
-  if (mkdir(dir.c_str(), 0755) != 0) return fail(common::PosixError(errno, "mkdir " + dir));
-  chmod(dir.c_str(), 0755);
-  live->code_dir = dir;
-  const bool python = IsPythonScript(*code);
-  const std::string file = python ? "agent.py" : "agent";
-  if (absl::Status s = common::WriteNewFile(absl::StrCat(dir, "/", file), *code, 0755); !s.ok()) {
-    return fail(s);
-  }
-  chmod(absl::StrCat(dir, "/", file).c_str(), 0755);
+  live->code_key = code_digest->sha256();
+  const bool python = code->python;
+  const std::string dir = code->dir;
 
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
@@ -639,15 +690,18 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live) 
   live->running = true;  // before Spawn: on_exit may come at once
   live->started = absl::Now();
   live->last_heartbeat = live->started;
-  absl::StatusOr<std::unique_ptr<sandbox::SandboxHandle>> handle = deps_.sandbox->Spawn(spec);
+  absl::StatusOr<std::unique_ptr<sandbox::SandboxHandle>> handle;
+  {
+    // No code file is open for writing while a sandbox is cloned (see AcquireCode).
+    absl::ReaderMutexLock exec_lock(&exec_mu_);
+    handle = deps_.sandbox->Spawn(spec);
+  }
   guest_end.Reset();
   out_write.Reset();
   if (!handle.ok()) {
     live->running = false;
     live->conn.reset();
     live->out_fd.Reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
     return fail(handle.status());
   }
   live->handle = *std::move(handle);
@@ -660,22 +714,81 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live) 
   return PersistLocked(*live);
 }
 
+// One folder per code object, shared by every agent running it: written once (without a
+// sync: the folder is rebuilt from CAS after a restart), removed with its last agent.
+absl::StatusOr<AgentRuntime::Impl::CodeLayout> AgentRuntime::Impl::AcquireCode(
+    const cas::Digest& digest) {
+  absl::MutexLock lock(&code_mu_);
+  auto it = code_.find(digest.sha256());
+  if (it != code_.end()) {
+    ++it->second.refs;
+    return it->second;
+  }
+  // The CAS read verifies every byte against the digest.
+  VAULT_ASSIGN_OR_RETURN(std::string code, deps_.cas->ReadAll(digest));
+  CodeLayout layout;
+  layout.python = IsPythonScript(code);
+  // Readable (not listable) by the sandboxes' host ids, under an unguessable name.
+  layout.dir = absl::StrCat(code_root_, "/", RandomHex(16));
+  if (mkdir(layout.dir.c_str(), 0755) != 0) {
+    return common::PosixError(errno, "mkdir " + layout.dir);
+  }
+  chmod(layout.dir.c_str(), 0755);
+  const std::string path = absl::StrCat(layout.dir, layout.python ? "/agent.py" : "/agent");
+  absl::Status written = [&]() -> absl::Status {
+    // A sandbox cloned while this descriptor is open would hold it until it executes, and the
+    // kernel refuses to execute a file open for writing (ETXTBSY): clones wait.
+    absl::WriterMutexLock exec_lock(&exec_mu_);
+    common::UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755));
+    if (fd.get() < 0) return common::PosixError(errno, "create " + path);
+    absl::string_view rest = code;
+    while (!rest.empty()) {
+      ssize_t n = write(fd.get(), rest.data(), rest.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return common::PosixError(errno, "write " + path);
+      rest.remove_prefix(static_cast<size_t>(n));
+    }
+    if (fchmod(fd.get(), 0755) != 0) return common::PosixError(errno, "chmod " + path);
+    return absl::OkStatus();
+  }();
+  if (!written.ok()) {
+    std::error_code ec;
+    std::filesystem::remove_all(layout.dir, ec);
+    return written;
+  }
+  layout.refs = 1;
+  code_[digest.sha256()] = layout;
+  return layout;
+}
+
+void AgentRuntime::Impl::ReleaseCode(const std::string& sha256) {
+  absl::MutexLock lock(&code_mu_);
+  auto it = code_.find(sha256);
+  if (it == code_.end() || --it->second.refs > 0) return;
+  std::error_code ec;
+  std::filesystem::remove_all(it->second.dir, ec);
+  code_.erase(it);
+}
+
 absl::Status AgentRuntime::Impl::PersistLocked(LiveAgent& live) {
   live.record.set_updated_unix_ms(absl::ToUnixMillis(absl::Now()));
   return store_->Put(live.record);
 }
 
-absl::Status AgentRuntime::Impl::Transition(LiveAgent& live, AgentState to,
-                                            const std::string& reason, bool high_priority) {
+absl::Status AgentRuntime::Impl::Transition(
+    LiveAgent& live, AgentState to, const std::string& reason, bool high_priority,
+    std::vector<std::pair<std::string, std::string>> details, const std::string& action) {
   AgentState from = live.record.state();
   live.record.set_state(to);
   live.record.set_reason(reason);
   if (Ended(to)) live.record.set_ended_unix_ms(absl::ToUnixMillis(absl::Now()));
   absl::Status persisted = PersistLocked(live);
-  vault::v1::AuditEntry e = audit::MakeEntry(
-      deps_.vault_key->public_key().ToText(), absl::StrCat("agent.", StateName(to)), live.id,
-      vault::v1::AuditEntry::ALLOWED, reason,
-      {{"from", StateName(from)}, {"incarnation", absl::StrCat(live.record.incarnation())}});
+  details.emplace_back("from", StateName(from));
+  details.emplace_back("incarnation", absl::StrCat(live.record.incarnation()));
+  vault::v1::AuditEntry e =
+      audit::MakeEntry(deps_.vault_key->public_key().ToText(),
+                       action.empty() ? absl::StrCat("agent.", StateName(to)) : action, live.id,
+                       vault::v1::AuditEntry::ALLOWED, reason, std::move(details));
   if (high_priority) e.set_priority(vault::v1::AuditEntry::HIGH);
   Audit(std::move(e), /*durable=*/true);
   return persisted;
@@ -745,11 +858,7 @@ void AgentRuntime::Impl::OnExit(const std::shared_ptr<LiveAgent>& live,
   r.set_cpu_ms(r.cpu_ms() +
                static_cast<uint64_t>(absl::ToInt64Milliseconds(exit.final_usage.cpu_time)));
   r.set_peak_memory_bytes(std::max(r.peak_memory_bytes(), exit.final_usage.memory_peak_bytes));
-  if (!live->code_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(live->code_dir, ec);
-    live->code_dir.clear();
-  }
+  if (!live->code_key.empty()) ReleaseCode(std::exchange(live->code_key, ""));
   if (!live->out_partial.empty()) {
     AppendLog(live->id, "output", std::move(live->out_partial), r.incarnation());
     live->out_partial.clear();
@@ -761,12 +870,19 @@ void AgentRuntime::Impl::OnExit(const std::shared_ptr<LiveAgent>& live,
     case EndCause::kVaultStop:
       (void)PersistLocked(*live);  // stays RUNNING/PAUSED: resumed at the next start
       return;
+    case EndCause::kDeparted: {
+      (void)PersistLocked(*live);  // DEPARTED already; the counters of this last run
+      absl::MutexLock agents_lock(&mu_);
+      agents_.erase(live->id);
+      return;
+    }
     case EndCause::kTerminated:
       to = vault::v1::TERMINATED;
       reason = live->end_reason;
       break;
     case EndCause::kWatchdog:
     case EndCause::kProtocol:
+    case EndCause::kRevoked:
       to = vault::v1::TERMINATED;
       reason = live->end_reason;
       high = true;
@@ -1011,7 +1127,8 @@ void AgentRuntime::Impl::WatchdogLoop() {
         absl::MutexLock lock(&live->mu);
         if (!live->running) continue;
         conn = live->conn;
-        bool paused = live->record.state() == vault::v1::PAUSED;
+        bool paused = live->record.state() == vault::v1::PAUSED ||
+                      live->record.state() == vault::v1::MIGRATING;
         if (live->pending_receive.has_value() && now >= live->pending_receive->deadline) {
           expire_receive = true;
         }
@@ -1033,11 +1150,11 @@ void AgentRuntime::Impl::WatchdogLoop() {
           reason = absl::StrCat("a frame did not arrive whole within ",
                                 options_.config.read_timeout_ms(), " ms");
         } else if (tick % 20 == 0 && live->handle != nullptr) {
-          absl::StatusOr<sandbox::Usage> usage = live->handle->GetUsage();
+          absl::StatusOr<uint64_t> work_bytes = live->handle->GetWorkBytes();
           sandbox::Limits limits = LimitsFor(live->record.constraints(), options_.config);
-          if (usage.ok() && usage->work_bytes >= limits.storage_bytes) {
+          if (work_bytes.ok() && *work_bytes >= limits.storage_bytes) {
             cause = EndCause::kWatchdog;
-            reason = absl::StrCat("storage limit: ", usage->work_bytes, " bytes used of ",
+            reason = absl::StrCat("storage limit: ", *work_bytes, " bytes used of ",
                                   limits.storage_bytes);
           }
         }
@@ -1057,6 +1174,83 @@ void AgentRuntime::Impl::WatchdogLoop() {
       absl::erase_if(nonces_, [&](const auto& kv) { return kv.second < now; });
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Revocations.
+
+capability::VerifyContext AgentRuntime::Impl::BaseContext() const {
+  capability::VerifyContext ctx;
+  ctx.this_vault = deps_.vault_key->public_key();
+  ctx.vault_key = [this](absl::string_view name) -> std::optional<capability::PublicKey> {
+    for (const vault::v1::Member& m : options_.members) {
+      if (m.name() == name) {
+        absl::StatusOr<capability::PublicKey> k = capability::PublicKey::FromText(m.public_key());
+        if (k.ok()) return *k;
+      }
+    }
+    return std::nullopt;
+  };
+  const capability::RevocationStore* store = revocations_.get();
+  ctx.link_revoked = [store](absl::string_view hash, const capability::PublicKey& by) {
+    return store->LinkRevoked(hash, by);
+  };
+  ctx.agent_revoked = [store](absl::string_view id, const capability::PublicKey& by) {
+    return store->AgentRevoked(id, by);
+  };
+  return ctx;
+}
+
+std::string AgentRuntime::Impl::RevokedBecause(const AgentRecord& record) {
+  // The chain as it was accepted (at its spawn time, from its root), asked only about
+  // revocations: expiry and trust changes are other rules.
+  capability::VerifyContext ctx = BaseContext();
+  ctx.trusted_root = [](const capability::PublicKey&) { return true; };
+  ctx.now = absl::FromUnixMillis(record.spawned_unix_ms());
+  capability::ChainVerifier verifier(&link_cache_);
+  absl::StatusOr<capability::VerifiedChain> verified = verifier.Verify(record.chain(), ctx);
+  if (verified.ok() ||
+      capability::ChainErrorOf(verified.status()) != capability::ChainError::kRevoked) {
+    return "";
+  }
+  return absl::StrCat("revoked: ", verified.status().message());
+}
+
+absl::StatusOr<vault::v1::RevokeResponse> AgentRuntime::Impl::Revoke(
+    const vault::v1::RevokeRequest& request) {
+  VAULT_ASSIGN_OR_RETURN(vault::v1::RevocationPayload payload,
+                         capability::OpenRevocation(request.revocation()));
+  VAULT_ASSIGN_OR_RETURN(capability::PublicKey revoker,
+                         capability::PublicKey::FromRaw(payload.revoker()));
+  const uint64_t before = revocations_->epoch();
+  VAULT_RETURN_IF_ERROR(revocations_->Add(request.revocation()));
+  vault::v1::RevokeResponse response;
+  response.set_added(revocations_->epoch() != before);
+  const std::string subject =
+      payload.agent_id().empty()
+          ? absl::StrCat("link:", absl::BytesToHexString(payload.link_hash()))
+          : payload.agent_id();
+  Audit(audit::MakeEntry(revoker.ToText(), "capability.revoke", subject,
+                         vault::v1::AuditEntry::ALLOWED, payload.reason(),
+                         {{"new", response.added() ? "yes" : "no"}}),
+        /*durable=*/true);
+  std::vector<std::shared_ptr<LiveAgent>> running;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, live] : agents_) running.push_back(live);
+  }
+  for (const std::shared_ptr<LiveAgent>& live : running) {
+    std::string why;
+    {
+      absl::MutexLock lock(&live->mu);
+      if (!live->running) continue;
+      why = RevokedBecause(live->record);
+    }
+    if (why.empty()) continue;
+    End(live, EndCause::kRevoked, why);
+    response.add_ended_agents(live->id);
+  }
+  return response;
 }
 
 // ---------------------------------------------------------------------------------------------

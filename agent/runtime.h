@@ -39,11 +39,13 @@
 #include "agent/policy.h"
 #include "audit/log.h"
 #include "capability/principal.h"
+#include "capability/revocation.h"
 #include "cas/store.h"
 #include "sandbox/sandbox.h"
 #include "storage/database.h"
 #include "vault/v1/agent.pb.h"
 #include "vault/v1/config.pb.h"
+#include "vault/v1/migration.pb.h"
 
 namespace vault::agent {
 
@@ -60,6 +62,31 @@ struct RuntimeOptions {
   // Where agents' code is laid out for their sandboxes. Empty: chosen (see docs/agents.md).
   std::string code_root;
 };
+
+// How the runtime reaches another member's Migration service (migration/ implements it over
+// gRPC with mutual TLS). Every call has a deadline.
+class MigrationTransport {
+ public:
+  virtual ~MigrationTransport() = default;
+  // The digests `vault` lacks.
+  virtual absl::StatusOr<std::vector<vault::v1::Digest>> Offer(
+      const std::string& vault, const vault::v1::MigrationPackage& package) = 0;
+  // Copies these objects from this vault's CAS to `vault`'s.
+  virtual absl::Status SendObjects(const std::string& vault,
+                                   const std::vector<vault::v1::Digest>& digests) = 0;
+  virtual absl::StatusOr<vault::v1::SignedReceipt> Commit(
+      const std::string& vault, const vault::v1::MigrationPackage& package) = 0;
+  virtual absl::StatusOr<vault::v1::TransferStatusResponse> Status(const std::string& vault,
+                                                                   const std::string& transfer_id,
+                                                                   bool abort_if_unknown) = 0;
+};
+
+// Receipts: signed by the destination's vault key as "vault.migration.receipt.v1\0" || payload.
+absl::StatusOr<vault::v1::SignedReceipt> SignReceipt(const vault::v1::ReceiptPayload& payload,
+                                                     const capability::PrivateKey& key);
+absl::StatusOr<vault::v1::ReceiptPayload> OpenReceipt(const vault::v1::SignedReceipt& receipt,
+                                                      const capability::PublicKey& signer);
+std::vector<storage::ColumnFamilySpec> MigrationColumnFamilies();
 
 struct RuntimeDeps {
   const storage::Database* db = nullptr;
@@ -99,8 +126,28 @@ class AgentRuntime {
   // Sends a "vault.query" message and waits for the agent's reply (send with reply_to).
   absl::StatusOr<vault::v1::QueryResponse> Query(const vault::v1::QueryRequest& request);
 
+  // Stores a signed revocation (checked, durable, idempotent; audited) and terminates every
+  // running agent whose chain it cuts: it counts only when its revoker is a principal of that
+  // chain at or above the revoked link (design §5).
+  absl::StatusOr<vault::v1::RevokeResponse> Revoke(const vault::v1::RevokeRequest& request);
+
   TrustPolicy* policy() const;
   AgentStore* store() const;
+  capability::RevocationStore* revocations() const;
+
+  // Migration (design §7). The transport is set once, before agents can migrate.
+  void SetMigrationTransport(MigrationTransport* transport);
+  // Operator: asks the agent to checkpoint (waits checkpoint_wait_ms), then moves it.
+  absl::StatusOr<vault::v1::MigrateAgentResponse> Migrate(
+      const vault::v1::MigrateAgentRequest& request);
+  // Destination side, for the Migration service; `caller` is the calling member's name.
+  absl::StatusOr<std::vector<vault::v1::Digest>> OfferIn(const vault::v1::MigrationPackage& p,
+                                                         const std::string& caller);
+  absl::StatusOr<vault::v1::SignedReceipt> CommitIn(const vault::v1::MigrationPackage& p,
+                                                    const std::string& caller);
+  absl::StatusOr<vault::v1::TransferStatusResponse> TransferStatus(const std::string& transfer_id,
+                                                                   bool abort_if_unknown);
+  vault::v1::WhereResponse Where(const std::string& id);
 
   class Impl;
 

@@ -86,6 +86,13 @@ absl::StatusOr<uint64_t> AuditLog::AppendMany(absl::Span<vault::v1::AuditEntry> 
   return op.first_seq;
 }
 
+absl::StatusOr<uint64_t> AuditLog::AppendWith(
+    vault::v1::AuditEntry entry, const std::function<void(rocksdb::WriteBatch*)>& also) {
+  AppendOp op{.entries = absl::MakeSpan(&entry, 1), .also = &also};
+  VAULT_RETURN_IF_ERROR(committer_->Commit(&op));
+  return op.first_seq;
+}
+
 absl::Status AuditLog::Prepare(absl::Span<AppendOp* const> ops, rocksdb::WriteBatch* batch) {
   {
     absl::MutexLock lock(&mu_);
@@ -93,6 +100,7 @@ absl::Status AuditLog::Prepare(absl::Span<AppendOp* const> ops, rocksdb::WriteBa
   }
   const int64_t now = absl::ToUnixMicros(absl::Now());
   for (AppendOp* op : ops) {
+    if (op->also != nullptr && *op->also) (*op->also)(batch);
     op->first_seq = pending_.frontier.size();
     for (vault::v1::AuditEntry& e : op->entries) {
       const uint64_t seq = pending_.frontier.size();

@@ -21,6 +21,7 @@
 #define VAULT_AUDIT_LOG_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -74,6 +75,10 @@ class AuditLog {
   absl::StatusOr<uint64_t> Append(vault::v1::AuditEntry entry);
   // Appends entries as consecutive sequence numbers in one durable write; returns the first.
   absl::StatusOr<uint64_t> AppendMany(absl::Span<vault::v1::AuditEntry> entries);
+  // Appends one entry in the same durable RocksDB write as whatever `also` adds to the batch
+  // (another component's records): both are durable, or neither.
+  absl::StatusOr<uint64_t> AppendWith(vault::v1::AuditEntry entry,
+                                      const std::function<void(rocksdb::WriteBatch*)>& also);
 
   // Entries durably appended so far.
   uint64_t size() const;
@@ -95,6 +100,7 @@ class AuditLog {
  private:
   struct AppendOp {
     absl::Span<vault::v1::AuditEntry> entries;
+    const std::function<void(rocksdb::WriteBatch*)>* also = nullptr;
     uint64_t first_seq = 0;
   };
   struct Tree {

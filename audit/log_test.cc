@@ -124,6 +124,26 @@ TEST_F(AuditLogTest, AppendManyIsConsecutiveAndChained) {
   EXPECT_EQ(r.entries_checked, 12u);
 }
 
+TEST_F(AuditLogTest, AppendWithWritesTheEntryAndTheOtherRecordsTogether) {
+  ASSERT_NO_FATAL_FAILURE(OpenLog());
+  EXPECT_EQ(AppendOk(MakeEntry(0)), 0u);
+  rocksdb::ColumnFamilyHandle* other = db_->db()->DefaultColumnFamily();
+  absl::StatusOr<uint64_t> seq = log_->AppendWith(MakeEntry(1), [&](rocksdb::WriteBatch* batch) {
+    batch->Put(other, "migration/t1", "committed");
+  });
+  ASSERT_EQ(seq.status(), absl::OkStatus());
+  EXPECT_EQ(*seq, 1u);
+  EXPECT_EQ(GetRaw(db_.get(), other, "migration/t1"), "committed");
+  EXPECT_EQ(EntryOk(1).action(), "test.action.1");
+  // A failed append writes neither.
+  log_->Close();
+  absl::StatusOr<uint64_t> closed = log_->AppendWith(
+      MakeEntry(2), [&](rocksdb::WriteBatch* batch) { batch->Put(other, "migration/t2", "x"); });
+  EXPECT_EQ(closed.status().code(), StatusCode::kFailedPrecondition);
+  std::string value;
+  EXPECT_TRUE(db_->db()->Get(rocksdb::ReadOptions(), other, "migration/t2", &value).IsNotFound());
+}
+
 // ---- Concurrency -------------------------------------------------------------------------------
 
 TEST_F(AuditLogTest, ConcurrentAppendsGetAPermutationOfSequenceNumbers) {

@@ -1,5 +1,6 @@
 #include "capability/decision.h"
 
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,12 +9,16 @@
 namespace vault::capability {
 namespace {
 
+// Four bytes, big-endian.
+void AppendU32(uint32_t n, std::string* out) {
+  const char bytes[4] = {static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                         static_cast<char>(n >> 8), static_cast<char>(n)};
+  out->append(bytes, 4);
+}
+
 // Each field length-prefixed (4 bytes), so no two different operations share a key.
 void AppendField(absl::string_view s, std::string* out) {
-  const uint32_t n = static_cast<uint32_t>(s.size());
-  const char len[4] = {static_cast<char>(n >> 24), static_cast<char>(n >> 16),
-                       static_cast<char>(n >> 8), static_cast<char>(n)};
-  out->append(len, 4);
+  AppendU32(static_cast<uint32_t>(s.size()), out);
   out->append(s.data(), s.size());
 }
 
@@ -24,12 +29,13 @@ void OperationKey(const vault::v1::Grant& op, std::string* out) {
   AppendField(op.path(), out);
   AppendField(op.hash(), out);
   AppendField(op.host(), out);
-  const uint32_t port = op.port();
-  const char p[4] = {static_cast<char>(port >> 24), static_cast<char>(port >> 16),
-                     static_cast<char>(port >> 8), static_cast<char>(port)};
-  out->append(p, 4);
+  AppendU32(op.port(), out);
   AppendField(op.agent(), out);
+  // Each list is counted first, so that neither can pass for the other.
+  AppendU32(op.vaults_size(), out);
   for (const std::string& v : op.vaults()) AppendField(v, out);
+  AppendU32(op.message_types_size(), out);
+  for (const std::string& t : op.message_types()) AppendField(t, out);
 }
 
 AgentAuthority::AgentAuthority(std::vector<vault::v1::Grant> grants, size_t max_cached)

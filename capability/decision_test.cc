@@ -60,6 +60,44 @@ TEST(AgentAuthority, KeysDoNotCollideAcrossFields) {
   EXPECT_NE(k1, k2);
 }
 
+Grant Message(Grant::Kind kind, const std::string& agent, std::vector<std::string> types) {
+  Grant g;
+  g.set_kind(kind);
+  g.set_agent(agent);
+  for (std::string& t : types) g.add_message_types(std::move(t));
+  return g;
+}
+
+// A decision for one message type must never answer for another: the cache key holds the types.
+TEST(AgentAuthority, CachedDecisionsAreKeptPerMessageType) {
+  AgentAuthority a({Message(Grant::SEND, "a-1", {"ping"}), Message(Grant::RECEIVE, "*", {})});
+  EXPECT_TRUE(a.Allows(Message(Grant::SEND, "a-1", {"ping"})));
+  EXPECT_FALSE(a.Allows(Message(Grant::SEND, "a-1", {"stop"})));
+  EXPECT_FALSE(a.Allows(Message(Grant::SEND, "a-1", {})));  // any type: more than "ping"
+  // Again, from the cache, in the other order.
+  EXPECT_FALSE(a.Allows(Message(Grant::SEND, "a-1", {"stop"})));
+  EXPECT_TRUE(a.Allows(Message(Grant::SEND, "a-1", {"ping"})));
+  EXPECT_FALSE(a.Allows(Message(Grant::SEND, "a-1", {})));
+
+  AgentAuthority b({Message(Grant::SEND, "a-1", {"stop"})});
+  EXPECT_FALSE(b.Allows(Message(Grant::SEND, "a-1", {"ping"})));
+  EXPECT_TRUE(b.Allows(Message(Grant::SEND, "a-1", {"stop"})));
+
+  std::string k1, k2, k3;
+  OperationKey(Message(Grant::SEND, "a-1", {"ping"}), &k1);
+  OperationKey(Message(Grant::SEND, "a-1", {"stop"}), &k2);
+  OperationKey(Message(Grant::SEND, "a-1", {}), &k3);
+  EXPECT_NE(k1, k2);
+  EXPECT_NE(k1, k3);
+  // One list's entries never pass for the other's.
+  Grant vaults;
+  vaults.set_kind(Grant::SEND);
+  vaults.add_vaults("ping");
+  std::string k4;
+  OperationKey(vaults, &k4);
+  EXPECT_NE(k1, k4);
+}
+
 TEST(AgentAuthority, AFullCacheStillAnswersCorrectly) {
   AgentAuthority a({Path(Grant::READ, "/vault/pub")}, /*max_cached=*/2);
   for (int i = 0; i < 10; ++i) {

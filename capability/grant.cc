@@ -27,6 +27,8 @@ constexpr size_t kMaxLabelBytes = 63;
 constexpr size_t kMaxAgentBytes = 128;
 constexpr size_t kMaxVaultNameBytes = 63;
 constexpr size_t kMaxVaultsPerGrant = 256;
+constexpr size_t kMaxMessageTypeBytes = 64;
+constexpr size_t kMaxMessageTypesPerGrant = 256;
 constexpr size_t kMaxGrants = 256;  // per list, enforced by ValidateGrants
 constexpr size_t kHashBytes = 32;
 constexpr uint32_t kMaxPort = 65535;
@@ -169,6 +171,22 @@ const char* VaultNameProblem(absl::string_view name) {
   return nullptr;
 }
 
+// Message types, the rule of a message's `type` (agent/host_calls.cc uses ValidateMessageType):
+// 1-64 bytes of [a-z0-9._-]; "vault.*" is the vault's own, except "vault.answer", which an agent
+// may send in reply to a query.
+const char* MessageTypeProblem(absl::string_view type) {
+  if (type.empty() || type.size() > kMaxMessageTypeBytes) {
+    return "must be 1-64 of [a-z0-9._-]";
+  }
+  for (char c : type) {
+    if (!IsLowerAlnum(c) && c != '.' && c != '_' && c != '-') return "must be 1-64 of [a-z0-9._-]";
+  }
+  if (absl::StartsWith(type, "vault.") && type != "vault.answer") {
+    return "is reserved for the vault";
+  }
+  return nullptr;
+}
+
 // One line, printable: bytes outside printable ASCII and the backslash are escaped, so a hostile
 // value can neither break a log line nor pose as another value. Valid scopes print unchanged.
 void AppendEscaped(std::string* out, absl::string_view s) {
@@ -196,6 +214,7 @@ bool HasHost(const Grant& g) { return !g.host().empty(); }
 bool HasPort(const Grant& g) { return g.port() != 0; }
 bool HasAgent(const Grant& g) { return !g.agent().empty(); }
 bool HasVaults(const Grant& g) { return g.vaults_size() != 0; }
+bool HasMessageTypes(const Grant& g) { return g.message_types_size() != 0; }
 
 // Checks a grant. Returns true when valid; otherwise false, and when `why` is not null sets it
 // to a description of the first problem. With `why` null it does not allocate.
@@ -219,7 +238,8 @@ bool CheckGrant(const Grant& g, std::string* why) {
   }
 
   // Which scope fields the kind allows; every other one must be empty.
-  bool path = false, hash = false, host = false, port = false, agent = false, vaults = false;
+  bool path = false, hash = false, host = false, port = false, agent = false, vaults = false,
+       types = false;
   switch (g.kind()) {
     case Grant::READ:
       path = HasPath(g);
@@ -238,7 +258,7 @@ bool CheckGrant(const Grant& g, std::string* why) {
       break;
     case Grant::SEND:
     case Grant::RECEIVE:
-      agent = true;
+      agent = types = true;
       break;
     case Grant::MIGRATE:
       vaults = true;
@@ -252,6 +272,9 @@ bool CheckGrant(const Grant& g, std::string* why) {
   if (!port && HasPort(g)) return fail_plain("may not have a port");
   if (!agent && HasAgent(g)) return fail_plain("may not have an agent");
   if (!vaults && HasVaults(g)) return fail_plain("may not have vaults");
+  if (!types && HasMessageTypes(g)) {
+    return fail_plain("may not have message_types (only send and receive grants have them)");
+  }
 
   if (path) {
     if (const char* problem = PathProblem(g.path())) return fail("path", g.path(), problem);
@@ -278,6 +301,19 @@ bool CheckGrant(const Grant& g, std::string* why) {
       if (const char* problem = VaultNameProblem(v)) return fail("vault name", v, problem);
       if (i > 0 && !(g.vaults(i - 1) < v)) {
         return fail_plain(g.vaults(i - 1) == v ? "names a vault twice" : "vaults are not sorted");
+      }
+    }
+  }
+  if (types) {  // empty: any type
+    if (static_cast<size_t>(g.message_types_size()) > kMaxMessageTypesPerGrant) {
+      return fail_number("names ", g.message_types_size(), " message types; at most 256");
+    }
+    for (int i = 0; i < g.message_types_size(); ++i) {
+      const std::string& t = g.message_types(i);
+      if (const char* problem = MessageTypeProblem(t)) return fail("message type", t, problem);
+      if (i > 0 && !(g.message_types(i - 1) < t)) {
+        return fail_plain(g.message_types(i - 1) == t ? "names a message type twice"
+                                                      : "message types are not sorted");
       }
     }
   }
@@ -333,11 +369,35 @@ bool CoversValid(const Grant& parent, const Grant& child) {
              (parent.port() == 0 || parent.port() == child.port());
     case Grant::SEND:
     case Grant::RECEIVE:
-      return parent.agent() == "*" || parent.agent() == child.agent();
+      // Empty types: any type, so only an empty parent list covers an empty child list.
+      return (parent.agent() == "*" || parent.agent() == child.agent()) &&
+             (!HasMessageTypes(parent) ||
+              (HasMessageTypes(child) &&
+               SortedSubset(child.message_types(), parent.message_types())));
     case Grant::MIGRATE:
       return SortedSubset(child.vaults(), parent.vaults());
     default:
       return false;
+  }
+}
+
+// The common elements of two sorted, unique lists, appended to `out` in order.
+void SortedIntersection(const google::protobuf::RepeatedPtrField<std::string>& a,
+                        const google::protobuf::RepeatedPtrField<std::string>& b,
+                        google::protobuf::RepeatedPtrField<std::string>* out) {
+  int i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const std::string& x = a.Get(i);
+    const std::string& y = b.Get(j);
+    if (x < y) {
+      ++i;
+    } else if (y < x) {
+      ++j;
+    } else {
+      *out->Add() = x;
+      ++i;
+      ++j;
+    }
   }
 }
 
@@ -409,25 +469,20 @@ bool IntersectValid(const Grant& a, const Grant& b, Grant* out) {
       } else {
         return false;
       }
-      break;
-    case Grant::MIGRATE: {
-      int i = 0, j = 0;
-      while (i < a.vaults_size() && j < b.vaults_size()) {
-        const std::string& x = a.vaults(i);
-        const std::string& y = b.vaults(j);
-        if (x < y) {
-          ++i;
-        } else if (y < x) {
-          ++j;
-        } else {
-          result.add_vaults(x);
-          ++i;
-          ++j;
-        }
+      // Empty is any type: the other list. Two lists: their common types, none being disjoint.
+      if (!HasMessageTypes(a)) {
+        *result.mutable_message_types() = b.message_types();
+      } else if (!HasMessageTypes(b)) {
+        *result.mutable_message_types() = a.message_types();
+      } else {
+        SortedIntersection(a.message_types(), b.message_types(), result.mutable_message_types());
+        if (!HasMessageTypes(result)) return false;
       }
+      break;
+    case Grant::MIGRATE:
+      SortedIntersection(a.vaults(), b.vaults(), result.mutable_vaults());
       if (result.vaults_size() == 0) return false;
       break;
-    }
     default:
       return false;
   }
@@ -435,7 +490,8 @@ bool IntersectValid(const Grant& a, const Grant& b, Grant* out) {
   return true;
 }
 
-// The canonical order: kind, then path, hash, host, port, agent, vaults (lexicographically).
+// The canonical order: kind, then path, hash, host, port, agent, vaults, message types (lists
+// lexicographically; an empty list, "any type", first).
 bool CanonicalLess(const Grant& a, const Grant& b) {
   auto key = [](const Grant& g) {
     return std::make_tuple(static_cast<int>(g.kind()), absl::string_view(g.path()),
@@ -445,8 +501,12 @@ bool CanonicalLess(const Grant& a, const Grant& b) {
   const auto ka = key(a);
   const auto kb = key(b);
   if (ka != kb) return ka < kb;
-  return std::lexicographical_compare(a.vaults().begin(), a.vaults().end(), b.vaults().begin(),
-                                      b.vaults().end());
+  if (!std::equal(a.vaults().begin(), a.vaults().end(), b.vaults().begin(), b.vaults().end())) {
+    return std::lexicographical_compare(a.vaults().begin(), a.vaults().end(), b.vaults().begin(),
+                                        b.vaults().end());
+  }
+  return std::lexicographical_compare(a.message_types().begin(), a.message_types().end(),
+                                      b.message_types().begin(), b.message_types().end());
 }
 
 bool SameScope(const Grant& a, const Grant& b) {
@@ -508,10 +568,28 @@ bool CoveredByAnother(const std::vector<Grant>& sorted, const Grant& g) {
     }
     case Grant::SEND:
     case Grant::RECEIVE: {
-      Grant any;
-      any.set_kind(g.kind());
-      any.set_agent("*");
-      return present(any);
+      // A cover names the same agent or "*", with any type or a superset of g's types (of more
+      // types than g's when it names g's agent, or it would be g itself). Grants of one kind and
+      // agent are contiguous in `sorted`: compare g with those two runs only.
+      const int types = g.message_types_size();
+      for (const std::string& agent : {g.agent(), std::string("*")}) {
+        Grant first;  // the least grant of the run: no message types
+        first.set_kind(g.kind());
+        first.set_agent(agent);
+        const auto begin = std::lower_bound(sorted.begin(), sorted.end(), first, CanonicalLess);
+        const auto end = std::partition_point(begin, sorted.end(), [&](const Grant& x) {
+          return x.kind() == g.kind() && x.agent() == agent;
+        });
+        const int fewest = agent == g.agent() ? types + 1 : types;
+        for (auto it = begin; it != end; ++it) {
+          const int n = it->message_types_size();
+          if (&*it != &g && (n == 0 || (types != 0 && n >= fewest)) && CoversValid(*it, g)) {
+            return true;
+          }
+        }
+        if (g.agent() == "*") break;
+      }
+      return false;
     }
     case Grant::MIGRATE:
       // Subsets cannot be looked up; compare with every other MIGRATE grant.
@@ -580,6 +658,13 @@ bool PathCovers(absl::string_view parent, absl::string_view child) {
 bool HostCovers(absl::string_view parent, absl::string_view child) {
   return HostProblem(parent) == nullptr && HostProblem(child) == nullptr &&
          HostCoversValid(parent, child);
+}
+
+absl::Status ValidateMessageType(absl::string_view type) {
+  if (const char* problem = MessageTypeProblem(type)) {
+    return absl::InvalidArgumentError(absl::StrCat("message type ", Quoted(type), " ", problem));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateGrant(const Grant& grant) {
@@ -707,7 +792,7 @@ std::string GrantToString(const Grant& grant) {
   std::string out;
   // The scope fields the kind's form prints; any other non-empty one is appended in brackets so
   // that a malformed grant is never shown as a well-formed one.
-  bool path = false, hash = false, network = false, agent = false, vaults = false;
+  bool path = false, hash = false, network = false, agent = false, vaults = false, types = false;
   switch (grant.kind()) {
     case Grant::READ:
       out = "read";
@@ -733,11 +818,11 @@ std::string GrantToString(const Grant& grant) {
       break;
     case Grant::SEND:
       out = "send";
-      agent = true;
+      agent = types = true;
       break;
     case Grant::RECEIVE:
       out = "receive";
-      agent = true;
+      agent = types = true;
       break;
     case Grant::MIGRATE:
       out = "migrate";
@@ -772,6 +857,16 @@ std::string GrantToString(const Grant& grant) {
       AppendEscaped(&out, v);
     }
   }
+  auto append_types = [&out, &grant] {
+    for (int i = 0; i < grant.message_types_size(); ++i) {
+      if (i > 0) out.push_back(',');
+      AppendEscaped(&out, grant.message_types(i));
+    }
+  };
+  if (types && HasMessageTypes(grant)) {
+    out.append(" types=");
+    append_types();
+  }
   // Fields the kind does not have.
   if (!path && HasPath(grant)) {
     out.append(" [path ");
@@ -798,6 +893,11 @@ std::string GrantToString(const Grant& grant) {
       out.push_back(' ');
       AppendEscaped(&out, v);
     }
+    out.push_back(']');
+  }
+  if (!types && HasMessageTypes(grant)) {
+    out.append(" [message_types ");
+    append_types();
     out.push_back(']');
   }
   return out;

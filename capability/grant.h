@@ -13,7 +13,12 @@
 //     '-', total <= 253, no trailing dot), exact or "*.suffix". "*.example.com" covers
 //     a.example.com and *.a.example.com, never example.com itself nor xexample.com. Port 0
 //     covers every port; otherwise ports must be equal.
-//   - SEND/RECEIVE name an agent id, or "*" (any agent), which covers every id.
+//   - SEND/RECEIVE name an agent id, or "*" (any agent), which covers every id, and optionally
+//     the message types allowed (sorted, unique; none: any type). A parent covers a child when
+//     its agent covers the child's and its types are none, or the child's types are some and a
+//     subset of the parent's ("send * types=ping" never covers "send *"). Two grants meet in
+//     the narrower agent and the types both allow (none and a list: the list; two lists: the
+//     types they share, and no grant when they share none).
 //   - MIGRATE names a set of vaults; a child's set must be a subset.
 //   - READ(hash) is covered by READ(same hash) and by CAS_READ; no other kinds cover each other.
 //   - constraints: an absent limit is no limit; a child's limit must be <= its parent's (and
@@ -44,11 +49,16 @@ using Grants = google::protobuf::RepeatedPtrField<vault::v1::Grant>;
 absl::Status ValidatePath(absl::string_view path);
 // OK when `host` is a valid exact or "*.suffix" host; INVALID_ARGUMENT otherwise.
 absl::Status ValidateHost(absl::string_view host);
+// OK when `type` may be a message's type, and so an entry of a grant's message_types: 1-64 of
+// [a-z0-9._-], and not "vault.*" (the vault's own) other than "vault.answer"; INVALID_ARGUMENT
+// ("message type \"vault.query\" is reserved for the vault") otherwise.
+absl::Status ValidateMessageType(absl::string_view type);
 bool PathCovers(absl::string_view parent, absl::string_view child);
 bool HostCovers(absl::string_view parent, absl::string_view child);
 
 // A grant's scope fields are exactly those of its kind, each valid; MIGRATE vaults sorted,
-// unique, valid vault names; READ has a path or a 32-byte hash, not both. INVALID_ARGUMENT.
+// unique, valid vault names; SEND/RECEIVE message_types sorted, unique, valid message types (no
+// other kind has them); READ has a path or a 32-byte hash, not both. INVALID_ARGUMENT.
 absl::Status ValidateGrant(const vault::v1::Grant& grant);
 // Every grant valid, and at most 256 of them (IsSubset compares pairs).
 absl::Status ValidateGrants(const Grants& grants);
@@ -75,8 +85,9 @@ vault::v1::Constraints IntersectConstraints(const vault::v1::Constraints& a,
                                             const vault::v1::Constraints& b);
 
 // Human-readable, one line: "read /vault/pub", "read sha256:<hex>", "cas-read",
-// "network *.example.com:443", "network api.example.com:*", "send agent-7", "migrate vault-b
-// vault-c".
+// "network *.example.com:443", "network api.example.com:*", "send agent-7",
+// "send agent-7 types=ping,stop", "receive * types=ping", "migrate vault-b vault-c". The types
+// list reads as in the shorthand ParseGrants accepts ("send:agent-7:ping,stop").
 std::string GrantToString(const vault::v1::Grant& grant);
 
 }  // namespace vault::capability

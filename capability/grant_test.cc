@@ -80,6 +80,11 @@ Grant Receive(absl::string_view agent) {
   g.set_agent(std::string(agent));
   return g;
 }
+// SEND or RECEIVE limited to message types (given in order, not sorted here).
+Grant Typed(Grant g, std::initializer_list<const char*> types) {
+  for (const char* t : types) g.add_message_types(t);
+  return g;
+}
 Grant Migrate(std::initializer_list<const char*> vaults) {
   Grant g = Make(Grant::MIGRATE);
   for (const char* v : vaults) g.add_vaults(v);
@@ -359,6 +364,109 @@ TEST(GrantAttack, MalformedAgentIdIsRefused) {
   EXPECT_TRUE(ValidateGrant(Send(std::string(128, 'a'))).ok());
 }
 
+// --- Message types ---------------------------------------------------------------------------
+
+TEST(ValidateMessageType, TheRuleOfAMessagesType) {
+  for (absl::string_view t :
+       {"ping", "a", "price.v2", "x_y-z", "0", "vault.answer", "vaultx", "my.vault.query"}) {
+    EXPECT_TRUE(ValidateMessageType(t).ok()) << t << ": " << ValidateMessageType(t);
+  }
+  const std::string long_type(65, 'a');
+  for (absl::string_view t :
+       {absl::string_view(""), absl::string_view("Ping"), absl::string_view("a b"),
+        absl::string_view("a/b"), absl::string_view("a:b"), absl::string_view("*"),
+        absl::string_view("caf\xc3\xa9"), absl::string_view(long_type),
+        absl::string_view("vault.query"), absl::string_view("vault.")}) {
+    EXPECT_EQ(ValidateMessageType(t).code(), kInvalid) << t;
+  }
+  EXPECT_TRUE(ValidateMessageType(std::string(64, 'a')).ok());
+  EXPECT_EQ(ValidateMessageType("vault.query").message(),
+            "message type \"vault.query\" is reserved for the vault");
+  EXPECT_EQ(ValidateMessageType("Ping").message(),
+            "message type \"Ping\" must be 1-64 of [a-z0-9._-]");
+}
+
+TEST(ValidateGrant, MessageTypesOnSendAndReceive) {
+  EXPECT_TRUE(ValidateGrant(Typed(Send("a-7"), {"ping"})).ok());
+  EXPECT_TRUE(ValidateGrant(Typed(Send("*"), {"ping", "stop"})).ok());
+  EXPECT_TRUE(ValidateGrant(Typed(Receive("*"), {"stop", "vault.answer"})).ok());
+  EXPECT_TRUE(ValidateGrant(Send("a-7")).ok());  // no types: any type
+}
+
+TEST(GrantAttack, MessageTypesOnOtherKindsAreRefused) {
+  for (Grant g :
+       {Read("/a"), ReadHash('a'), Write("/a"), Make(Grant::CAS_READ), Make(Grant::CAS_WRITE),
+        Make(Grant::SPAWN), Net("a.example.com", 0), Migrate({"vault-b"})}) {
+    g.add_message_types("ping");
+    absl::Status s = ValidateGrant(g);
+    EXPECT_EQ(s.code(), kInvalid) << GrantToString(g);
+    EXPECT_THAT(
+        std::string(s.message()),
+        testing::EndsWith(": may not have message_types (only send and receive grants have them)"));
+    EXPECT_FALSE(Covers(g, g));
+  }
+  Grant read = Read("/a");
+  read.add_message_types("ping");
+  EXPECT_EQ(ValidateGrant(read).message(),
+            "grant read /a [message_types ping]: may not have message_types (only send and "
+            "receive grants have them)");
+}
+
+TEST(GrantAttack, MalformedMessageTypesAreRefused) {
+  absl::Status bad = ValidateGrant(Typed(Send("a-7"), {"Ping"}));
+  EXPECT_EQ(bad.code(), kInvalid);
+  EXPECT_EQ(bad.message(),
+            "grant send a-7 types=Ping: message type \"Ping\" must be 1-64 of [a-z0-9._-]");
+  EXPECT_EQ(ValidateGrant(Typed(Receive("*"), {"vault.query"})).message(),
+            "grant receive * types=vault.query: message type \"vault.query\" is reserved for the "
+            "vault");
+  for (const char* t : {"", "a b", "a,b", "*", "x=y"}) {
+    EXPECT_EQ(ValidateGrant(Typed(Send("*"), {t})).code(), kInvalid) << t;
+  }
+  EXPECT_EQ(ValidateGrant(Typed(Send("*"), {std::string(65, 'a').c_str()})).code(), kInvalid);
+  EXPECT_TRUE(ValidateGrant(Typed(Send("*"), {std::string(64, 'a').c_str()})).ok());
+  absl::Status unsorted = ValidateGrant(Typed(Send("a-7"), {"stop", "ping"}));
+  EXPECT_EQ(unsorted.code(), kInvalid);
+  EXPECT_EQ(unsorted.message(), "grant send a-7 types=stop,ping: message types are not sorted");
+  absl::Status twice = ValidateGrant(Typed(Send("a-7"), {"ping", "ping"}));
+  EXPECT_EQ(twice.message(), "grant send a-7 types=ping,ping: names a message type twice");
+  // Neither may slip through the merge-walk subset check.
+  EXPECT_FALSE(Covers(Typed(Send("*"), {"ping", "stop"}), Typed(Send("*"), {"stop", "ping"})));
+  Grant many = Send("*");
+  for (int i = 0; i < 257; ++i) many.add_message_types(absl::StrCat("t", 1000 + i));
+  EXPECT_EQ(ValidateGrant(many).code(), kInvalid);
+  many.mutable_message_types()->RemoveLast();
+  EXPECT_TRUE(ValidateGrant(many).ok());
+}
+
+TEST(MessageTypeCovers, NoTypesIsAnyTypeAndListsBySubset) {
+  // The agent part as before, and: the parent has no types, or the child's are a subset.
+  EXPECT_TRUE(Covers(Send("*"), Typed(Send("a-7"), {"ping"})));
+  EXPECT_TRUE(Covers(Send("a-7"), Typed(Send("a-7"), {"ping", "stop"})));
+  EXPECT_TRUE(Covers(Typed(Send("a-7"), {"ping"}), Typed(Send("a-7"), {"ping"})));
+  EXPECT_TRUE(Covers(Typed(Send("*"), {"ping", "stop"}), Typed(Send("a-7"), {"stop"})));
+  EXPECT_TRUE(Covers(Typed(Receive("*"), {"a", "b", "c"}), Typed(Receive("x"), {"a", "c"})));
+  EXPECT_FALSE(Covers(Typed(Send("a-7"), {"ping"}), Typed(Send("a-7"), {"stop"})));
+  EXPECT_FALSE(Covers(Typed(Send("a-8"), {"ping"}), Typed(Send("a-7"), {"ping"})));
+  EXPECT_FALSE(Covers(Typed(Send("*"), {"ping"}), Typed(Receive("a-7"), {"ping"})));
+}
+
+TEST(GrantAttack, TypedGrantDoesNotCoverAnyTypeOrMoreTypes) {
+  EXPECT_FALSE(Covers(Typed(Send("*"), {"ping"}), Send("a-7")));
+  EXPECT_FALSE(Covers(Typed(Send("a-7"), {"ping"}), Send("a-7")));
+  EXPECT_FALSE(Covers(Typed(Receive("*"), {"ping", "stop"}), Receive("*")));
+  EXPECT_FALSE(Covers(Typed(Send("a-7"), {"ping"}), Typed(Send("a-7"), {"ping", "stop"})));
+  EXPECT_TRUE(IsSubset(List({Typed(Send("a-7"), {"ping"})}), List({Send("*")})).ok());
+  absl::Status s = IsSubset(List({Send("a-7")}), List({Typed(Send("*"), {"ping"})}));
+  EXPECT_EQ(s.code(), kDenied);
+  EXPECT_EQ(s.message(), "grant send a-7 is not within the parent's grants");
+  // Two typed grants are not one grant with both types (as for migrate).
+  EXPECT_EQ(IsSubset(List({Typed(Send("a-7"), {"ping", "stop"})}),
+                     List({Typed(Send("a-7"), {"ping"}), Typed(Send("a-7"), {"stop"})}))
+                .code(),
+            kDenied);
+}
+
 TEST(MigrateCovers, SubsetOfVaults) {
   EXPECT_TRUE(Covers(Migrate({"vault-b", "vault-c"}), Migrate({"vault-b", "vault-c"})));
   EXPECT_TRUE(Covers(Migrate({"vault-b", "vault-c"}), Migrate({"vault-c"})));
@@ -508,7 +616,10 @@ TEST(Covers, DoesNotAllocate) {
       {Migrate({"vault-a", "vault-b", "vault-c"}), Migrate({"vault-b", "vault-c"})},
       {Read("/vault/pub"), Read("/vault/pub/../secret/with/a/long/enough/path")},
       {Net("api.example.com", 0), Net("api.example.com", 65536 + 443)},
-      {Migrate({"vault-a"}), Migrate({"vault-b", "vault-a"})}};
+      {Migrate({"vault-a"}), Migrate({"vault-b", "vault-a"})},
+      {Typed(Send("*"), {"a-long-enough-type-name", "ping", "stop"}),
+       Typed(Send("agent-7"), {"a-long-enough-type-name", "stop"})},
+      {Typed(Send("*"), {"ping"}), Send("agent-7")}};
   // Warm up: the first reflection call builds protobuf's descriptors (once per process).
   for (const auto& [parent, child] : cases) (void)Covers(parent, child);
   const long before = allocations;
@@ -517,7 +628,7 @@ TEST(Covers, DoesNotAllocate) {
     for (const auto& [parent, child] : cases) covered += Covers(parent, child) ? 1 : 0;
   }
   EXPECT_EQ(allocations - before, 0);
-  EXPECT_EQ(covered, 600);
+  EXPECT_EQ(covered, 700);
   EXPECT_TRUE(PathCovers("/vault/pub", "/vault/pub/a/long/enough/path/to/defeat/sso"));
   EXPECT_TRUE(HostCovers("*.example.com", "a-rather-long-host-name.example.com"));
   EXPECT_EQ(allocations - before, 0);
@@ -544,6 +655,13 @@ TEST(GrantToString, HeaderForms) {
   EXPECT_EQ(GrantToString(Receive("*")), "receive *");
   EXPECT_EQ(GrantToString(Migrate({"vault-b", "vault-c"})), "migrate vault-b vault-c");
   EXPECT_EQ(GrantToString(Make(Grant::KIND_UNSPECIFIED)), "kind(0)");
+  EXPECT_EQ(GrantToString(Typed(Send("agent-x"), {"ping", "stop"})),
+            "send agent-x types=ping,stop");
+  EXPECT_EQ(GrantToString(Typed(Receive("*"), {"ping"})), "receive * types=ping");
+  Grant migrate = Migrate({"vault-b"});
+  migrate.add_message_types("ping");
+  EXPECT_EQ(GrantToString(migrate), "migrate vault-b [message_types ping]");
+  EXPECT_EQ(GrantToString(Typed(Send("a"), {"x\ny"})), "send a types=x\\x0ay");
 }
 
 // --- IsSubset ----------------------------------------------------------------------------------
@@ -773,6 +891,75 @@ TEST(GrantAttack, LargeGrantListsStayCheap) {
   EXPECT_TRUE(IsSubset(narrow, wide).ok());
 }
 
+TEST(MessageTypeIntersect, EmptyIsAnyType) {
+  Grant out;
+  // Both empty: empty.
+  ASSERT_TRUE(IntersectOne(Send("*"), Send("a-7"), &out));
+  EXPECT_EQ(GrantToString(out), "send a-7");
+  EXPECT_EQ(out.message_types_size(), 0);
+  // One empty: the other's.
+  ASSERT_TRUE(IntersectOne(Send("a-7"), Typed(Send("*"), {"ping", "stop"}), &out));
+  EXPECT_EQ(GrantToString(out), "send a-7 types=ping,stop");
+  ASSERT_TRUE(IntersectOne(Typed(Receive("x"), {"ping"}), Receive("*"), &out));
+  EXPECT_EQ(GrantToString(out), "receive x types=ping");
+  // Both: the common types.
+  ASSERT_TRUE(IntersectOne(Typed(Send("*"), {"a", "ping", "stop"}),
+                           Typed(Send("a-7"), {"ping", "stop", "z"}), &out));
+  EXPECT_EQ(GrantToString(out), "send a-7 types=ping,stop");
+  // No common type: no grant (never "any type").
+  out = Read("/unchanged");
+  EXPECT_FALSE(IntersectOne(Typed(Send("*"), {"ping"}), Typed(Send("*"), {"stop"}), &out));
+  EXPECT_FALSE(IntersectOne(Typed(Send("a-7"), {"ping"}), Typed(Send("a-8"), {"ping"}), &out));
+  EXPECT_EQ(GrantToString(out), "read /unchanged");
+  using V = std::vector<std::string>;
+  EXPECT_EQ(
+      IntersectStrings(List({Typed(Send("*"), {"ping"})}), List({Typed(Send("*"), {"stop"})})),
+      V{});
+}
+
+TEST(MessageTypeIntersect, CoveredGrantsAreDropped) {
+  using V = std::vector<std::string>;
+  // Found by the coverage rule, not only by looking for an untyped "*" grant.
+  EXPECT_EQ(
+      IntersectStrings(List({Typed(Send("*"), {"ping", "stop"}), Typed(Send("a-7"), {"ping"})}),
+                       List({Send("*")})),
+      V{"send * types=ping,stop"});
+  EXPECT_EQ(
+      IntersectStrings(List({Typed(Send("a-7"), {"ping"}), Typed(Send("a-7"), {"ping", "stop"}),
+                             Typed(Send("a-7"), {"stop"})}),
+                       List({Send("*")})),
+      V{"send a-7 types=ping,stop"});
+  EXPECT_EQ(IntersectStrings(List({Send("a-7"), Typed(Send("a-7"), {"ping"})}), List({Send("*")})),
+            V{"send a-7"});
+  EXPECT_EQ(IntersectStrings(List({Send("*"), Typed(Send("a-7"), {"ping"})}), List({Send("*")})),
+            V{"send *"});
+  // An untyped grant for one agent is not covered by a typed "*": both stay.
+  EXPECT_EQ(IntersectStrings(List({Typed(Send("*"), {"ping"}), Send("a-7")}), List({Send("*")})),
+            (V{"send * types=ping", "send a-7"}));
+  // Different types of one agent are different grants: neither is lost as a duplicate.
+  EXPECT_EQ(IntersectStrings(List({Typed(Receive("x"), {"stop"}), Typed(Receive("x"), {"ping"})}),
+                             List({Receive("*")})),
+            (V{"receive x types=ping", "receive x types=stop"}));
+  // Send and receive never cover each other.
+  EXPECT_EQ(IntersectStrings(List({Send("*"), Typed(Receive("*"), {"ping"})}),
+                             List({Typed(Send("*"), {"ping"}), Receive("*")})),
+            (V{"send * types=ping", "receive * types=ping"}));
+}
+
+TEST(GrantAttack, ManyTypedGrantsStayCheap) {
+  // 256 agents x 256 types give 65536 meets, none covering another. Dropping covered ones
+  // compares each only with the grants of its own agent and of "*", not with all 65536.
+  Grants agents;
+  Grants types;
+  for (int i = 0; i < 256; ++i) {
+    *agents.Add() = Send(absl::StrCat("agent-", i));
+    *types.Add() = Typed(Send("*"), {absl::StrCat("type-", i).c_str()});
+  }
+  const std::vector<Grant> out = Intersect(agents, types);
+  ASSERT_EQ(out.size(), 65536u);
+  EXPECT_EQ(GrantToString(out.front()), "send agent-0 types=type-0");
+}
+
 // --- Properties --------------------------------------------------------------------------------
 
 class GrantProperty : public testing::Test {
@@ -795,6 +982,7 @@ class GrantProperty : public testing::Test {
     static const uint32_t kPorts[] = {0, 80, 443};
     static const char* const kAgents[] = {"*", "a1", "a2"};
     static const char* const kVaults[] = {"v-a", "v-b", "v-c"};
+    static const char* const kTypes[] = {"ping", "stop", "vault.answer"};
     switch (Pick(9)) {
       case 0:
         return Read(kPaths[Pick(8)]);
@@ -808,8 +996,14 @@ class GrantProperty : public testing::Test {
         return Make(Grant::SPAWN);
       case 5:
         return Net(kHosts[Pick(8)], kPorts[Pick(3)]);
-      case 6:
-        return Pick(2) == 0 ? Send(kAgents[Pick(3)]) : Receive(kAgents[Pick(3)]);
+      case 6: {
+        Grant g = Pick(2) == 0 ? Send(kAgents[Pick(3)]) : Receive(kAgents[Pick(3)]);
+        const size_t mask = Pick(8);  // a subset of the types, in sorted order; 0: any type
+        for (size_t i = 0; i < 3; ++i) {
+          if (mask & (size_t{1} << i)) g.add_message_types(kTypes[i]);
+        }
+        return g;
+      }
       default: {
         Grant g = Make(Grant::MIGRATE);
         const size_t mask = 1 + Pick(7);  // a non-empty subset, in sorted order

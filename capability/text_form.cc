@@ -33,12 +33,13 @@
 //   - S-expression strings also accept \n, \t, \r and \xHH escapes, so that every string a
 //     protobuf can hold prints and parses back; the result must be valid UTF-8. Raw newlines in
 //     strings are allowed; other raw control characters are not.
-//   - (migrate (vaults ...)) names are sorted and de-duplicated (S-expression and shorthand);
-//     JSON and text format are the exact wire form and must already be sorted and unique.
+//   - (migrate (vaults ...)) names and (send/receive ... (types ...)) message types are sorted and
+//     de-duplicated (S-expression and shorthand); JSON and text format are the exact wire form
+//     and must already be sorted and unique.
 //   - Limits that are not a whole number of seconds print as (max-runtime-ms N), (max-cpu-ms N)
 //     and (expires-ms N), which the parser (and the key=value shorthand) also accept.
-//   - Names (path, host, agent, from, vault names, sandbox) may be bare symbols or strings;
-//     purpose, instructions, code, code-file and hash must be strings.
+//   - Names (path, host, agent, from, vault names, message types, sandbox) may be bare symbols or
+//     strings; purpose, instructions, code, code-file and hash must be strings.
 //   - JSON and text format specs get the same semantic checks as S-expressions (ValidateGrant,
 //     a 32-byte code digest, a non-empty code-file, UTF-8 strings); the message is prefixed with
 //     the field path ("grants[1]: ...") and located at that field. JSON semantic errors from
@@ -694,10 +695,10 @@ class SexpMapper {
       allowed = {"host", "port"};
     } else if (kind == "send") {
       grant.set_kind(Grant::SEND);
-      allowed = {"agent"};
+      allowed = {"agent", "types"};
     } else if (kind == "receive") {
       grant.set_kind(Grant::RECEIVE);
-      allowed = {"from"};
+      allowed = {"from", "types"};
     } else if (kind == "migrate") {
       grant.set_kind(Grant::MIGRATE);
       allowed = {"vaults"};
@@ -743,15 +744,24 @@ class SexpMapper {
         grant.set_port(static_cast<uint32_t>(port));
       } else if (head == "agent" || head == "from") {
         VAULT_ASSIGN_OR_RETURN(*grant.mutable_agent(), OneName(sub));
-      } else {  // vaults
-        std::vector<std::string> vaults;
-        for (size_t v = 1; v < sub.items.size(); ++v) {
-          VAULT_ASSIGN_OR_RETURN(std::string vault, Name(sub.items[v], "vaults"));
-          vaults.push_back(std::move(vault));
+      } else {  // vaults, types: a set of names
+        if (head == "types" && sub.arg_count() == 0) {
+          return Error(sub, "(types ...) takes one or more message types (omit it for any type)");
         }
-        std::sort(vaults.begin(), vaults.end());
-        vaults.erase(std::unique(vaults.begin(), vaults.end()), vaults.end());
-        for (std::string& vault : vaults) grant.add_vaults(std::move(vault));
+        std::vector<std::string> names;
+        for (size_t v = 1; v < sub.items.size(); ++v) {
+          VAULT_ASSIGN_OR_RETURN(std::string name, Name(sub.items[v], head));
+          names.push_back(std::move(name));
+        }
+        std::sort(names.begin(), names.end());
+        names.erase(std::unique(names.begin(), names.end()), names.end());
+        for (std::string& name : names) {
+          if (head == "types") {
+            grant.add_message_types(std::move(name));
+          } else {
+            grant.add_vaults(std::move(name));
+          }
+        }
       }
     }
 
@@ -873,9 +883,17 @@ std::string GrantText(const Grant& g) {
       return out + ")";
     }
     case Grant::SEND:
-      return absl::StrCat("(send (agent ", Quote(g.agent()), "))");
-    case Grant::RECEIVE:
-      return absl::StrCat("(receive (from ", Quote(g.agent()), "))");
+    case Grant::RECEIVE: {
+      std::string out = g.kind() == Grant::SEND ? absl::StrCat("(send (agent ", Quote(g.agent()))
+                                                : absl::StrCat("(receive (from ", Quote(g.agent()));
+      out += ")";
+      if (g.message_types_size() > 0) {
+        out += " (types";
+        for (const std::string& t : g.message_types()) absl::StrAppend(&out, " ", NameText(t));
+        out += ")";
+      }
+      return out + ")";
+    }
     case Grant::MIGRATE: {
       std::string out = "(migrate (vaults";
       for (const std::string& v : g.vaults()) absl::StrAppend(&out, " ", NameText(v));
@@ -1517,6 +1535,19 @@ absl::StatusOr<Grant> GrantFromShorthand(absl::string_view text, absl::string_vi
   size_t arg_offset = has_arg ? colon + 1 : 0;
 
   Grant grant;
+  // "a,b,a" at `offset` of `s`: sorted, without duplicates; an empty name is an error.
+  auto name_list = [&](absl::string_view list, absl::string_view what,
+                       size_t offset) -> absl::StatusOr<std::vector<std::string>> {
+    std::vector<std::string> names;
+    for (absl::string_view name : absl::StrSplit(list, ',')) {
+      if (name.empty()) return ErrorAt(source, at(offset), absl::StrCat("empty ", what));
+      names.emplace_back(name);
+      offset += name.size() + 1;
+    }
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    return names;
+  };
   auto need = [&](absl::string_view what, absl::string_view example) -> absl::Status {
     if (!arg.empty()) return absl::OkStatus();
     return ErrorAt(source, at(has_arg ? arg_offset : 0),
@@ -1560,19 +1591,20 @@ absl::StatusOr<Grant> GrantFromShorthand(absl::string_view text, absl::string_vi
   } else if (kind == "send" || kind == "receive") {
     VAULT_RETURN_IF_ERROR(need("an agent id or *", absl::StrCat(kind, ":agent-7")));
     grant.set_kind(kind == "send" ? Grant::SEND : Grant::RECEIVE);
-    grant.set_agent(std::string(arg));
+    // "AGENT" or "AGENT:TYPE,TYPE...": agent ids never contain ':'.
+    const size_t types_colon = arg.find(':');
+    grant.set_agent(std::string(arg.substr(0, types_colon)));
+    if (types_colon != absl::string_view::npos) {
+      VAULT_ASSIGN_OR_RETURN(
+          std::vector<std::string> types,
+          name_list(arg.substr(types_colon + 1), "message type", arg_offset + types_colon + 1));
+      for (std::string& type : types) grant.add_message_types(std::move(type));
+    }
   } else if (kind == "migrate") {
     VAULT_RETURN_IF_ERROR(need("vault names", "migrate:vault-b,vault-c"));
     grant.set_kind(Grant::MIGRATE);
-    std::vector<std::string> vaults;
-    size_t offset = arg_offset;
-    for (absl::string_view vault : absl::StrSplit(arg, ',')) {
-      if (vault.empty()) return ErrorAt(source, at(offset), "empty vault name");
-      vaults.emplace_back(vault);
-      offset += vault.size() + 1;
-    }
-    std::sort(vaults.begin(), vaults.end());
-    vaults.erase(std::unique(vaults.begin(), vaults.end()), vaults.end());
+    VAULT_ASSIGN_OR_RETURN(std::vector<std::string> vaults,
+                           name_list(arg, "vault name", arg_offset));
     for (std::string& vault : vaults) grant.add_vaults(std::move(vault));
   } else {
     return ErrorAt(source, at(0),

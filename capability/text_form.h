@@ -12,6 +12,7 @@
 //       (cas-read) (cas-write) (spawn)
 //       (network (host "*.example.com") (port 443))                 ; port omitted: any
 //       (send (agent "a-7")) (receive (from "*"))
+//       (send (agent "a-8") (types ping stop)) (receive (from "a-8") (types ping))  ; only these
 //       (migrate (vaults vault-b vault-c)))
 //     (constraints
 //       (max-runtime (* 24 3600))          ; seconds
@@ -23,9 +24,10 @@
 // Numbers are decimal integers or arithmetic (+ a b ...), (- a b), (* a b ...) on them, checked
 // for overflow. Strings are "..." with \" and \\ escapes (also \n, \t, \r and \xHH; the result
 // must be UTF-8); bare symbols ([a-z0-9*._/+-]+) are accepted where a name is expected (path,
-// host, agent, from, vault names, sandbox). Comments run from ';' to the end of the line. Unknown
-// forms, repeated singletons and values out of range are errors. Every parsed grant is checked
-// with ValidateGrant; (vaults ...) is sorted and de-duplicated first. Limits that are not whole
+// host, agent, from, vault names, message types, sandbox). Comments run from ';' to the end of
+// the line. Unknown forms, repeated singletons and values out of range are errors. Every parsed
+// grant is checked with ValidateGrant; (vaults ...) and (types ...) are sorted and de-duplicated
+// first; (types) with no type is an error (leave it out for any type). Limits that are not whole
 // seconds are written (max-runtime-ms N), (max-cpu-ms N), (expires-ms N). Every format refuses
 // inputs over 1 MiB and nesting deeper than 64; columns count bytes.
 //
@@ -57,7 +59,8 @@ absl::StatusOr<vault::v1::AgentSpec> ParseAgentSpec(absl::string_view text,
 // "(read (path "/a"))"; JSON/textproto of vault.v1.Grant (one) — and the command-line shorthand
 // used by vaultctl --grant: "read:/vault/pub", "write:/x", "read-hash:sha256:<hex>", "cas-read",
 // "cas-write", "spawn", "network:*.example.com:443", "network:host" (any port), "send:AGENT",
-// "receive:AGENT", "migrate:vault-b,vault-c".
+// "receive:AGENT", "send:AGENT:ping,stop" / "receive:AGENT:ping" (only those message types),
+// "migrate:vault-b,vault-c".
 absl::StatusOr<std::vector<vault::v1::Grant>> ParseGrants(absl::string_view text,
                                                           absl::string_view source);
 // "(constraints ...)" S-expression, or "key=value,..." shorthand for vaultctl --constraints

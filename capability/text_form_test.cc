@@ -38,7 +38,8 @@ std::string FullSexpr() {
     (network (host "*.example.com") (port 443))                 ; port omitted: any
     (network (host "api.example.org"))
     (send (agent "a-7")) (receive (from "*"))
-    (migrate (vaults vault-c vault-b "vault-b")))
+    (migrate (vaults vault-c vault-b "vault-b"))
+    (receive (from a-8) (types stop ping "ping")))        ; only these message types
   (constraints
     (max-runtime (* 24 3600))          ; seconds
     (max-memory (* 512 1024 1024))     ; bytes
@@ -67,6 +68,7 @@ grants { kind: NETWORK host: "api.example.org" }
 grants { kind: SEND agent: "a-7" }
 grants { kind: RECEIVE agent: "*" }
 grants { kind: MIGRATE vaults: "vault-b" vaults: "vault-c" }
+grants { kind: RECEIVE agent: "a-8" message_types: "ping" message_types: "stop" }
 constraints {
   max_runtime_ms: 86400000 max_memory_bytes: 536870912 max_storage_bytes: 1073741824
   max_cpu_ms: 600000 max_open_files: 64 max_processes: 8 max_migrations: 3
@@ -92,7 +94,8 @@ std::string FullJson() {
     {"kind": "NETWORK", "host": "api.example.org"},
     {"kind": "SEND", "agent": "a-7"},
     {"kind": "RECEIVE", "agent": "*"},
-    {"kind": "MIGRATE", "vaults": ["vault-b", "vault-c"]}
+    {"kind": "MIGRATE", "vaults": ["vault-b", "vault-c"]},
+    {"kind": "RECEIVE", "agent": "a-8", "messageTypes": ["ping", "stop"]}
   ],
   "constraints": {
     "maxRuntimeMs": "86400000", "maxMemoryBytes": "536870912", "max_storage_bytes": 1073741824,
@@ -129,7 +132,7 @@ TEST(ParseAgentSpec, FullSpecFromSexpr) {
   EXPECT_EQ(spec->instructions(), "answer (price ITEM) with a number");
   EXPECT_EQ(spec->code_digest().sha256(), absl::HexStringToBytes(kCodeHex));
   EXPECT_EQ(spec->code_digest().size(), 1234u);
-  ASSERT_EQ(spec->grants_size(), 11);
+  ASSERT_EQ(spec->grants_size(), 12);
   EXPECT_EQ(spec->grants(2).hash(), absl::HexStringToBytes(kReadHex));
   EXPECT_EQ(spec->grants(6).port(), 443u);
   EXPECT_EQ(spec->grants(7).port(), 0u);
@@ -138,6 +141,10 @@ TEST(ParseAgentSpec, FullSpecFromSexpr) {
   ASSERT_EQ(spec->grants(10).vaults_size(), 2);
   EXPECT_EQ(spec->grants(10).vaults(0), "vault-b");
   EXPECT_EQ(spec->grants(10).vaults(1), "vault-c");
+  EXPECT_EQ(spec->grants(11).agent(), "a-8");
+  ASSERT_EQ(spec->grants(11).message_types_size(), 2);
+  EXPECT_EQ(spec->grants(11).message_types(0), "ping");
+  EXPECT_EQ(spec->grants(11).message_types(1), "stop");
   const Constraints& c = spec->constraints();
   EXPECT_EQ(c.max_runtime_ms(), 86400000u);
   EXPECT_EQ(c.max_memory_bytes(), 536870912u);
@@ -179,6 +186,10 @@ TEST(AgentSpecToSexpr, CanonicalLayout) {
   spec.set_code_file("agent.py");
   *spec.add_grants() = TextGrant(R"(kind: READ path: "/vault/pub")");
   *spec.add_grants() = TextGrant(R"(kind: MIGRATE vaults: "vault-b" vaults: "vault-c")");
+  *spec.add_grants() = TextGrant(R"(kind: SEND agent: "a-7" message_types: "ping")");
+  *spec.add_grants() =
+      TextGrant(R"(kind: RECEIVE agent: "*" message_types: "123" message_types: "vault.answer")");
+  *spec.add_grants() = TextGrant(R"(kind: RECEIVE agent: "a-7")");
   spec.mutable_constraints()->set_max_runtime_ms(86400000);
   spec.mutable_constraints()->set_max_cpu_ms(1500);
   spec.set_sandbox("posix");
@@ -187,7 +198,10 @@ TEST(AgentSpecToSexpr, CanonicalLayout) {
   (code-file "agent.py")
   (capabilities
     (read (path "/vault/pub"))
-    (migrate (vaults vault-b vault-c)))
+    (migrate (vaults vault-b vault-c))
+    (send (agent "a-7") (types ping))
+    (receive (from "*") (types "123" vault.answer))
+    (receive (from "a-7")))
   (constraints
     (max-runtime 86400)
     (max-cpu-ms 1500))
@@ -536,6 +550,12 @@ TEST(ParseGrants, EachKindInEveryForm) {
       {R"((receive (from "*")))", "receive:*", R"(kind: RECEIVE agent: "*")"},
       {"(migrate (vaults vault-c vault-b))", "migrate:vault-c,vault-b,vault-c",
        R"(kind: MIGRATE vaults: "vault-b" vaults: "vault-c")"},
+      {R"((send (agent "a-7") (types stop ping "ping")))", "send:a-7:stop,ping,ping",
+       R"(kind: SEND agent: "a-7" message_types: "ping" message_types: "stop")"},
+      {R"((send (types ping) (agent *)))", "send:*:ping",
+       R"(kind: SEND agent: "*" message_types: "ping")"},
+      {R"((receive (from a-8) (types vault.answer)))", "receive:a-8:vault.answer",
+       R"(kind: RECEIVE agent: "a-8" message_types: "vault.answer")"},
   };
   for (const Case& c : cases) {
     Grant want = TextGrant(c.text);
@@ -587,6 +607,27 @@ TEST(ParseGrants, Errors) {
        "digits>\""},
       {"migrate:vault-b,,vault-c", "g:1:17: empty vault name"},
       {"send:", "g:1:6: send needs an agent id or *, e.g. send:agent-7"},
+      {"send:a-7:", "g:1:10: empty message type"},
+      {"receive:*:ping,,stop", "g:1:16: empty message type"},
+      {"send:a-7:Ping",
+       "g:1:6: grant send a-7 types=Ping: message type \"Ping\" must be 1-64 of [a-z0-9._-]"},
+      {"send:a-7:vault.query",
+       "g:1:6: grant send a-7 types=vault.query: message type \"vault.query\" is reserved for "
+       "the vault"},
+      {"(send (agent a-7) (types))",
+       "g:1:19: (types ...) takes one or more message types (omit it for any type)"},
+      {"(send (agent a-7) (types ping) (types stop))",
+       "g:1:32: repeated (types ...); the first is at 1:19"},
+      {"(send (agent a-7) (types (ping)))",
+       "g:1:26: (types ...) takes names (strings or symbols), found (ping ...)"},
+      {"(network (host a.example.com) (types ping))",
+       "g:1:31: unknown form (types ...) in (network ...)"},
+      {"(send (types ping))", "g:1:1: (send ...) needs (agent ...)"},
+      {"kind: SEND agent: \"x\" message_types: \"stop\" message_types: \"ping\"",
+       "g:1:1: grant send x types=stop,ping: message types are not sorted"},
+      {"{\"kind\": \"MIGRATE\", \"vaults\": [\"b\"], \"messageTypes\": [\"ping\"]}",
+       "g:1:1: grant migrate b [message_types ping]: may not have message_types (only send and "
+       "receive grants have them)"},
       {"", "g:1:1: empty input; expected a grant such as read:/vault/pub"},
       {"(read (path \"/a\")) (spawn)", "g:1:20: unexpected text after the first form"},
       {"(agent)",

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -26,6 +27,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "capability/chain.h"
 #include "integration-tests/harness.h"
 #include "vault/v1/agent.grpc.pb.h"
 
@@ -767,6 +769,93 @@ time.sleep(30)
     }
   }
   EXPECT_EQ(denied_entries, static_cast<int>(st.record().counters().denials()));
+  ExpectVaultHealthy();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Revocations (design §5): one signed by a principal of the chain ends the running agents it
+// cuts; one signed by anybody else changes nothing.
+
+constexpr absl::string_view kIdleAgent = R"(
+a = vault_agent.Agent.connect()
+a.log("idle")
+while True:
+    a.receive(timeout=30)
+)";
+
+TEST_F(AgentLifecycleTest, RevocationByAChainPrincipalTerminatesOnlyTheAgentsItCuts) {
+  StartVault();
+  if (IsSkipped() || HasFatalFailure()) return;
+  std::string target = Spawn(SexprAgent("target", absl::StrCat(kPrelude, kIdleAgent)));
+  std::string bystander = Spawn(SexprAgent("bystander", absl::StrCat(kPrelude, kIdleAgent)));
+  std::string by_link = Spawn(SexprAgent("by_link", absl::StrCat(kPrelude, kIdleAgent)));
+  ASSERT_FALSE(target.empty() || bystander.empty() || by_link.empty());
+  for (const std::string& id : {target, bystander, by_link}) {
+    WaitFor(
+        id,
+        [](const vault::v1::AgentStatus& s) { return s.record().state() == vault::v1::RUNNING; },
+        absl::Seconds(10), "running");
+  }
+
+  // A key that is not in the chain: accepted and kept (anyone may publish), cuts nothing.
+  const std::string stranger = root() + "/stranger.key";
+  RunResult gen = Vaultctl({"key", "generate", "--out", stranger});
+  ASSERT_EQ(gen.exit_code, kExitOk) << gen;
+  RunResult r = Vaultctl({"--vault", sock(), "-o", "json", "cap", "revoke", "--agent-id", target,
+                          "--as", stranger, "--reason", "not mine"});
+  ASSERT_EQ(r.exit_code, kExitOk) << r;
+  EXPECT_EQ(JsonField(r.out, "added"), "true") << r;
+  EXPECT_THAT(r.out, HasSubstr("\"ended_agents\":[]")) << r;
+  absl::SleepFor(absl::Milliseconds(300));
+  absl::StatusOr<vault::v1::AgentStatus> still = Get(target);
+  ASSERT_TRUE(still.ok()) << still.status();
+  EXPECT_EQ(still->record().state(), vault::v1::RUNNING) << still->DebugString();
+
+  // The spawning principal revokes the agent: it alone ends, at once, audited HIGH.
+  r = Vaultctl({"--vault", sock(), "-o", "json", "cap", "revoke", "--agent-id", target, "--as",
+                admin_key_, "--reason", "compromised"});
+  ASSERT_EQ(r.exit_code, kExitOk) << r;
+  EXPECT_EQ(JsonField(r.out, "added"), "true") << r;
+  EXPECT_THAT(r.out, HasSubstr(absl::StrCat("\"ended_agents\":[\"", target, "\"]"))) << r;
+  vault::v1::AgentStatus ended = WaitEnded(target, absl::Seconds(10));
+  EXPECT_THAT(ended.record().reason(), StartsWith("revoked: ")) << ended.DebugString();
+  ExpectTerminatedWithHighAudit(ended);
+  // Both revocations are audited, each with its reason.
+  std::vector<std::string> reasons;
+  for (const std::string& line : AuditLines()) {
+    if (JsonField(line, "action") == "capability.revoke" && JsonField(line, "subject") == target) {
+      reasons.push_back(JsonField(line, "motivation").value_or(""));
+    }
+  }
+  EXPECT_EQ(reasons, (std::vector<std::string>{"not mine", "compromised"}));
+  // The same revocation again: already held.
+  r = Vaultctl({"--vault", sock(), "-o", "json", "cap", "revoke", "--agent-id", target, "--as",
+                admin_key_, "--reason", "compromised"});
+  ASSERT_EQ(r.exit_code, kExitOk) << r;
+
+  // A link: the SPAWN link of by_link's chain, revoked by its issuer.
+  absl::StatusOr<vault::v1::AgentStatus> st = Get(by_link);
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_EQ(st->record().chain().links_size(), 1);
+  const std::string hash =
+      absl::BytesToHexString(capability::LinkHash(st->record().chain().links(0)));
+  r = Vaultctl({"--vault", sock(), "cap", "revoke", "--link", hash, "--as", admin_key_});
+  ASSERT_EQ(r.exit_code, kExitOk) << r;
+  EXPECT_EQ(absl::StripAsciiWhitespace(r.out), absl::StrCat("revoked; agents ended: ", by_link));
+  vault::v1::AgentStatus link_ended = WaitEnded(by_link, absl::Seconds(10));
+  EXPECT_THAT(link_ended.record().reason(), StartsWith("revoked: ")) << link_ended.DebugString();
+
+  // Usage errors: neither or both targets, a malformed hash.
+  EXPECT_EQ(Vaultctl({"--vault", sock(), "cap", "revoke", "--as", admin_key_}).exit_code,
+            kExitUsage);
+  EXPECT_EQ(Vaultctl({"--vault", sock(), "cap", "revoke", "--link", "abcd", "--as", admin_key_})
+                .exit_code,
+            kExitUsage);
+
+  absl::StatusOr<vault::v1::AgentStatus> untouched = Get(bystander);
+  ASSERT_TRUE(untouched.ok()) << untouched.status();
+  EXPECT_EQ(untouched->record().state(), vault::v1::RUNNING) << untouched->DebugString();
+  // A new spawn is not affected by the revocations of other agents.
   ExpectVaultHealthy();
 }
 

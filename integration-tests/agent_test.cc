@@ -76,6 +76,22 @@ while time.time() < end:
 a.exit(1, "no stop came")
 )";
 
+// A receiver: waits for the test's go file, then logs every message in its mailbox
+// ("recv <id> <sender> <type> <hex data>") and how many there were.
+constexpr char kReceiverBody[] = R"(
+a.log("ready")
+wait_for("/vault/pub/go")
+n = 0
+while True:
+    m = a.receive(timeout=0.3)
+    if m is None:
+        break
+    n += 1
+    a.log("recv %d %s %s %s" % (m.id, m.sender, m.type, m.data.hex()))
+a.log("received %d" % n)
+a.exit(0)
+)";
+
 std::string Trim(std::string s) { return std::string(absl::StripAsciiWhitespace(s)); }
 
 class AgentTest : public VaultTest {
@@ -678,19 +694,7 @@ TEST_F(AgentTest, MessagesBetweenAgents) {
   ASSERT_NO_FATAL_FAILURE(Trust(other_key, {"read-write"}));
   std::filesystem::create_directories(files_dir() + "/pub");
   // Receivers wait for the test's go file before they drain their mailboxes.
-  const std::string receiver = R"(
-a.log("ready")
-wait_for("/vault/pub/go")
-n = 0
-while True:
-    m = a.receive(timeout=0.3)
-    if m is None:
-        break
-    n += 1
-    a.log("recv %d %s %s %s" % (m.id, m.sender, m.type, m.data.hex()))
-a.log("received %d" % n)
-a.exit(0)
-)";
+  const std::string receiver = kReceiverBody;
   std::string b =
       Spawn(Agent("b", receiver, "(read (path \"/vault/pub\")) (receive (from \"*\"))"));
   std::string c = Spawn(Agent("c", receiver, "(read (path \"/vault/pub\"))"));
@@ -726,8 +730,8 @@ a.exit(0)
   EXPECT_NE(id0, id1);
   // The mailbox holds agents.mailbox_capacity (2) messages.
   EXPECT_EQ(r["send2"], "8 the mailbox of agent " + b + " is full (2 messages)");
-  EXPECT_EQ(r["nogrant"], "7 denied: agent " + c + " does not accept messages from " + s +
-                              " (it has no receive grant for it)");
+  EXPECT_EQ(r["nogrant"], "7 denied: agent " + c + " does not accept \"greeting\" messages from " +
+                              s + " (it has no receive grant for it)");
   // Another principal's agent is as if it did not exist.
   EXPECT_EQ(r["other"], "5 no agent " + d + " that this agent may send to");
   EXPECT_EQ(r["missing"], "5 no agent a-0123456789abcdef that this agent may send to");
@@ -751,6 +755,86 @@ a.exit(0)
   EXPECT_EQ(JsonField(ss, "messages_sent"), "2");
   EXPECT_EQ(JsonField(ss, "denials"), "1");
   WaitAudit("host.send", c, "DENIED", s);
+}
+
+// A send grant that lists message types allows those and refuses the others, before anything
+// reaches the receiver.
+TEST_F(AgentTest, SendGrantLimitsMessageTypes) {
+  ASSERT_NO_FATAL_FAILURE(StartVault("sendtypes"));
+  if (IsSkipped()) return;
+  std::filesystem::create_directories(files_dir() + "/pub");
+  std::string b =
+      Spawn(Agent("b", kReceiverBody, "(read (path \"/vault/pub\")) (receive (from \"*\"))"));
+  ASSERT_FALSE(b.empty());
+  WaitLog(b, "ready");
+  std::string s = Spawn(Agent("s", R"(
+st = json.loads(a.get_state())
+t("grants", lambda: json.dumps(a.self_inspect()["grants"]))
+t("ping", lambda: a.send(st["b"], "ping", b"p"))
+t("stop", lambda: a.send(st["b"], "stop", b"s"))
+a.exit(0)
+)",
+                              absl::StrCat("(send (agent \"", b, "\") (types ping))")),
+                        "", absl::StrCat("{\"b\": \"", b, "\"}"));
+  ASSERT_FALSE(s.empty());
+  EXPECT_EQ(JsonField(WaitEnded(s), "state"), "completed");
+  std::map<std::string, std::string> r = Results(s);
+  EXPECT_EQ(r["grants"], absl::StrCat("0 [\"send ", b, " types=ping\"]"));
+  ASSERT_THAT(r["ping"], ::testing::StartsWith("0 ")) << r["ping"];
+  const std::string ping_id = r["ping"].substr(2);
+  // 7: PERMISSION_DENIED, naming the type that was refused.
+  EXPECT_EQ(r["stop"], absl::StrCat("7 denied: send needs the grant \"send ", b, " types=stop\""));
+
+  ASSERT_TRUE(WriteFile(files_dir() + "/pub/go", "go").ok());
+  EXPECT_EQ(JsonField(WaitEnded(b), "state"), "completed");
+  EXPECT_EQ(Logs(b), (std::vector<std::string>{
+                         "ready",
+                         absl::StrCat("recv ", ping_id, " ", s, " ping ", Hex("p")),
+                         "received 1",
+                     }));
+  std::string ss = StatusJson(s);
+  EXPECT_EQ(JsonField(ss, "messages_sent"), "1");
+  EXPECT_EQ(JsonField(ss, "denials"), "1");
+  std::string denied = WaitAudit("host.send", b, "DENIED", s);
+  EXPECT_THAT(denied, HasSubstr(absl::StrCat("send ", b, " types=stop")));
+}
+
+// A receive grant that lists message types accepts those from an allowed sender and refuses the
+// others, even when the sender may send anything.
+TEST_F(AgentTest, ReceiveGrantLimitsMessageTypes) {
+  ASSERT_NO_FATAL_FAILURE(StartVault("recvtypes"));
+  if (IsSkipped()) return;
+  std::filesystem::create_directories(files_dir() + "/pub");
+  std::string b = Spawn(Agent("b", kReceiverBody,
+                              "(read (path \"/vault/pub\")) (receive (from \"*\") (types ping))"));
+  ASSERT_FALSE(b.empty());
+  WaitLog(b, "ready");
+  std::string s = Spawn(Agent("s", R"(
+st = json.loads(a.get_state())
+t("ping", lambda: a.send(st["b"], "ping", b"p"))
+t("stop", lambda: a.send(st["b"], "stop", b"s"))
+a.exit(0)
+)",
+                              "(send (agent \"*\"))"),
+                        "", absl::StrCat("{\"b\": \"", b, "\"}"));
+  ASSERT_FALSE(s.empty());
+  EXPECT_EQ(JsonField(WaitEnded(s), "state"), "completed");
+  std::map<std::string, std::string> r = Results(s);
+  ASSERT_THAT(r["ping"], ::testing::StartsWith("0 ")) << r["ping"];
+  const std::string ping_id = r["ping"].substr(2);
+  EXPECT_EQ(r["stop"],
+            absl::StrCat("7 denied: agent ", b, " does not accept \"stop\" messages from ", s,
+                         " (it has no receive grant for it)"));
+
+  ASSERT_TRUE(WriteFile(files_dir() + "/pub/go", "go").ok());
+  EXPECT_EQ(JsonField(WaitEnded(b), "state"), "completed");
+  EXPECT_EQ(Logs(b), (std::vector<std::string>{
+                         "ready",
+                         absl::StrCat("recv ", ping_id, " ", s, " ping ", Hex("p")),
+                         "received 1",
+                     }));
+  EXPECT_EQ(JsonField(StatusJson(s), "messages_sent"), "1");
+  WaitAudit("host.send", b, "DENIED", s);
 }
 
 // ---------------------------------------------------------------------------------------------

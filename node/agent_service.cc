@@ -190,4 +190,22 @@ grpc::ServerUnaryReactor* AgentService::ListPolicy(grpc::CallbackServerContext* 
   });
 }
 
+grpc::ServerUnaryReactor* AgentService::Revoke(grpc::CallbackServerContext* ctx,
+                                               const vault::v1::RevokeRequest* req,
+                                               vault::v1::RevokeResponse* resp) {
+  return RunUnary(ctx, executor_, [this, req, resp]() -> absl::Status {
+    VAULT_ASSIGN_OR_RETURN(*resp, runtime_->Revoke(*req));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* AgentService::Migrate(grpc::CallbackServerContext* ctx,
+                                                const vault::v1::MigrateAgentRequest* req,
+                                                vault::v1::MigrateAgentResponse* resp) {
+  return RunUnary(ctx, executor_, [this, req, resp]() -> absl::Status {
+    VAULT_ASSIGN_OR_RETURN(*resp, runtime_->Migrate(*req));
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace vault::node

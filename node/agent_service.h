@@ -48,6 +48,12 @@ class AgentService final : public vault::v1::Agents::CallbackService {
   grpc::ServerUnaryReactor* ListPolicy(grpc::CallbackServerContext* ctx,
                                        const vault::v1::ListPolicyRequest* req,
                                        vault::v1::ListPolicyResponse* resp) override;
+  grpc::ServerUnaryReactor* Revoke(grpc::CallbackServerContext* ctx,
+                                   const vault::v1::RevokeRequest* req,
+                                   vault::v1::RevokeResponse* resp) override;
+  grpc::ServerUnaryReactor* Migrate(grpc::CallbackServerContext* ctx,
+                                    const vault::v1::MigrateAgentRequest* req,
+                                    vault::v1::MigrateAgentResponse* resp) override;
 
  private:
   agent::AgentRuntime* const runtime_;

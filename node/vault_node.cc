@@ -218,6 +218,13 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
     VAULT_ASSIGN_OR_RETURN(node->agents_,
                            agent::AgentRuntime::Start(std::move(options), std::move(deps)));
   }
+  // Migration reaches members over mutual TLS; without TLS material agents stay where they are.
+  if (absl::StatusOr<std::unique_ptr<migration::GrpcTransport>> t =
+          migration::GrpcTransport::Create(config, node->store_.get());
+      t.ok()) {
+    node->transport_ = *std::move(t);
+    node->agents_->SetMigrationTransport(node->transport_.get());
+  }
   // Every served log has a checkpoint from the start (peers and `audit tail` rely on one).
   VAULT_RETURN_IF_ERROR(node->audit_log_->IssueCheckpoint().status());
   VAULT_ASSIGN_OR_RETURN(node->follower_,
@@ -271,6 +278,9 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
     b.AddListeningPort(config.listen_address(), creds, &port);
     b.RegisterService(node->tcp_cas_.get());
     b.RegisterService(node->tcp_audit_.get());
+    node->migration_service_ =
+        std::make_unique<MigrationService>(node->agents_.get(), node->tcp_executor_.get());
+    b.RegisterService(node->migration_service_.get());
     node->tcp_server_ = b.BuildAndStart();
     if (node->tcp_server_ == nullptr || port == 0) {
       return absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen_address(),

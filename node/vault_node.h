@@ -25,12 +25,14 @@
 #include "capability/principal.h"
 #include "cas/store.h"
 #include "common/executor.h"
+#include "migration/transport.h"
 #include "node/admin_service.h"
 #include "node/agent_service.h"
 #include "node/audit_follower.h"
 #include "node/audit_service.h"
 #include "node/auditor.h"
 #include "node/cas_service.h"
+#include "node/migration_service.h"
 #include "sandbox/linux_sandbox.h"
 #include "storage/database.h"
 #include "vault/v1/config.pb.h"
@@ -69,7 +71,9 @@ class VaultNode {
   // The agents' sandbox (issue 6 runs agents in it); null when even its base fences are missing.
   std::unique_ptr<sandbox::LinuxSandbox> sandbox_;
   AdminService::SandboxState sandbox_state_;
+  std::unique_ptr<migration::GrpcTransport> transport_;  // before agents_: it outlives them
   std::unique_ptr<agent::AgentRuntime> agents_;
+  std::unique_ptr<MigrationService> migration_service_;
   std::unique_ptr<AgentService> agent_service_;
   std::unique_ptr<AuditFollower> follower_;
   std::unique_ptr<common::Executor> tcp_executor_;

@@ -2,6 +2,7 @@
 //
 // A chain file is a serialized vault.v1.Chain (binary protobuf: the signed payload bytes must
 // travel exactly as signed). `cap show` prints it for people or as JSON.
+#include <algorithm>
 #include <iostream>
 #include <optional>
 
@@ -16,11 +17,14 @@
 #include "capability/chain.h"
 #include "capability/grant.h"
 #include "capability/principal.h"
+#include "capability/revocation.h"
 #include "capability/text_form.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "node/config.h"
+#include "vault/v1/agent.grpc.pb.h"
 #include "vault/v1/capability.pb.h"
+#include "vaultctl/client.h"
 #include "vaultctl/commands.h"
 #include "vaultctl/output.h"
 
@@ -46,7 +50,57 @@ struct CapFlags {
   std::string as;
   std::vector<std::string> vault_keys;  // name=ed25519:<hex>
   std::string vault_config;
+  std::string link;
+  std::string reason;
 };
+
+// vaultctl cap revoke: signs a revocation and hands it to the vault, which keeps it and ends
+// the running agents whose chain it cuts.
+int RevokeCommand(const GlobalOptions& g, const CapFlags& f) {
+  if (f.agent_id.empty() == f.link.empty()) {
+    return ReportConnectError(
+        absl::InvalidArgumentError("name exactly one of --agent-id ID or --link HASH"), g.json());
+  }
+  absl::StatusOr<vault::v1::SignedRevocation> signed_revocation =
+      [&]() -> absl::StatusOr<vault::v1::SignedRevocation> {
+    VAULT_ASSIGN_OR_RETURN(PrivateKey key, PrivateKey::LoadFile(f.as));
+    vault::v1::RevocationPayload p;
+    p.set_version(1);
+    p.set_revoker(key.public_key().raw());
+    p.set_agent_id(f.agent_id);
+    if (!f.link.empty()) {
+      if (f.link.size() != 64 || !std::all_of(f.link.begin(), f.link.end(), [](char c) {
+            return absl::ascii_isxdigit(static_cast<unsigned char>(c));
+          })) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--link \"", f.link, "\" is not a link hash (64 hex digits)"));
+      }
+      p.set_link_hash(absl::HexStringToBytes(f.link));
+    }
+    p.set_issued_unix_ms(absl::ToUnixMillis(absl::Now()));
+    p.set_reason(f.reason);
+    return capability::SignRevocation(p, key);
+  }();
+  if (!signed_revocation.ok()) return ReportConnectError(signed_revocation.status(), g.json());
+  absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
+  if (!conn.ok()) return ReportConnectError(conn.status(), g.json());
+  vault::v1::RevokeRequest req;
+  *req.mutable_revocation() = *std::move(signed_revocation);
+  vault::v1::RevokeResponse resp;
+  absl::Status s = FromAgentsGrpc(conn->agents()->Revoke(conn->Context().get(), req, &resp));
+  if (!s.ok()) return ReportError(s, g.json());
+  if (g.json()) {
+    Json ended = Json::Array();
+    for (const std::string& id : resp.ended_agents()) ended.Push(id);
+    std::cout << Json::Object().Add("added", resp.added()).Add("ended_agents", ended).ToString()
+              << "\n";
+  } else {
+    std::cout << (resp.added() ? "revoked" : "already revoked") << "; agents ended: "
+              << (resp.ended_agents().empty() ? "none" : absl::StrJoin(resp.ended_agents(), " "))
+              << "\n";
+  }
+  return kExitOk;
+}
 
 absl::StatusOr<vault::v1::Chain> ReadChain(const std::string& path) {
   VAULT_ASSIGN_OR_RETURN(std::string bytes, common::ReadFile(path));
@@ -227,7 +281,7 @@ void AddKeyCommands(CLI::App& app, GlobalOptions& g, Command& command) {
 
 void AddCapCommands(CLI::App& app, GlobalOptions& g, Command& command) {
   static CapFlags f;
-  auto* cap = app.add_subcommand("cap", "Capability chains: issue, delegate, show, verify");
+  auto* cap = app.add_subcommand("cap", "Capability chains: issue, delegate, show, verify, revoke");
   cap->require_subcommand(1);
 
   auto* issue =
@@ -286,6 +340,18 @@ void AddCapCommands(CLI::App& app, GlobalOptions& g, Command& command) {
       return kExitOk;
     };
   });
+
+  auto* revoke = cap->add_subcommand(
+      "revoke",
+      "Revoke an agent or a link (and every chain through it) on a vault: signs a revocation "
+      "with --as, which counts only where --as is a principal of the chain at or above what it "
+      "revokes; the vault keeps it and terminates the running agents it cuts (admin socket)");
+  revoke->add_option("--agent-id", f.agent_id, "The agent to revoke");
+  revoke->add_option("--link", f.link,
+                     "The link to revoke: its hash, 64 hex digits (vaultctl -o json cap show)");
+  revoke->add_option("--as", f.as, "The revoking principal's private key (PKCS#8 PEM)")->required();
+  revoke->add_option("--reason", f.reason, "Why (kept with the revocation and audited)");
+  revoke->callback([&] { command = [&g] { return RevokeCommand(g, f); }; });
 
   auto* del = cap->add_subcommand(
       "delegate", "Append an attenuated link: the chain's holder passes on part of its authority");

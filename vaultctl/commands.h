@@ -34,6 +34,7 @@ struct GlobalOptions {
 using Command = std::function<int()>;
 
 void AddInitCommands(CLI::App& app, GlobalOptions& global, Command& command);
+void AddMigrateCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddCasCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddKeyCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddCapCommands(CLI::App& app, GlobalOptions& global, Command& command);

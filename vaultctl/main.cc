@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   AddSandboxCommands(app, g, command);
   AddAgentCommands(app, g, command);
   AddPolicyCommands(app, g, command);
+  AddMigrateCommands(app, g, command);
   for (int i = 1; i < argc; ++i) {
     if (std::string_view(argv[i]) == "--") {
       g.after_dashes.assign(argv + i + 1, argv + argc);

@@ -29,6 +29,7 @@
 #include "common/unique_fd.h"
 #include "sandbox/sandbox.h"
 #include "vault/v1/hostcall.pb.h"
+#include "vault/v1/migration.pb.h"
 
 namespace vault::agent {
 
@@ -40,6 +41,8 @@ enum class EndCause {
   kProtocol,    // a broken or hostile channel (fail-closed)
   kExitCall,    // the agent's exit host call
   kVaultStop,   // vaultd is stopping: the record stays RUNNING
+  kRevoked,     // a revocation cut its chain
+  kDeparted,    // it migrated: the record is DEPARTED already
 };
 
 struct LiveAgent {
@@ -70,11 +73,12 @@ struct LiveAgent {
   int32_t exit_code ABSL_GUARDED_BY(mu) = 0;
   absl::Time exit_deadline ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();
   bool checkpoint_requested ABSL_GUARDED_BY(mu) = false;
+  uint64_t migrate_call_id ABSL_GUARDED_BY(mu) = 0;  // a migrate call waiting for its outcome
   // When the agent closed its channel: its process gets a moment to exit by itself (then its
   // exit code decides the state) before it is ended as a protocol breach.
   absl::Time channel_closed_at ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();
   bool flagged ABSL_GUARDED_BY(mu) = false;
-  std::string code_dir ABSL_GUARDED_BY(mu);
+  std::string code_key ABSL_GUARDED_BY(mu);  // its code folder's key in code_ (sha256)
 
   // The channel: set by Launch, read by the reactor; `conn` outlives the process until the
   // exit is handled.
@@ -113,8 +117,11 @@ class AgentRuntime::Impl {
   // Ends the process (if any) for `cause`; the exit handler finishes the transition.
   void End(const std::shared_ptr<LiveAgent>& live, EndCause cause, const std::string& reason);
   // Persists a state change and audits it.
+  // `action` defaults to "agent.<state>"; `details` are added to the entry's.
   absl::Status Transition(LiveAgent& live, vault::v1::AgentState to, const std::string& reason,
-                          bool high_priority) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
+                          bool high_priority,
+                          std::vector<std::pair<std::string, std::string>> details = {},
+                          const std::string& action = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
   absl::Status PersistLocked(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
   std::shared_ptr<LiveAgent> Find(const std::string& id);
   // Live (not ended) agents of `principal`.
@@ -151,9 +158,59 @@ class AgentRuntime::Impl {
   const RuntimeDeps deps_;
   std::unique_ptr<TrustPolicy> policy_;
   std::unique_ptr<AgentStore> store_;
+  std::unique_ptr<capability::RevocationStore> revocations_;
+  // A verification context for this vault: its key, its members, its revocations.
+  capability::VerifyContext BaseContext() const;
+
+  // ---- migrate.cc: migration (design §7) ----
+  std::optional<capability::PublicKey> MemberKey(absl::string_view name) const;
+  // Source: checks, freezes, appends the MIGRATE link, persists MIGRATING, then transfers.
+  absl::StatusOr<vault::v1::MigrateAgentResponse> MigrateOut(
+      const std::shared_ptr<LiveAgent>& live, const std::string& to_vault,
+      const std::optional<std::string>& state, const std::string& requested_by);
+  vault::v1::MigrationPackage PackageOf(const vault::v1::AgentRecord& record) const;
+  // Offer, objects, Commit; then Status until the outcome is known. `background`: straight to
+  // Status (a hop found MIGRATING at start, or one that outlasted its caller).
+  absl::StatusOr<vault::v1::MigrateAgentResponse> RunTransfer(
+      const std::shared_ptr<LiveAgent>& live, bool background);
+  void ScheduleResolve(const std::shared_ptr<LiveAgent>& live);
+  absl::StatusOr<vault::v1::MigrateAgentResponse> MigrateOperator(
+      const vault::v1::MigrateAgentRequest& request);
+  std::vector<std::thread> resolvers_ ABSL_GUARDED_BY(mu_);
+  absl::StatusOr<vault::v1::MigrateAgentResponse> Departed(const std::shared_ptr<LiveAgent>& live,
+                                                           const vault::v1::SignedReceipt& receipt);
+  absl::Status ResumeAfterFailedHop(const std::shared_ptr<LiveAgent>& live, const std::string& why);
+  // Destination.
+  absl::StatusOr<std::optional<vault::v1::TransferRecord>> LoadTransfer(
+      const std::string& transfer_id) const;
+  absl::StatusOr<capability::VerifiedChain> VerifyArrival(const vault::v1::MigrationPackage& p);
+  absl::StatusOr<std::vector<vault::v1::Digest>> OfferIn(const vault::v1::MigrationPackage& p,
+                                                         const std::string& caller);
+  absl::StatusOr<vault::v1::SignedReceipt> CommitIn(const vault::v1::MigrationPackage& p,
+                                                    const std::string& caller);
+  absl::StatusOr<vault::v1::TransferStatusResponse> TransferStatus(const std::string& transfer_id,
+                                                                   bool abort_if_unknown);
+  vault::v1::WhereResponse Where(const std::string& id);
+  MigrationTransport* transport_ = nullptr;
+  absl::Mutex commit_mu_;
+  // Why `record`'s chain is cut by a stored revocation ("" when it is not).
+  std::string RevokedBecause(const vault::v1::AgentRecord& record);
+  absl::StatusOr<vault::v1::RevokeResponse> Revoke(const vault::v1::RevokeRequest& request);
   std::unique_ptr<FileTree> files_;
   std::string python_sdk_dir_;
   std::string code_root_;
+  // Code folders under code_root_, one per code object (sha256), with how many agents use each.
+  struct CodeLayout {
+    std::string dir;
+    bool python = false;
+    int refs = 0;
+  };
+  absl::StatusOr<CodeLayout> AcquireCode(const cas::Digest& digest);
+  void ReleaseCode(const std::string& sha256);
+  absl::Mutex code_mu_;
+  absl::flat_hash_map<std::string, CodeLayout> code_ ABSL_GUARDED_BY(code_mu_);
+  // Held shared around every sandbox spawn, exclusively while a code file is open for writing.
+  absl::Mutex exec_mu_;
   capability::LinkCache link_cache_;
 
   absl::Mutex mu_;
@@ -197,9 +254,14 @@ class AgentRuntime::Impl {
   std::thread audit_thread_;
 };
 
-// Helpers shared by both files.
+// Helpers shared by the runtime's files.
 std::string StateName(vault::v1::AgentState state);
 std::string DigestText(const vault::v1::Digest& d);
+absl::StatusOr<cas::Digest> ToDigest(const vault::v1::Digest& d);
+vault::v1::Digest FromDigest(const cas::Digest& d);
+std::string RandomBytes(size_t n);
+absl::Status ValidateAgentId(const std::string& id);
+std::string TransferStatusOutcomeName(vault::v1::TransferStatusResponse::Outcome o);
 
 }  // namespace vault::agent
 

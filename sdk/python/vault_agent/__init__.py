@@ -96,7 +96,8 @@ _KIND_NAMES = {_G.READ: "read", _G.WRITE: "write", _G.CAS_READ: "cas-read",
 
 
 def format_grant(grant):
-    """A Grant as vaultctl shows it: "read /vault/pub", "network *.example.com:443"."""
+    """A Grant as vaultctl shows it: "read /vault/pub", "network *.example.com:443",
+    "send agent-7 types=ping,stop"."""
     parts = [_KIND_NAMES.get(grant.kind, f"kind({grant.kind})")]
     if grant.path:
         parts.append(grant.path)
@@ -107,13 +108,16 @@ def format_grant(grant):
     if grant.agent:
         parts.append(grant.agent)
     parts.extend(grant.vaults)
+    if grant.message_types:
+        parts.append("types=" + ",".join(grant.message_types))
     return " ".join(parts)
 
 
 def parse_grant(text):
     """vaultctl's grant shorthand -> Grant: "read:/vault/pub", "write:/p", "read-hash:sha256:<hex>",
     "cas-read", "cas-write", "spawn", "network:host:443" (port "*" or omitted: any),
-    "send:agent-7", "receive:*", "migrate:vault-b,vault-c". The vault validates the scope."""
+    "send:agent-7", "receive:*", "send:agent-7:ping,stop" (only those message types),
+    "migrate:vault-b,vault-c". The vault validates the scope."""
     kind, sep, arg = text.partition(":")
     if kind in ("read", "write") and arg:
         return _G(kind=_G.READ if kind == "read" else _G.WRITE, path=arg)
@@ -128,7 +132,10 @@ def parse_grant(text):
         if port == "*" or (port.isdigit() and port.isascii() and int(port) <= 65535):
             return _G(kind=_G.NETWORK, host=host, port=0 if port == "*" else int(port))
     if kind in ("send", "receive") and arg:
-        return _G(kind=_G.SEND if kind == "send" else _G.RECEIVE, agent=arg)
+        agent, colon, types = arg.partition(":")
+        if not colon or (types and "" not in types.split(",")):
+            return _G(kind=_G.SEND if kind == "send" else _G.RECEIVE, agent=agent,
+                      message_types=sorted(set(types.split(","))) if colon else [])
     if kind == "migrate" and arg and "" not in arg.split(","):
         return _G(kind=_G.MIGRATE, vaults=sorted(set(arg.split(","))))
     raise ValueError(f"bad grant {text!r}")

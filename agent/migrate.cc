@@ -1,0 +1,683 @@
+// The agent runtime's side of migration (design §7): the source freezes the agent, appends the
+// MIGRATE link and persists "migrating" before anything leaves; the destination verifies the
+// whole chain again at Commit and writes the agent record, the transfer record and the audit
+// entry in one durable write. A Commit whose answer is lost is settled with Status, which
+// fences an uncommitted transfer off for good, so an agent never runs in two vaults and is
+// never lost. The wire (gRPC over mutual TLS) is migration/'s.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "agent/internal/runtime_impl.h"
+#include "capability/chain.h"
+#include "capability/grant.h"
+#include "common/proto_util.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace vault::agent {
+namespace {
+
+using vault::v1::AgentRecord;
+using vault::v1::AgentState;
+
+constexpr absl::string_view kReceiptDomain("vault.migration.receipt.v1\0", 27);
+constexpr char kTransfers[] = "migration_transfers";
+// How long a Migrate call keeps asking Status itself before it leaves the outcome to the
+// background resolver.
+constexpr absl::Duration kInlineResolve = absl::Seconds(3);
+
+std::string TransferText(const std::string& transfer_id) {
+  return absl::BytesToHexString(transfer_id);
+}
+
+// A definite "no" from the destination's Offer: there is nothing to settle.
+bool IsAmbiguous(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsCancelled(s) ||
+         absl::IsUnknown(s) || absl::IsInternal(s) || absl::IsAborted(s);
+}
+
+}  // namespace
+
+std::vector<storage::ColumnFamilySpec> MigrationColumnFamilies() {
+  return {storage::ColumnFamilySpec{kTransfers}};
+}
+
+absl::StatusOr<vault::v1::SignedReceipt> SignReceipt(const vault::v1::ReceiptPayload& payload,
+                                                     const capability::PrivateKey& key) {
+  vault::v1::SignedReceipt r;
+  r.set_payload(common::SerializeDeterministic(payload));
+  VAULT_ASSIGN_OR_RETURN(*r.mutable_signature(),
+                         key.Sign(absl::StrCat(kReceiptDomain, r.payload())));
+  return r;
+}
+
+absl::StatusOr<vault::v1::ReceiptPayload> OpenReceipt(const vault::v1::SignedReceipt& receipt,
+                                                      const capability::PublicKey& signer) {
+  VAULT_RETURN_IF_ERROR(
+      signer.Verify(absl::StrCat(kReceiptDomain, receipt.payload()), receipt.signature()));
+  vault::v1::ReceiptPayload p;
+  if (!p.ParseFromString(receipt.payload()) || p.version() != 1) {
+    return absl::InvalidArgumentError("the receipt does not parse (version 1)");
+  }
+  return p;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Source.
+
+std::optional<capability::PublicKey> AgentRuntime::Impl::MemberKey(absl::string_view name) const {
+  for (const vault::v1::Member& m : options_.members) {
+    if (m.name() == name) {
+      absl::StatusOr<capability::PublicKey> k = capability::PublicKey::FromText(m.public_key());
+      if (k.ok()) return *k;
+    }
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOut(
+    const std::shared_ptr<LiveAgent>& live, const std::string& to_vault,
+    const std::optional<std::string>& state, const std::string& requested_by) {
+  if (transport_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this vault cannot migrate agents: it has no federation TLS material (see "
+        "docs/migration.md)");
+  }
+  if (to_vault == options_.vault_name) {
+    return absl::InvalidArgumentError("the agent is already on " + to_vault);
+  }
+  std::optional<capability::PublicKey> to_key = MemberKey(to_vault);
+  if (!to_key.has_value()) {
+    return absl::NotFoundError(absl::StrCat("no federation member named \"", to_vault, "\""));
+  }
+  // Store the handed-over state first: nothing below may fail after the freeze for want of it.
+  std::optional<cas::Digest> state_digest;
+  if (state.has_value()) {
+    cas::Digest d = cas::Digest::Of(*state);
+    VAULT_RETURN_IF_ERROR(deps_.cas->Put(d, *state).status());
+    state_digest = d;
+  }
+  {
+    absl::MutexLock lock(&live->mu);
+    AgentRecord& r = live->record;
+    if (r.state() != vault::v1::RUNNING && r.state() != vault::v1::PAUSED) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("agent ", live->id, " is ", StateName(r.state()), ", not running"));
+    }
+    if (r.chain().links_size() == 0) {
+      return absl::FailedPreconditionError(
+          "an agent spawned by another agent has no chain of its own and cannot migrate");
+    }
+    // The checks of design §7, step 1, before anything changes.
+    vault::v1::Grant go;
+    go.set_kind(vault::v1::Grant::MIGRATE);
+    go.add_vaults(to_vault);
+    if (live->authority == nullptr || !live->authority->Allows(go)) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("denied: agent ", live->id, " has no migrate grant naming ", to_vault));
+    }
+    if (r.constraints().has_max_migrations() && r.hop() + 1 > r.constraints().max_migrations()) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("denied: agent ", live->id, " has made ", r.hop(), " of its ",
+                       r.constraints().max_migrations(), " migrations (max-migrations)"));
+    }
+    VAULT_ASSIGN_OR_RETURN(vault::v1::LinkPayload last,
+                           capability::ParseLinkPayload(r.chain().links().rbegin()->payload()));
+    if (!state_digest.has_value()) {
+      if (r.has_state()) {
+        VAULT_ASSIGN_OR_RETURN(state_digest, ToDigest(r.state_digest()));
+      } else {
+        VAULT_RETURN_IF_ERROR(deps_.cas->Put(cas::Digest::Of(""), "").status());
+        state_digest = cas::Digest::Of("");
+      }
+    }
+    // Frozen from here on: no effect of the agent can happen during the handoff.
+    const AgentState resume_state = r.state();
+    if (live->handle != nullptr && resume_state == vault::v1::RUNNING) {
+      VAULT_RETURN_IF_ERROR(live->handle->Pause());
+    }
+    vault::v1::LinkPayload hop;
+    hop.set_version(capability::kLinkVersion);
+    hop.set_kind(vault::v1::LinkPayload::MIGRATE);
+    hop.set_parent(capability::LinkHash(*r.chain().links().rbegin()));
+    hop.set_issuer(deps_.vault_key->public_key().raw());
+    hop.set_audience(to_key->raw());
+    hop.set_agent_id(live->id);
+    *hop.mutable_code() = last.code();
+    *hop.mutable_grants() = r.grants();
+    *hop.mutable_constraints() = r.constraints();
+    const int64_t now = absl::ToUnixMillis(absl::Now());
+    hop.set_not_before_unix_ms(std::max(now, last.not_before_unix_ms()));
+    hop.set_not_after_unix_ms(last.not_after_unix_ms());
+    hop.set_hop(r.hop() + 1);
+    hop.set_transfer_id(RandomBytes(16));
+    *hop.mutable_state() = FromDigest(*state_digest);
+    absl::StatusOr<vault::v1::SignedLink> link = capability::SignLink(hop, *deps_.vault_key);
+    if (!link.ok()) {
+      if (resume_state == vault::v1::RUNNING && live->handle != nullptr) {
+        (void)live->handle->Resume();
+      }
+      return link.status();
+    }
+    vault::v1::OutboundMigration* m = r.mutable_migration();
+    m->Clear();
+    m->set_to_vault(to_vault);
+    m->set_transfer_id(hop.transfer_id());
+    *m->mutable_chain() = r.chain();
+    *m->mutable_chain()->add_links() = *std::move(link);
+    *m->mutable_state() = hop.state();
+    m->set_started_unix_ms(now);
+    m->set_requested_by(requested_by);
+    m->set_resume_state(resume_state);
+    *r.mutable_state_digest() = FromDigest(*state_digest);
+    r.set_has_state(true);
+    // Persisted before the Offer: whatever happens next, a restart finds the hop to settle.
+    absl::Status persisted =
+        Transition(*live, vault::v1::MIGRATING, absl::StrCat("migrating to ", to_vault), false,
+                   {{"to", to_vault},
+                    {"transfer_id", TransferText(hop.transfer_id())},
+                    {"hop", absl::StrCat(hop.hop())},
+                    {"requested_by", requested_by}});
+    if (!persisted.ok()) {
+      r.clear_migration();
+      r.set_state(resume_state);
+      if (resume_state == vault::v1::RUNNING && live->handle != nullptr) {
+        (void)live->handle->Resume();
+      }
+      return persisted;
+    }
+  }
+  return RunTransfer(live, /*inline_only=*/false);
+}
+
+absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOperator(
+    const vault::v1::MigrateAgentRequest& request) {
+  std::shared_ptr<LiveAgent> live = Find(request.id());
+  if (live == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no running agent ", request.id(), " on this vault"));
+  }
+  // Ask for a checkpoint (a "vault.checkpoint" message), wait a bounded time, and go with the
+  // last checkpoint either way.
+  uint64_t before;
+  bool ask;
+  {
+    absl::MutexLock lock(&live->mu);
+    before = live->record.counters().checkpoints();
+    ask = live->running && live->record.state() == vault::v1::RUNNING;
+    if (ask) live->checkpoint_requested = true;
+  }
+  bool checkpointed = false;
+  if (ask) {
+    vault::v1::Message m;
+    m.set_from("vault");
+    m.set_type("vault.checkpoint");
+    (void)Deliver(live, std::move(m));
+    const absl::Time deadline =
+        absl::Now() +
+        absl::Milliseconds(request.checkpoint_wait_ms() != 0 ? request.checkpoint_wait_ms() : 2000);
+    absl::MutexLock lock(&live->mu);
+    while (!(checkpointed = live->record.counters().checkpoints() > before) && live->running &&
+           absl::Now() < deadline) {
+      live->mu.Unlock();
+      absl::SleepFor(absl::Milliseconds(5));
+      live->mu.Lock();
+    }
+  }
+  VAULT_ASSIGN_OR_RETURN(vault::v1::MigrateAgentResponse out,
+                         MigrateOut(live, request.to_vault(), std::nullopt, "operator"));
+  out.set_checkpointed(checkpointed);
+  return out;
+}
+
+vault::v1::MigrationPackage AgentRuntime::Impl::PackageOf(const AgentRecord& r) const {
+  vault::v1::MigrationPackage p;
+  p.set_agent_id(r.id());
+  *p.mutable_spec() = r.spec();
+  *p.mutable_chain() = r.migration().chain();
+  *p.mutable_state() = r.migration().state();
+  p.set_source_vault(options_.vault_name);
+  p.set_home_vault(r.home_vault().empty() ? options_.vault_name : r.home_vault());
+  *p.mutable_counters() = r.counters();
+  p.set_principal(r.principal());
+  return p;
+}
+
+absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::RunTransfer(
+    const std::shared_ptr<LiveAgent>& live, bool background) {
+  vault::v1::MigrationPackage package;
+  std::string to_vault, transfer_id;
+  {
+    absl::MutexLock lock(&live->mu);
+    if (live->record.state() != vault::v1::MIGRATING) {
+      return absl::FailedPreconditionError("the agent is not migrating");
+    }
+    package = PackageOf(live->record);
+    to_vault = live->record.migration().to_vault();
+    transfer_id = live->record.migration().transfer_id();
+  }
+  if (!background) {
+    // Offer and objects: no Commit has been sent yet, so any failure leaves nothing to settle.
+    absl::Status sent = [&]() -> absl::Status {
+      VAULT_ASSIGN_OR_RETURN(std::vector<vault::v1::Digest> missing,
+                             transport_->Offer(to_vault, package));
+      if (!missing.empty()) VAULT_RETURN_IF_ERROR(transport_->SendObjects(to_vault, missing));
+      return absl::OkStatus();
+    }();
+    if (!sent.ok()) {
+      std::string why = absl::StrCat("migration to ", to_vault, " refused: ", sent.message());
+      VAULT_RETURN_IF_ERROR(ResumeAfterFailedHop(live, why));
+      return absl::Status(IsAmbiguous(sent) ? absl::StatusCode::kUnavailable : sent.code(), why);
+    }
+    absl::StatusOr<vault::v1::SignedReceipt> receipt = transport_->Commit(to_vault, package);
+    if (receipt.ok()) return Departed(live, *receipt);
+    spdlog::warn("agent {}: Commit to {} failed ({}); asking for the transfer's outcome", live->id,
+                 to_vault, receipt.status().ToString());
+  }
+  // The outcome is unknown: ask until it is known (Status fences an uncommitted transfer off).
+  absl::Duration backoff = absl::Milliseconds(100);
+  const absl::Time give_up_inline = absl::Now() + kInlineResolve;
+  for (;;) {
+    absl::StatusOr<vault::v1::TransferStatusResponse> st =
+        transport_->Status(to_vault, transfer_id, /*abort_if_unknown=*/true);
+    if (st.ok()) {
+      if (st->outcome() == vault::v1::TransferStatusResponse::COMMITTED) {
+        return Departed(live, st->receipt());
+      }
+      std::string why = absl::StrCat("migration to ", to_vault, " did not commit (",
+                                     TransferStatusOutcomeName(st->outcome()), ")");
+      VAULT_RETURN_IF_ERROR(ResumeAfterFailedHop(live, why));
+      return absl::AbortedError(why);
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return absl::UnavailableError("the vault is stopping; settled at restart");
+    }
+    if (!background && absl::Now() > give_up_inline) {
+      ScheduleResolve(live);
+      return absl::UnavailableError(absl::StrCat("the outcome of the migration to ", to_vault,
+                                                 " is not known yet (", st.status().message(),
+                                                 "); the agent stays frozen and the vault keeps "
+                                                 "asking ",
+                                                 to_vault, " until it knows"));
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(5));
+  }
+}
+
+void AgentRuntime::Impl::ScheduleResolve(const std::shared_ptr<LiveAgent>& live) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return;  // settled at the next start
+  resolvers_.emplace_back([this, live] {
+    absl::StatusOr<vault::v1::MigrateAgentResponse> r = RunTransfer(live, /*background=*/true);
+    if (!r.ok()) spdlog::info("agent {}: migration settled: {}", live->id, r.status().ToString());
+  });
+}
+
+absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::Departed(
+    const std::shared_ptr<LiveAgent>& live, const vault::v1::SignedReceipt& receipt) {
+  vault::v1::MigrateAgentResponse out;
+  bool process;
+  {
+    absl::MutexLock lock(&live->mu);
+    AgentRecord& r = live->record;
+    const vault::v1::OutboundMigration& m = r.migration();
+    std::optional<capability::PublicKey> key = MemberKey(m.to_vault());
+    if (!key.has_value()) return absl::InternalError("the destination's key is gone");
+    absl::StatusOr<vault::v1::ReceiptPayload> p = OpenReceipt(receipt, *key);
+    if (!p.ok() || p->transfer_id() != m.transfer_id() || p->agent_id() != live->id) {
+      // A member that commits and answers with a bad receipt: keep asking, never resume.
+      return absl::DataLossError(
+          absl::StrCat("the receipt from ", m.to_vault(), " is invalid: ",
+                       p.ok() ? "it names another transfer" : std::string(p.status().message())));
+    }
+    r.mutable_migration()->set_receipt(receipt.SerializeAsString());
+    r.set_hop(p->hop());
+    out.set_to_vault(m.to_vault());
+    out.set_hop(p->hop());
+    out.set_receipt(receipt.SerializeAsString());
+    *out.mutable_grants() = p->grants();
+    *out.mutable_state() = p->state();
+    live->end_cause = EndCause::kDeparted;
+    live->end_reason = absl::StrCat("departed to ", m.to_vault());
+    VAULT_RETURN_IF_ERROR(Transition(
+        *live, vault::v1::DEPARTED, live->end_reason, false,
+        {{"to", m.to_vault()},
+         {"transfer_id", TransferText(m.transfer_id())},
+         {"hop", absl::StrCat(p->hop())},
+         {"receipt", absl::BytesToHexString(cas::Sha256::Hash(receipt.SerializeAsString()))}}));
+    process = live->running && live->handle != nullptr;
+    // The frozen process ends; the exit handler (kDeparted) forgets the agent here.
+    if (process) (void)live->handle->Kill();
+  }
+  if (!process) {
+    absl::MutexLock lock(&mu_);
+    agents_.erase(live->id);
+  }
+  return out;
+}
+
+absl::Status AgentRuntime::Impl::ResumeAfterFailedHop(const std::shared_ptr<LiveAgent>& live,
+                                                      const std::string& why) {
+  bool launch = false;
+  uint64_t answer_call = 0;
+  {
+    absl::MutexLock lock(&live->mu);
+    AgentRecord& r = live->record;
+    if (r.state() != vault::v1::MIGRATING) return absl::OkStatus();
+    const AgentState back =
+        r.migration().resume_state() == vault::v1::PAUSED ? vault::v1::PAUSED : vault::v1::RUNNING;
+    r.clear_migration();
+    VAULT_RETURN_IF_ERROR(Transition(*live, back, why, /*high_priority=*/true,
+                                     {{"outcome", "resumed here"}}, "agent.migrate.failed"));
+    if (live->handle != nullptr && live->running) {
+      if (back == vault::v1::RUNNING) (void)live->handle->Resume();
+      answer_call = std::exchange(live->migrate_call_id, 0);
+    } else {
+      launch = true;  // after a restart of this vault: start it again from the handed state
+    }
+  }
+  if (answer_call != 0) {
+    // The agent's migrate call fails; it goes on here.
+    vault::v1::HostFrame frame;
+    frame.mutable_response()->set_call_id(answer_call);
+    frame.mutable_response()->set_code(static_cast<int>(absl::StatusCode::kAborted));
+    frame.mutable_response()->set_message(why);
+    SendFrame(live, frame);
+  }
+  if (launch) {
+    absl::Status s = Launch(live);
+    if (!s.ok()) spdlog::error("agent {}: could not resume here: {}", live->id, s.ToString());
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Destination.
+
+absl::StatusOr<std::optional<vault::v1::TransferRecord>> AgentRuntime::Impl::LoadTransfer(
+    const std::string& transfer_id) const {
+  std::string value;
+  rocksdb::Status s = deps_.db->db()->Get(rocksdb::ReadOptions(), deps_.db->Handle(kTransfers),
+                                          storage::ToSlice(transfer_id), &value);
+  if (s.IsNotFound()) return std::nullopt;
+  VAULT_RETURN_IF_ERROR(storage::ToStatus(s, "read a transfer record"));
+  vault::v1::TransferRecord t;
+  if (!t.ParseFromString(value)) return absl::DataLossError("a transfer record does not parse");
+  return t;
+}
+
+absl::StatusOr<capability::VerifiedChain> AgentRuntime::Impl::VerifyArrival(
+    const vault::v1::MigrationPackage& p) {
+  capability::VerifyContext ctx = BaseContext();
+  ctx.trusted_root = [this](const capability::PublicKey& key) {
+    return policy_->Lookup(key).has_value();
+  };
+  ctx.transfer_seen = [this](absl::string_view id) {
+    absl::StatusOr<std::optional<vault::v1::TransferRecord>> t = LoadTransfer(std::string(id));
+    return !t.ok() || t->has_value();  // unreadable counts as seen: refuse
+  };
+  capability::ChainVerifier verifier(&link_cache_);
+  absl::StatusOr<capability::VerifiedChain> v = verifier.Verify(p.chain(), ctx);
+  if (!v.ok()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the chain is refused (", capability::ChainErrorName(capability::ChainErrorOf(v.status())),
+        "): ", v.status().message()));
+  }
+  VAULT_ASSIGN_OR_RETURN(vault::v1::LinkPayload last,
+                         capability::ParseLinkPayload(p.chain().links().rbegin()->payload()));
+  if (last.kind() != vault::v1::LinkPayload::MIGRATE) {
+    return absl::InvalidArgumentError("the chain's last link must be a MIGRATE link");
+  }
+  std::optional<capability::PublicKey> source = MemberKey(p.source_vault());
+  if (!source.has_value() || source->raw() != last.issuer()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the MIGRATE link is not signed by the source vault ", p.source_vault()));
+  }
+  if (p.agent_id() != v->agent_id) {
+    return absl::InvalidArgumentError("the package's agent id differs from the chain's");
+  }
+  if (p.spec().code_digest().sha256() != v->code.sha256() ||
+      p.spec().code_digest().size() != v->code.size()) {
+    return absl::InvalidArgumentError("the spec's code digest differs from the chain's");
+  }
+  if (p.state().sha256() != last.state().sha256() || p.state().size() != last.state().size()) {
+    return absl::InvalidArgumentError("the package's state digest differs from the MIGRATE link's");
+  }
+  if (p.principal() != v->root->ToText()) {
+    return absl::InvalidArgumentError("the package's principal is not the chain's root");
+  }
+  VAULT_RETURN_IF_ERROR(ValidateAgentId(v->agent_id));
+  return v;
+}
+
+absl::StatusOr<std::vector<vault::v1::Digest>> AgentRuntime::Impl::OfferIn(
+    const vault::v1::MigrationPackage& p, const std::string& caller) {
+  if (caller != p.source_vault()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("member ", caller, " offers an agent from ", p.source_vault()));
+  }
+  absl::StatusOr<capability::VerifiedChain> v = VerifyArrival(p);
+  if (!v.ok()) {
+    Audit(audit::MakeEntry(p.source_vault(), "agent.migrate.refused", p.agent_id(),
+                           vault::v1::AuditEntry::DENIED, std::string(v.status().message()),
+                           {{"phase", "offer"}}),
+          /*durable=*/true);
+    return v.status();
+  }
+  std::vector<vault::v1::Digest> missing;
+  std::vector<vault::v1::Digest> wanted = {p.spec().code_digest(), p.state()};
+  for (const vault::v1::Digest& c : p.carried()) wanted.push_back(c);
+  for (const vault::v1::Digest& d : wanted) {
+    VAULT_ASSIGN_OR_RETURN(cas::Digest digest, ToDigest(d));
+    VAULT_ASSIGN_OR_RETURN(bool present, deps_.cas->Contains(digest));
+    if (!present) missing.push_back(d);
+  }
+  return missing;
+}
+
+absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
+    const vault::v1::MigrationPackage& p, const std::string& caller) {
+  if (caller != p.source_vault()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("member ", caller, " commits an agent from ", p.source_vault()));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::UnavailableError("the vault is stopping");
+  }
+  // One commit or fence at a time: Status's abort and Commit never interleave.
+  absl::MutexLock commit_lock(&commit_mu_);
+  VAULT_ASSIGN_OR_RETURN(vault::v1::LinkPayload last,
+                         capability::ParseLinkPayload(p.chain().links().rbegin()->payload()));
+  VAULT_ASSIGN_OR_RETURN(std::optional<vault::v1::TransferRecord> seen,
+                         LoadTransfer(last.transfer_id()));
+  if (seen.has_value()) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("transfer ", TransferText(last.transfer_id()), " was already ",
+                     TransferStatusOutcomeName(seen->outcome()), " here (a replay?); ask Status"));
+  }
+  absl::StatusOr<capability::VerifiedChain> v = VerifyArrival(p);
+  if (!v.ok()) {
+    Audit(audit::MakeEntry(p.source_vault(), "agent.migrate.refused", p.agent_id(),
+                           vault::v1::AuditEntry::DENIED, std::string(v.status().message()),
+                           {{"phase", "commit"}}),
+          /*durable=*/true);
+    return v.status();
+  }
+  // Every object is here, whole (the CAS verified each on the way in).
+  for (const vault::v1::Digest& d : {p.spec().code_digest(), p.state()}) {
+    VAULT_ASSIGN_OR_RETURN(cas::Digest digest, ToDigest(d));
+    VAULT_ASSIGN_OR_RETURN(bool present, deps_.cas->Contains(digest));
+    if (!present) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("object ", DigestText(d), " has not arrived (Offer names what to send)"));
+    }
+  }
+  std::optional<vault::v1::TrustEntry> trust = policy_->Lookup(*v->root);
+  if (!trust.has_value()) return absl::PermissionDeniedError("the root principal is not trusted");
+  // Never two: an agent may arrive only where it is not (or where it departed from).
+  if (std::shared_ptr<LiveAgent> here = Find(p.agent_id()); here != nullptr) {
+    return absl::AlreadyExistsError(absl::StrCat("agent ", p.agent_id(), " is already here"));
+  }
+  absl::StatusOr<AgentRecord> stored = store_->Get(p.agent_id());
+  if (stored.ok() && stored->state() != vault::v1::DEPARTED) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("agent ", p.agent_id(), " ended here (", StateName(stored->state()), ")"));
+  }
+  uint32_t max_agents = trust->quota().max_agents() != 0 ? trust->quota().max_agents()
+                                                         : options_.config.default_max_agents();
+  if (CountLive(v->root->ToText()) >= max_agents) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "principal ", v->root->ToText(), " already runs ", max_agents, " agents here (its quota)"));
+  }
+  // Attenuation: what the agent holds here, and what the next hop starts from.
+  google::protobuf::RepeatedPtrField<vault::v1::Grant> chain_grants(v->grants.begin(),
+                                                                    v->grants.end());
+  AgentRecord record;
+  record.set_id(p.agent_id());
+  *record.mutable_spec() = p.spec();
+  *record.mutable_chain() = p.chain();
+  for (vault::v1::Grant& g : capability::Intersect(chain_grants, trust->ceiling())) {
+    *record.add_grants() = std::move(g);
+  }
+  *record.mutable_constraints() =
+      capability::IntersectConstraints(v->constraints, trust->ceiling_constraints());
+  record.set_principal(v->root->ToText());
+  record.set_hop(v->hop);
+  *record.mutable_state_digest() = p.state();
+  record.set_has_state(true);
+  *record.mutable_counters() = p.counters();
+  record.set_home_vault(p.home_vault());
+  record.set_arrived_from(p.source_vault());
+  const int64_t now = absl::ToUnixMillis(absl::Now());
+  record.set_state(vault::v1::SPAWNED);
+  record.set_reason(absl::StrCat("arrived from ", p.source_vault()));
+  record.set_spawned_unix_ms(now);
+  record.set_updated_unix_ms(now);
+  if (stored.ok()) {
+    record.set_incarnation(stored->incarnation());  // incarnations only grow on one vault
+  }
+
+  vault::v1::ReceiptPayload rp;
+  rp.set_version(1);
+  rp.set_transfer_id(last.transfer_id());
+  rp.set_agent_id(p.agent_id());
+  rp.set_from_vault(p.source_vault());
+  rp.set_to_vault(options_.vault_name);
+  rp.set_hop(v->hop);
+  *rp.mutable_state() = p.state();
+  *rp.mutable_grants() = record.grants();
+  rp.set_committed_unix_ms(now);
+  VAULT_ASSIGN_OR_RETURN(vault::v1::SignedReceipt receipt, SignReceipt(rp, *deps_.vault_key));
+  vault::v1::TransferRecord t;
+  t.set_outcome(vault::v1::TransferStatusResponse::COMMITTED);
+  *t.mutable_receipt() = receipt;
+  t.set_agent_id(p.agent_id());
+  t.set_unix_ms(now);
+
+  std::string grants;
+  for (const vault::v1::Grant& g : record.grants()) {
+    absl::StrAppend(&grants, grants.empty() ? "" : "; ", capability::GrantToString(g));
+  }
+  vault::v1::AuditEntry entry = audit::MakeEntry(
+      p.source_vault(), "agent.migrate.in", p.agent_id(), vault::v1::AuditEntry::ALLOWED,
+      p.spec().purpose(),
+      {{"from", p.source_vault()},
+       {"transfer_id", TransferText(last.transfer_id())},
+       {"hop", absl::StrCat(v->hop)},
+       {"state", DigestText(p.state())},
+       {"grants", grants},
+       {"narrowed", static_cast<int>(record.grants_size()) != static_cast<int>(v->grants.size())
+                        ? "yes"
+                        : "no"}});
+  // The commit point: record, transfer id and audit entry in one durable write.
+  const std::string transfer_bytes = t.SerializeAsString();
+  VAULT_RETURN_IF_ERROR(deps_.log
+                            ->AppendWith(std::move(entry),
+                                         [&](rocksdb::WriteBatch* batch) {
+                                           store_->AddPut(batch, record);
+                                           batch->Put(deps_.db->Handle(kTransfers),
+                                                      storage::ToSlice(last.transfer_id()),
+                                                      storage::ToSlice(transfer_bytes));
+                                         })
+                            .status());
+  // Committed: from here on the answer is the receipt, whatever happens to the start.
+  auto live = std::make_shared<LiveAgent>(record.id(), record.principal());
+  {
+    absl::MutexLock agent_lock(&live->mu);
+    live->record = std::move(record);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    agents_[live->id] = live;
+  }
+  absl::Status launched = Launch(live);
+  if (!launched.ok()) {
+    spdlog::error("agent {} arrived from {} but could not start: {}", live->id, p.source_vault(),
+                  launched.ToString());
+  }
+  return receipt;
+}
+
+absl::StatusOr<vault::v1::TransferStatusResponse> AgentRuntime::Impl::TransferStatus(
+    const std::string& transfer_id, bool abort_if_unknown) {
+  absl::MutexLock commit_lock(&commit_mu_);
+  VAULT_ASSIGN_OR_RETURN(std::optional<vault::v1::TransferRecord> t, LoadTransfer(transfer_id));
+  vault::v1::TransferStatusResponse out;
+  if (t.has_value()) {
+    out.set_outcome(t->outcome());
+    if (t->has_receipt()) *out.mutable_receipt() = t->receipt();
+    return out;
+  }
+  out.set_outcome(vault::v1::TransferStatusResponse::UNKNOWN);
+  if (abort_if_unknown) {
+    // The fence: a Commit of this transfer id is refused from now on.
+    vault::v1::TransferRecord fence;
+    fence.set_outcome(vault::v1::TransferStatusResponse::ABORTED);
+    fence.set_unix_ms(absl::ToUnixMillis(absl::Now()));
+    rocksdb::WriteBatch batch;
+    batch.Put(deps_.db->Handle(kTransfers), storage::ToSlice(transfer_id),
+              fence.SerializeAsString());
+    VAULT_RETURN_IF_ERROR(deps_.db->Write(&batch));
+  }
+  return out;
+}
+
+vault::v1::WhereResponse AgentRuntime::Impl::Where(const std::string& id) {
+  vault::v1::WhereResponse out;
+  AgentRecord r;
+  if (std::shared_ptr<LiveAgent> live = Find(id); live != nullptr) {
+    absl::MutexLock lock(&live->mu);
+    r = live->record;
+  } else {
+    absl::StatusOr<AgentRecord> stored = store_->Get(id);
+    if (!stored.ok()) return out;
+    r = *std::move(stored);
+  }
+  out.set_state(r.state());
+  out.set_hop(r.hop());
+  if (r.state() == vault::v1::DEPARTED || r.state() == vault::v1::MIGRATING) {
+    out.set_departed_to(r.migration().to_vault());
+  }
+  return out;
+}
+
+std::string TransferStatusOutcomeName(vault::v1::TransferStatusResponse::Outcome o) {
+  switch (o) {
+    case vault::v1::TransferStatusResponse::UNKNOWN:
+      return "not committed";
+    case vault::v1::TransferStatusResponse::COMMITTED:
+      return "committed";
+    case vault::v1::TransferStatusResponse::ABORTED:
+      return "aborted";
+    default:
+      return "unknown outcome";
+  }
+}
+
+}  // namespace vault::agent

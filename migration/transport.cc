@@ -1,0 +1,171 @@
+#include "migration/transport.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/file_util.h"
+#include "common/status_macros.h"
+
+namespace vault::migration {
+namespace {
+
+constexpr absl::Duration kCallTimeout = absl::Seconds(10);
+constexpr absl::Duration kObjectTimeout = absl::Minutes(5);
+constexpr size_t kPiece = 1 << 20;        // bytes per Put stream message
+constexpr size_t kSmallObject = 1 << 20;  // sent with BatchPut below this
+
+absl::Status FromGrpc(const grpc::Status& s, absl::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(what, ": ", s.error_message()));
+}
+
+absl::Status ItemError(const vault::v1::ItemStatus& s, absl::string_view what) {
+  if (s.code() == 0) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.code()),
+                      absl::StrCat(what, ": ", s.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GrpcTransport>> GrpcTransport::Create(
+    const vault::v1::VaultConfig& config, const cas::Store* store) {
+  if (config.tls().cert_file().empty() || config.tls().key_file().empty() ||
+      config.tls().ca_file().empty()) {
+    return absl::FailedPreconditionError("no TLS material: members cannot be reached");
+  }
+  grpc::SslCredentialsOptions ssl;
+  VAULT_ASSIGN_OR_RETURN(ssl.pem_cert_chain, common::ReadFile(config.tls().cert_file()));
+  VAULT_ASSIGN_OR_RETURN(ssl.pem_private_key, common::ReadPrivateFile(config.tls().key_file()));
+  VAULT_ASSIGN_OR_RETURN(ssl.pem_root_certs, common::ReadFile(config.tls().ca_file()));
+  return std::unique_ptr<GrpcTransport>(new GrpcTransport(config, store, std::move(ssl)));
+}
+
+absl::StatusOr<GrpcTransport::Peer*> GrpcTransport::PeerOf(const std::string& vault) {
+  absl::MutexLock lock(&mu_);
+  auto it = peers_.find(vault);
+  if (it != peers_.end()) return it->second.get();
+  for (const vault::v1::Member& m : config_.members()) {
+    if (m.name() != vault || m.name() == config_.name()) continue;
+    grpc::ChannelArguments args;
+    args.SetSslTargetNameOverride(m.name());
+    args.SetMaxReceiveMessageSize(static_cast<int>(config_.server().max_message_bytes()));
+    args.SetMaxSendMessageSize(static_cast<int>(config_.server().max_message_bytes()));
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    auto peer = std::make_unique<Peer>();
+    peer->channel = grpc::CreateCustomChannel(m.address(), grpc::SslCredentials(ssl_), args);
+    peer->migration = vault::v1::Migration::NewStub(peer->channel);
+    peer->cas = vault::v1::Cas::NewStub(peer->channel);
+    Peer* raw = peer.get();
+    peers_[vault] = std::move(peer);
+    return raw;
+  }
+  return absl::NotFoundError(absl::StrCat("no federation member named \"", vault, "\""));
+}
+
+std::unique_ptr<grpc::ClientContext> GrpcTransport::Context(absl::Duration timeout) const {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  return ctx;
+}
+
+absl::StatusOr<std::vector<vault::v1::Digest>> GrpcTransport::Offer(
+    const std::string& vault, const vault::v1::MigrationPackage& package) {
+  VAULT_ASSIGN_OR_RETURN(Peer * peer, PeerOf(vault));
+  vault::v1::OfferRequest req;
+  *req.mutable_package() = package;
+  vault::v1::OfferResponse resp;
+  VAULT_RETURN_IF_ERROR(FromGrpc(peer->migration->Offer(Context(kCallTimeout).get(), req, &resp),
+                                 "Offer to " + vault));
+  return std::vector<vault::v1::Digest>(resp.missing().begin(), resp.missing().end());
+}
+
+absl::Status GrpcTransport::SendObjects(const std::string& vault,
+                                        const std::vector<vault::v1::Digest>& digests) {
+  VAULT_ASSIGN_OR_RETURN(Peer * peer, PeerOf(vault));
+  vault::v1::BatchPutRequest batch;
+  size_t batch_bytes = 0;
+  auto flush = [&]() -> absl::Status {
+    if (batch.items_size() == 0) return absl::OkStatus();
+    vault::v1::BatchPutResponse resp;
+    VAULT_RETURN_IF_ERROR(FromGrpc(peer->cas->BatchPut(Context(kObjectTimeout).get(), batch, &resp),
+                                   "BatchPut to " + vault));
+    for (const vault::v1::PutResult& r : resp.results()) {
+      VAULT_RETURN_IF_ERROR(ItemError(r.status(), "an object refused by " + vault));
+    }
+    batch.Clear();
+    batch_bytes = 0;
+    return absl::OkStatus();
+  };
+  for (const vault::v1::Digest& d : digests) {
+    VAULT_ASSIGN_OR_RETURN(cas::Digest digest, cas::Digest::FromParts(d.sha256(), d.size()));
+    if (digest.size() < kSmallObject) {
+      if (batch_bytes + digest.size() > kSmallObject) VAULT_RETURN_IF_ERROR(flush());
+      vault::v1::BatchPutRequest::Item* item = batch.add_items();
+      *item->mutable_digest() = d;
+      VAULT_ASSIGN_OR_RETURN(*item->mutable_data(), store_->ReadAll(digest));
+      batch_bytes += digest.size();
+      continue;
+    }
+    // A large object: streamed piece by piece straight from the store.
+    std::unique_ptr<grpc::ClientContext> ctx = Context(kObjectTimeout);
+    vault::v1::PutResponse resp;
+    std::unique_ptr<grpc::ClientWriter<vault::v1::PutRequest>> writer =
+        peer->cas->Put(ctx.get(), &resp);
+    bool first = true;
+    absl::Status read =
+        store_->Read(digest, 0, 0, kPiece, [&](uint64_t, absl::string_view piece) -> absl::Status {
+          vault::v1::PutRequest req;
+          if (first) *req.mutable_digest() = d;
+          first = false;
+          req.set_data(std::string(piece));
+          if (!writer->Write(req)) return absl::UnavailableError("the upload stream broke");
+          return absl::OkStatus();
+        });
+    writer->WritesDone();
+    grpc::Status finished = writer->Finish();
+    VAULT_RETURN_IF_ERROR(read);
+    VAULT_RETURN_IF_ERROR(FromGrpc(finished, "Put to " + vault));
+    VAULT_RETURN_IF_ERROR(ItemError(resp.result().status(), "an object refused by " + vault));
+  }
+  return flush();
+}
+
+absl::StatusOr<vault::v1::SignedReceipt> GrpcTransport::Commit(
+    const std::string& vault, const vault::v1::MigrationPackage& package) {
+  VAULT_ASSIGN_OR_RETURN(Peer * peer, PeerOf(vault));
+  vault::v1::CommitRequest req;
+  *req.mutable_package() = package;
+  vault::v1::CommitResponse resp;
+  VAULT_RETURN_IF_ERROR(FromGrpc(peer->migration->Commit(Context(kCallTimeout).get(), req, &resp),
+                                 "Commit to " + vault));
+  return resp.receipt();
+}
+
+absl::StatusOr<vault::v1::TransferStatusResponse> GrpcTransport::Status(
+    const std::string& vault, const std::string& transfer_id, bool abort_if_unknown) {
+  VAULT_ASSIGN_OR_RETURN(Peer * peer, PeerOf(vault));
+  vault::v1::TransferStatusRequest req;
+  req.set_transfer_id(transfer_id);
+  req.set_abort_if_unknown(abort_if_unknown);
+  vault::v1::TransferStatusResponse resp;
+  VAULT_RETURN_IF_ERROR(FromGrpc(peer->migration->Status(Context(kCallTimeout).get(), req, &resp),
+                                 "Status at " + vault));
+  return resp;
+}
+
+absl::StatusOr<vault::v1::WhereResponse> GrpcTransport::Where(const std::string& vault,
+                                                              const std::string& agent_id) {
+  VAULT_ASSIGN_OR_RETURN(Peer * peer, PeerOf(vault));
+  vault::v1::WhereRequest req;
+  req.set_agent_id(agent_id);
+  vault::v1::WhereResponse resp;
+  VAULT_RETURN_IF_ERROR(FromGrpc(peer->migration->Where(Context(kCallTimeout).get(), req, &resp),
+                                 "Where at " + vault));
+  return resp;
+}
+
+}  // namespace vault::migration

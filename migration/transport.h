@@ -1,0 +1,71 @@
+// migration: the wire of agent migration (design §7). GrpcTransport is the agent runtime's
+// MigrationTransport over gRPC with mutual TLS: the Migration service of the destination for
+// Offer/Commit/Status, and its Cas service for the objects the destination lacks. Every call
+// has a deadline. The node serves the other side (node/migration_service.cc).
+//
+//   VAULT_ASSIGN_OR_RETURN(auto transport, GrpcTransport::Create(config, store));
+//   runtime->SetMigrationTransport(transport.get());
+//
+// Thread-safety: all methods are thread-safe; channels are made once per member, on first use.
+#ifndef VAULT_MIGRATION_TRANSPORT_H_
+#define VAULT_MIGRATION_TRANSPORT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "agent/runtime.h"
+#include "cas/store.h"
+#include "vault/v1/cas.grpc.pb.h"
+#include "vault/v1/config.pb.h"
+#include "vault/v1/migration.grpc.pb.h"
+
+namespace vault::migration {
+
+class GrpcTransport final : public agent::MigrationTransport {
+ public:
+  // FAILED_PRECONDITION without TLS material (a vault without it cannot reach members).
+  static absl::StatusOr<std::unique_ptr<GrpcTransport>> Create(const vault::v1::VaultConfig& config,
+                                                               const cas::Store* store);
+
+  absl::StatusOr<std::vector<vault::v1::Digest>> Offer(
+      const std::string& vault, const vault::v1::MigrationPackage& package) override;
+  absl::Status SendObjects(const std::string& vault,
+                           const std::vector<vault::v1::Digest>& digests) override;
+  absl::StatusOr<vault::v1::SignedReceipt> Commit(
+      const std::string& vault, const vault::v1::MigrationPackage& package) override;
+  absl::StatusOr<vault::v1::TransferStatusResponse> Status(const std::string& vault,
+                                                           const std::string& transfer_id,
+                                                           bool abort_if_unknown) override;
+  absl::StatusOr<vault::v1::WhereResponse> Where(const std::string& vault,
+                                                 const std::string& agent_id);
+
+ private:
+  struct Peer {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<vault::v1::Migration::Stub> migration;
+    std::unique_ptr<vault::v1::Cas::Stub> cas;
+  };
+  GrpcTransport(vault::v1::VaultConfig config, const cas::Store* store,
+                grpc::SslCredentialsOptions ssl)
+      : config_(std::move(config)), store_(store), ssl_(std::move(ssl)) {}
+  absl::StatusOr<Peer*> PeerOf(const std::string& vault);
+  std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;
+
+  const vault::v1::VaultConfig config_;
+  const cas::Store* const store_;
+  const grpc::SslCredentialsOptions ssl_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Peer>> peers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace vault::migration
+
+#endif  // VAULT_MIGRATION_TRANSPORT_H_

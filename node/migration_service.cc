@@ -1,0 +1,63 @@
+#include "node/migration_service.h"
+
+#include <string>
+
+#include "common/status_macros.h"
+#include "node/membership.h"
+#include "node/unary.h"
+
+namespace vault::node {
+namespace {
+
+// The member named by the caller's verified certificate ("" on the admin socket).
+std::string CallerMember(const grpc::ServerContextBase* ctx) {
+  std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+  if (auth == nullptr) return "";
+  for (const grpc::string_ref& v : auth->FindPropertyValues(kMemberProperty)) {
+    return std::string(v.data(), v.size());
+  }
+  return "";
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* MigrationService::Offer(grpc::CallbackServerContext* ctx,
+                                                  const vault::v1::OfferRequest* req,
+                                                  vault::v1::OfferResponse* resp) {
+  return RunUnary(ctx, executor_, [this, req, resp, caller = CallerMember(ctx)]() -> absl::Status {
+    VAULT_ASSIGN_OR_RETURN(std::vector<vault::v1::Digest> missing,
+                           runtime_->OfferIn(req->package(), caller));
+    for (vault::v1::Digest& d : missing) *resp->add_missing() = std::move(d);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* MigrationService::Commit(grpc::CallbackServerContext* ctx,
+                                                   const vault::v1::CommitRequest* req,
+                                                   vault::v1::CommitResponse* resp) {
+  return RunUnary(ctx, executor_, [this, req, resp, caller = CallerMember(ctx)]() -> absl::Status {
+    VAULT_ASSIGN_OR_RETURN(*resp->mutable_receipt(), runtime_->CommitIn(req->package(), caller));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* MigrationService::Status(grpc::CallbackServerContext* ctx,
+                                                   const vault::v1::TransferStatusRequest* req,
+                                                   vault::v1::TransferStatusResponse* resp) {
+  return RunUnary(ctx, executor_, [this, req, resp]() -> absl::Status {
+    VAULT_ASSIGN_OR_RETURN(*resp,
+                           runtime_->TransferStatus(req->transfer_id(), req->abort_if_unknown()));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* MigrationService::Where(grpc::CallbackServerContext* ctx,
+                                                  const vault::v1::WhereRequest* req,
+                                                  vault::v1::WhereResponse* resp) {
+  return RunUnary(ctx, executor_, [this, req, resp]() -> absl::Status {
+    *resp = runtime_->Where(req->agent_id());
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace vault::node

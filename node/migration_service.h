@@ -1,0 +1,40 @@
+// node: the Migration service (design §7), served on the federation listener only (mutual TLS):
+// the destination side of a hop. The calling member's name comes from its verified certificate
+// and must be the package's source vault.
+//
+// Thread-safety: gRPC calls it from many threads; the runtime serializes commits.
+#ifndef VAULT_NODE_MIGRATION_SERVICE_H_
+#define VAULT_NODE_MIGRATION_SERVICE_H_
+
+#include "agent/runtime.h"
+#include "common/executor.h"
+#include "vault/v1/migration.grpc.pb.h"
+
+namespace vault::node {
+
+class MigrationService final : public vault::v1::Migration::CallbackService {
+ public:
+  MigrationService(agent::AgentRuntime* runtime, common::Executor* executor)
+      : runtime_(runtime), executor_(executor) {}
+
+  grpc::ServerUnaryReactor* Offer(grpc::CallbackServerContext* ctx,
+                                  const vault::v1::OfferRequest* req,
+                                  vault::v1::OfferResponse* resp) override;
+  grpc::ServerUnaryReactor* Commit(grpc::CallbackServerContext* ctx,
+                                   const vault::v1::CommitRequest* req,
+                                   vault::v1::CommitResponse* resp) override;
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
+                                   const vault::v1::TransferStatusRequest* req,
+                                   vault::v1::TransferStatusResponse* resp) override;
+  grpc::ServerUnaryReactor* Where(grpc::CallbackServerContext* ctx,
+                                  const vault::v1::WhereRequest* req,
+                                  vault::v1::WhereResponse* resp) override;
+
+ private:
+  agent::AgentRuntime* const runtime_;
+  common::Executor* const executor_;
+};
+
+}  // namespace vault::node
+
+#endif  // VAULT_NODE_MIGRATION_SERVICE_H_
