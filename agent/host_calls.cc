@@ -487,7 +487,16 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
         cas::Digest d = cas::Digest::Of(data);
         c.subject = d.ToString();
         c.bytes = data.size();
+        // An object already stored costs nothing more.
+        absl::StatusOr<bool> present = deps_.cas->Contains(d);
+        const bool charged = !present.ok() || !*present;
+        if (charged) {
+          if (c.status = ChargeStorage(live->principal, data.size()); !c.status.ok()) break;
+        }
         absl::StatusOr<cas::PutOutcome> out = deps_.cas->Put(d, data);
+        if (charged && (!out.ok() || out->already_present)) {
+          RefundStorage(live->principal, data.size());
+        }
         if (!out.ok()) {
           c.status = out.status();
           break;
@@ -519,10 +528,12 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
       }
       case HostRequest::kWriteFile: {
         c.bytes = request.write_file().data().size();
+        if (c.status = ChargeStorage(live->principal, c.bytes); !c.status.ok()) break;
         absl::StatusOr<uint64_t> size =
             files_->Write(request.write_file().path(), request.write_file().data(),
                           request.write_file().append());
         if (!size.ok()) {
+          RefundStorage(live->principal, c.bytes);
           c.status = size.status();
           break;
         }

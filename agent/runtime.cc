@@ -254,6 +254,10 @@ absl::Status AgentRuntime::Impl::Init() {
   VAULT_ASSIGN_OR_RETURN(std::vector<AgentRecord> records, store_->LoadAll());
   // Lock order: an agent's mu before the runtime's mu_, never the other way.
   for (AgentRecord& r : records) {
+    {
+      absl::MutexLock lock(&mu_);
+      principal_bytes_[r.principal()] += r.counters().bytes_written();
+    }
     if (Ended(r.state())) continue;
     auto live = std::make_shared<LiveAgent>(r.id(), r.principal());
     {
@@ -805,6 +809,32 @@ size_t AgentRuntime::Impl::CountLive(const std::string& principal) {
   size_t n = 0;
   for (const auto& [id, live] : agents_) n += live->principal == principal ? 1 : 0;
   return n;
+}
+
+absl::Status AgentRuntime::Impl::ChargeStorage(const std::string& principal, uint64_t bytes) {
+  uint64_t quota = options_.config.default_max_storage_bytes();
+  if (absl::StatusOr<capability::PublicKey> key = capability::PublicKey::FromText(principal);
+      key.ok()) {
+    std::optional<vault::v1::TrustEntry> trust = policy_->Lookup(*key);
+    if (trust.has_value() && trust->quota().max_storage_bytes() != 0) {
+      quota = trust->quota().max_storage_bytes();
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  uint64_t& used = principal_bytes_[principal];
+  if (quota != 0 && (bytes > quota || used > quota - bytes)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("principal ", principal, " has written ", used, " of its ", quota,
+                     " bytes here (its storage quota); this write needs ", bytes));
+  }
+  used += bytes;
+  return absl::OkStatus();
+}
+
+void AgentRuntime::Impl::RefundStorage(const std::string& principal, uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  uint64_t& used = principal_bytes_[principal];
+  used -= std::min(used, bytes);
 }
 
 void AgentRuntime::Impl::AppendLog(const std::string& id, const std::string& level,

@@ -859,5 +859,51 @@ TEST_F(AgentLifecycleTest, RevocationByAChainPrincipalTerminatesOnlyTheAgentsItC
   ExpectVaultHealthy();
 }
 
+// ---------------------------------------------------------------------------------------------
+// 5. The per-principal storage quota: new CAS objects and file writes of all its agents together.
+
+TEST_F(AgentLifecycleTest, StorageQuotaOfAPrincipalIsEnforced) {
+  StartVault();
+  if (IsSkipped() || HasFatalFailure()) return;
+  const std::string key = root() + "/quota.key";
+  RunResult gen = Vaultctl({"-o", "json", "key", "generate", "--out", key});
+  ASSERT_EQ(gen.exit_code, kExitOk) << gen;
+  std::optional<std::string> principal = JsonField(gen.out, "principal");
+  ASSERT_TRUE(principal.has_value()) << gen;
+  RunResult trust = Vaultctl({"--vault", sock(), "policy", "trust", *principal, "--ceiling",
+                              "read-write", "--max-storage", "10000"});
+  ASSERT_EQ(trust.exit_code, kExitOk) << trust;
+  std::string spec = SexprAgent("quota", absl::StrCat(kPrelude, R"(
+a = vault_agent.Agent.connect()
+def attempt(name, f):
+    try:
+        f()
+        a.log("%s ok" % name)
+    except vault_agent.HostError as e:
+        a.log("%s code %d" % (name, e.code))
+attempt("put6000", lambda: a.cas_put(b"x" * 6000))
+attempt("write3000", lambda: a.write_file("/vault/pub/quota.bin", b"y" * 3000))
+attempt("put2000", lambda: a.cas_put(b"z" * 2000))
+attempt("again6000", lambda: a.cas_put(b"x" * 6000))
+attempt("write1000", lambda: a.write_file("/vault/pub/quota2.bin", b"w" * 1000))
+attempt("write1", lambda: a.write_file("/vault/pub/quota3.bin", b"v"))
+a.exit(0, "done")
+)"),
+                                "(capabilities (cas-write) (write (path \"/vault/pub\")))");
+  RunResult spawned = Vaultctl({"--vault", sock(), "agent", "spawn", spec, "--as", key});
+  ASSERT_EQ(spawned.exit_code, kExitOk) << spawned;
+  std::string id(absl::StripAsciiWhitespace(spawned.out));
+  vault::v1::AgentStatus st = WaitEnded(id, absl::Seconds(20));
+  EXPECT_EQ(st.record().state(), vault::v1::COMPLETED) << st.DebugString();
+  std::string logs = Logs(id);
+  EXPECT_THAT(logs, HasSubstr("put6000 ok"));
+  EXPECT_THAT(logs, HasSubstr("write3000 ok"));
+  EXPECT_THAT(logs, HasSubstr("put2000 code 8"));  // 9000 + 2000 > 10000: RESOURCE_EXHAUSTED
+  EXPECT_THAT(logs, HasSubstr("again6000 ok"));    // already stored: costs nothing
+  EXPECT_THAT(logs, HasSubstr("write1000 ok"));    // exactly 10000
+  EXPECT_THAT(logs, HasSubstr("write1 code 8"));
+  EXPECT_EQ(st.record().counters().bytes_written(), 10000u) << st.DebugString();
+}
+
 }  // namespace
 }  // namespace vault::integration

@@ -126,6 +126,11 @@ class AgentRuntime::Impl {
   std::shared_ptr<LiveAgent> Find(const std::string& id);
   // Live (not ended) agents of `principal`.
   size_t CountLive(const std::string& principal);
+  // The principal's storage quota (bytes its agents wrote here, CAS puts and files, since it was
+  // first trusted): reserves `bytes` or RESOURCE_EXHAUSTED; Refund gives back a reservation that
+  // wrote nothing.
+  absl::Status ChargeStorage(const std::string& principal, uint64_t bytes);
+  void RefundStorage(const std::string& principal, uint64_t bytes);
   void AppendLog(const std::string& id, const std::string& level, std::string message,
                  uint64_t incarnation);
 
@@ -215,6 +220,7 @@ class AgentRuntime::Impl {
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<LiveAgent>> agents_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint64_t> principal_bytes_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   // Operator queries waiting for an answer: message id -> answer.
