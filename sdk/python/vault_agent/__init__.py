@@ -308,6 +308,20 @@ class Agent:
         return {"agent_id": r.agent_id, "grants": [format_grant(g) for g in r.grants],
                 "narrowed": r.narrowed}
 
+    def migrate(self, vault, state):
+        """Moves the agent to the member vault named `vault`, which starts the same code with
+        `state` (bytes) as its get_state(). Needs a migrate grant naming `vault`.
+
+        Returns only on failure: on success the vault ends this process once the destination has
+        taken the agent over, so the call never returns. Raises Denied when the grants or
+        max-migrations do not allow the hop, HostError otherwise (e.g. code 10 ABORTED when the
+        destination refused or could not be reached); the agent then goes on here."""
+        if not isinstance(state, (bytes, bytearray)):
+            raise TypeError("migrate: state must be bytes")
+        self._call("migrate", H.MigrateRequest(vault=vault, state=bytes(state)))
+        # The vault answers a migrate only when it failed; an OK answer breaks the protocol.
+        raise HostError(INTERNAL, "the vault answered a migrate call with success")
+
     def exit(self, code=0, message="", result=None):
         """Ends the agent: the vault records code (0: completed) and result (a digest text), the
         channel is closed and SystemExit(code) raised. An error response raises HostError
