@@ -79,21 +79,61 @@ std::optional<capability::PublicKey> AgentRuntime::Impl::MemberKey(absl::string_
   return std::nullopt;
 }
 
-absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOut(
-    const std::shared_ptr<LiveAgent>& live, const std::string& to_vault,
-    const std::optional<std::string>& state, const std::string& requested_by) {
-  if (transport_ == nullptr) {
+namespace {
+
+// The destination's checks of design §7, step 1: this vault can reach members, and `to_vault`
+// is one of them, not this vault. Returns its key.
+absl::StatusOr<capability::PublicKey> CheckDestination(const AgentRuntime::Impl& impl,
+                                                       const std::string& to_vault) {
+  if (impl.transport_ == nullptr) {
     return absl::FailedPreconditionError(
         "this vault cannot migrate agents: it has no federation TLS material (see "
         "docs/migration.md)");
   }
-  if (to_vault == options_.vault_name) {
+  if (to_vault == impl.options_.vault_name) {
     return absl::InvalidArgumentError("the agent is already on " + to_vault);
   }
-  std::optional<capability::PublicKey> to_key = MemberKey(to_vault);
+  std::optional<capability::PublicKey> to_key = impl.MemberKey(to_vault);
   if (!to_key.has_value()) {
     return absl::NotFoundError(absl::StrCat("no federation member named \"", to_vault, "\""));
   }
+  return *std::move(to_key);
+}
+
+// The agent's checks of design §7, step 1 (changing nothing): it runs (or is paused), has a chain
+// of its own, a migrate grant naming `to_vault`, and a hop left under max-migrations.
+absl::Status CheckAgentMayGo(const LiveAgent& live, const std::string& to_vault)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu) {
+  const AgentRecord& r = live.record;
+  if (r.state() != vault::v1::RUNNING && r.state() != vault::v1::PAUSED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("agent ", live.id, " is ", StateName(r.state()), ", not running"));
+  }
+  if (r.chain().links_size() == 0) {
+    return absl::FailedPreconditionError(
+        "an agent spawned by another agent has no chain of its own and cannot migrate");
+  }
+  vault::v1::Grant go;
+  go.set_kind(vault::v1::Grant::MIGRATE);
+  go.add_vaults(to_vault);
+  if (live.authority == nullptr || !live.authority->Allows(go)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("denied: agent ", live.id, " has no migrate grant naming ", to_vault));
+  }
+  if (r.constraints().has_max_migrations() && r.hop() + 1 > r.constraints().max_migrations()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("denied: agent ", live.id, " has made ", r.hop(), " of its ",
+                     r.constraints().max_migrations(), " migrations (max-migrations)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOut(
+    const std::shared_ptr<LiveAgent>& live, const std::string& to_vault,
+    const std::optional<std::string>& state, const std::string& requested_by) {
+  VAULT_ASSIGN_OR_RETURN(const capability::PublicKey to_key, CheckDestination(*this, to_vault));
   // Store the handed-over state first: nothing below may fail after the freeze for want of it.
   std::optional<cas::Digest> state_digest;
   if (state.has_value()) {
@@ -104,27 +144,8 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOut(
   {
     absl::MutexLock lock(&live->mu);
     AgentRecord& r = live->record;
-    if (r.state() != vault::v1::RUNNING && r.state() != vault::v1::PAUSED) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("agent ", live->id, " is ", StateName(r.state()), ", not running"));
-    }
-    if (r.chain().links_size() == 0) {
-      return absl::FailedPreconditionError(
-          "an agent spawned by another agent has no chain of its own and cannot migrate");
-    }
     // The checks of design §7, step 1, before anything changes.
-    vault::v1::Grant go;
-    go.set_kind(vault::v1::Grant::MIGRATE);
-    go.add_vaults(to_vault);
-    if (live->authority == nullptr || !live->authority->Allows(go)) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("denied: agent ", live->id, " has no migrate grant naming ", to_vault));
-    }
-    if (r.constraints().has_max_migrations() && r.hop() + 1 > r.constraints().max_migrations()) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("denied: agent ", live->id, " has made ", r.hop(), " of its ",
-                       r.constraints().max_migrations(), " migrations (max-migrations)"));
-    }
+    VAULT_RETURN_IF_ERROR(CheckAgentMayGo(*live, to_vault));
     VAULT_ASSIGN_OR_RETURN(vault::v1::LinkPayload last,
                            capability::ParseLinkPayload(r.chain().links().rbegin()->payload()));
     if (!state_digest.has_value()) {
@@ -145,7 +166,7 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOut(
     hop.set_kind(vault::v1::LinkPayload::MIGRATE);
     hop.set_parent(capability::LinkHash(*r.chain().links().rbegin()));
     hop.set_issuer(deps_.vault_key->public_key().raw());
-    hop.set_audience(to_key->raw());
+    hop.set_audience(to_key.raw());
     hop.set_agent_id(live->id);
     *hop.mutable_code() = last.code();
     *hop.mutable_grants() = r.grants();
@@ -200,12 +221,16 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOpera
   if (live == nullptr) {
     return absl::NotFoundError(absl::StrCat("no running agent ", request.id(), " on this vault"));
   }
+  // A hop that cannot happen is refused before the agent is disturbed (no checkpoint request,
+  // no wait); MigrateOut checks again after the wait.
+  VAULT_RETURN_IF_ERROR(CheckDestination(*this, request.to_vault()).status());
   // Ask for a checkpoint (a "vault.checkpoint" message), wait a bounded time, and go with the
   // last checkpoint either way.
   uint64_t before;
   bool ask;
   {
     absl::MutexLock lock(&live->mu);
+    VAULT_RETURN_IF_ERROR(CheckAgentMayGo(*live, request.to_vault()));
     before = live->record.counters().checkpoints();
     ask = live->running && live->record.state() == vault::v1::RUNNING;
     if (ask) live->checkpoint_requested = true;
@@ -259,6 +284,8 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::RunTransfer(
     to_vault = live->record.migration().to_vault();
     transfer_id = live->record.migration().transfer_id();
   }
+  // A Commit the destination refused outright (not a lost answer): its reason is the hop's.
+  absl::Status commit_refused;
   if (!background) {
     // Offer and objects: no Commit has been sent yet, so any failure leaves nothing to settle.
     absl::Status sent = [&]() -> absl::Status {
@@ -274,6 +301,7 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::RunTransfer(
     }
     absl::StatusOr<vault::v1::SignedReceipt> receipt = transport_->Commit(to_vault, package);
     if (receipt.ok()) return Departed(live, *receipt);
+    if (!IsAmbiguous(receipt.status())) commit_refused = receipt.status();
     spdlog::warn("agent {}: Commit to {} failed ({}); asking for the transfer's outcome", live->id,
                  to_vault, receipt.status().ToString());
   }
@@ -289,8 +317,12 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::RunTransfer(
       }
       std::string why = absl::StrCat("migration to ", to_vault, " did not commit (",
                                      TransferStatusOutcomeName(st->outcome()), ")");
+      if (!commit_refused.ok()) {
+        why = absl::StrCat("migration to ", to_vault, " refused: ", commit_refused.message());
+      }
       VAULT_RETURN_IF_ERROR(ResumeAfterFailedHop(live, why));
-      return absl::AbortedError(why);
+      return absl::Status(commit_refused.ok() ? absl::StatusCode::kAborted : commit_refused.code(),
+                          why);
     }
     {
       absl::MutexLock lock(&mu_);
