@@ -40,12 +40,6 @@ bool Ended(AgentState s) {
          s == vault::v1::DEPARTED;
 }
 
-std::string RandomHex(size_t bytes) {
-  std::string raw(bytes, '\0');
-  RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), static_cast<int>(bytes));
-  return absl::BytesToHexString(raw);
-}
-
 std::string PythonSdkDir(const std::string& configured) {
   if (!configured.empty()) return configured;
   if (const char* env = getenv("VAULT_PYTHON_SDK"); env != nullptr && *env != '\0') return env;
@@ -733,7 +727,7 @@ absl::StatusOr<AgentRuntime::Impl::CodeLayout> AgentRuntime::Impl::AcquireCode(
   CodeLayout layout;
   layout.python = IsPythonScript(code);
   // Readable (not listable) by the sandboxes' host ids, under an unguessable name.
-  layout.dir = absl::StrCat(code_root_, "/", RandomHex(16));
+  layout.dir = absl::StrCat(code_root_, "/", absl::BytesToHexString(RandomBytes(16)));
   if (mkdir(layout.dir.c_str(), 0755) != 0) {
     return common::PosixError(errno, "mkdir " + layout.dir);
   }
