@@ -231,8 +231,11 @@ void AgentRuntime::Impl::HandleFrame(const std::shared_ptr<LiveAgent>& live, std
     case HostRequest::kSelfInspect:
     case HostRequest::kSend:
     case HostRequest::kReceive:
-      // Cheap and never blocking: answered here.
+      // Cheap and never blocking: answered here (counted in flight like the others, so that a
+      // migration's drain waits for it).
+      live->in_flight.fetch_add(1);
       RunCall(live, std::move(request), std::move(frame), received);
+      live->in_flight.fetch_sub(1);
       return;
     default:
       break;
@@ -386,7 +389,14 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
           "denied: ", c.op, " needs the grant \"", capability::GrantToString(*c.grant), "\""));
     }
   }
-  // 3. The handler.
+  // 3. The handler; none runs once the agent is being handed over (its effects would be lost
+  // or duplicated).
+  if (c.status.ok()) {
+    absl::MutexLock lock(&live->mu);
+    if (live->migrating_out) {
+      c.status = absl::UnavailableError("the agent is migrating: no host call runs during a hop");
+    }
+  }
   if (c.status.ok()) {
     HostResponse& resp = c.response;
     switch (request.call_case()) {

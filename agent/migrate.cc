@@ -141,25 +141,63 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOut(
     VAULT_RETURN_IF_ERROR(deps_.cas->Put(d, *state).status());
     state_digest = d;
   }
+  // Frozen from here on: no effect of the agent can happen during the handoff. Calls not yet
+  // handled are refused (the gate), the process stops (the freezer), and the calls already past
+  // the gate finish before the state is read (the drain; the agent's own migrate call is one).
+  AgentState resume_state;
+  {
+    absl::MutexLock lock(&live->mu);
+    // The checks of design §7, step 1, before anything changes.
+    VAULT_RETURN_IF_ERROR(CheckAgentMayGo(*live, to_vault));
+    resume_state = live->record.state();
+    live->migrating_out = true;
+    if (live->handle != nullptr && resume_state == vault::v1::RUNNING) {
+      if (absl::Status paused = live->handle->Pause(); !paused.ok()) {
+        live->migrating_out = false;
+        return paused;
+      }
+    }
+  }
+  const uint32_t own_calls = requested_by == "agent" ? 1 : 0;
+  const absl::Time drain_deadline = absl::Now() + absl::Seconds(10);
+  while (live->in_flight.load() > own_calls && absl::Now() < drain_deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   {
     absl::MutexLock lock(&live->mu);
     AgentRecord& r = live->record;
-    // The checks of design §7, step 1, before anything changes.
-    VAULT_RETURN_IF_ERROR(CheckAgentMayGo(*live, to_vault));
-    VAULT_ASSIGN_OR_RETURN(vault::v1::LinkPayload last,
-                           capability::ParseLinkPayload(r.chain().links().rbegin()->payload()));
+    auto unfreeze = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu) {
+      live->migrating_out = false;
+      if (resume_state == vault::v1::RUNNING && live->handle != nullptr) {
+        (void)live->handle->Resume();
+      }
+    };
+    if (live->in_flight.load() > own_calls) {
+      unfreeze();
+      return absl::UnavailableError("the agent's host calls did not finish within 10 s");
+    }
+    absl::StatusOr<vault::v1::LinkPayload> last_or =
+        capability::ParseLinkPayload(r.chain().links().rbegin()->payload());
+    if (!last_or.ok()) {
+      unfreeze();
+      return last_or.status();
+    }
+    const vault::v1::LinkPayload& last = *last_or;
     if (!state_digest.has_value()) {
       if (r.has_state()) {
-        VAULT_ASSIGN_OR_RETURN(state_digest, ToDigest(r.state_digest()));
+        absl::StatusOr<cas::Digest> d = ToDigest(r.state_digest());
+        if (!d.ok()) {
+          unfreeze();
+          return d.status();
+        }
+        state_digest = *d;
       } else {
-        VAULT_RETURN_IF_ERROR(deps_.cas->Put(cas::Digest::Of(""), "").status());
         state_digest = cas::Digest::Of("");
+        if (absl::Status put = deps_.cas->Put(*state_digest, "").status(); !put.ok()) {
+          unfreeze();
+          return put;
+        }
       }
-    }
-    // Frozen from here on: no effect of the agent can happen during the handoff.
-    const AgentState resume_state = r.state();
-    if (live->handle != nullptr && resume_state == vault::v1::RUNNING) {
-      VAULT_RETURN_IF_ERROR(live->handle->Pause());
     }
     vault::v1::LinkPayload hop;
     hop.set_version(capability::kLinkVersion);
@@ -179,9 +217,7 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOut(
     *hop.mutable_state() = FromDigest(*state_digest);
     absl::StatusOr<vault::v1::SignedLink> link = capability::SignLink(hop, *deps_.vault_key);
     if (!link.ok()) {
-      if (resume_state == vault::v1::RUNNING && live->handle != nullptr) {
-        (void)live->handle->Resume();
-      }
+      unfreeze();
       return link.status();
     }
     vault::v1::OutboundMigration* m = r.mutable_migration();
@@ -206,9 +242,7 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOut(
     if (!persisted.ok()) {
       r.clear_migration();
       r.set_state(resume_state);
-      if (resume_state == vault::v1::RUNNING && live->handle != nullptr) {
-        (void)live->handle->Resume();
-      }
+      unfreeze();
       return persisted;
     }
   }
@@ -404,6 +438,7 @@ absl::Status AgentRuntime::Impl::ResumeAfterFailedHop(const std::shared_ptr<Live
     const AgentState back =
         r.migration().resume_state() == vault::v1::PAUSED ? vault::v1::PAUSED : vault::v1::RUNNING;
     r.clear_migration();
+    live->migrating_out = false;
     VAULT_RETURN_IF_ERROR(Transition(*live, back, why, /*high_priority=*/true,
                                      {{"outcome", "resumed here"}}, "agent.migrate.failed"));
     if (live->handle != nullptr && live->running) {

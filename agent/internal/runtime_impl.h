@@ -73,7 +73,9 @@ struct LiveAgent {
   int32_t exit_code ABSL_GUARDED_BY(mu) = 0;
   absl::Time exit_deadline ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();
   bool checkpoint_requested ABSL_GUARDED_BY(mu) = false;
-  uint64_t migrate_call_id ABSL_GUARDED_BY(mu) = 0;  // a migrate call waiting for its outcome
+  uint64_t migrate_call_id ABSL_GUARDED_BY(mu) = 0;
+  // Set while a hop out is prepared or in flight: its host calls are refused, not run.
+  bool migrating_out ABSL_GUARDED_BY(mu) = false;  // a migrate call waiting for its outcome
   // When the agent closed its channel: its process gets a moment to exit by itself (then its
   // exit code decides the state) before it is ended as a protocol breach.
   absl::Time channel_closed_at ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();
