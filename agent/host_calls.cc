@@ -612,6 +612,20 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
         std::shared_ptr<LiveAgent> to = Find(send.to());
         absl::Status hidden = absl::NotFoundError(
             absl::StrCat("no agent ", send.to(), " that this agent may send to"));
+        // An agent that departed from here, to a sender that may address it (its principal's
+        // agents, or grants naming it): refused with where it went.
+        auto to_departed_visible = [&](const std::string& id) {
+          absl::StatusOr<vault::v1::AgentRecord> r = store_->Get(id);
+          if (!r.ok() || r->state() != vault::v1::DEPARTED) return false;
+          if (r->principal() == live->principal) return true;
+          absl::MutexLock lock(&live->mu);
+          std::vector<Grant> grants(live->record.grants().begin(), live->record.grants().end());
+          return NamesExactly(grants, Grant::SEND, id);
+        };
+        if (to == nullptr && to_departed_visible(send.to())) {
+          c.status = absl::FailedPreconditionError(DepartedNote(send.to()));
+          break;
+        }
         if (to == nullptr || to.get() == live.get()) {
           c.status = hidden;
           break;
@@ -847,21 +861,29 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
         break;
       }
       case HostRequest::kMigrate: {
-        // Answered here only when the agent never froze; once it did, the hop's outcome
-        // answers (a failure) or the process ends (it went).
+        // The hop runs on the migration pool, not on this worker (a transfer takes as long as
+        // its objects). It answers the call only with a failure; on success the process ends
+        // (the agent continues at the destination).
+        const uint64_t call_id = request.call_id();
         {
           absl::MutexLock lock(&live->mu);
-          live->migrate_call_id = request.call_id();
+          live->migrate_call_id = call_id;
         }
-        absl::StatusOr<vault::v1::MigrateAgentResponse> moved =
-            MigrateOut(live, request.migrate().vault(), request.migrate().state(), "agent");
-        absl::MutexLock lock(&live->mu);
-        if (moved.ok() || live->migrate_call_id != request.call_id() ||
-            live->record.state() == vault::v1::MIGRATING) {
-          c.deferred = true;
-        } else {
+        c.deferred = true;
+        Audit(audit::MakeEntry(live->id, "host.migrate", request.migrate().vault(),
+                               vault::v1::AuditEntry::ALLOWED, "",
+                               {{"call_id", absl::StrCat(call_id)},
+                                {"state", Sha256Hex(request.migrate().state())},
+                                {"grant", capability::GrantToString(*c.grant)}}),
+              /*durable=*/true);
+        bool queued = migrations_->Schedule(
+            [this, live, call_id, to = request.migrate().vault(),
+             state = request.migrate().state()] { MigrateForAgent(live, call_id, to, state); });
+        if (!queued) {
+          absl::MutexLock lock(&live->mu);
           live->migrate_call_id = 0;
-          c.status = moved.status();
+          c.deferred = false;
+          c.status = absl::UnavailableError("the vault is stopping");
         }
         break;
       }

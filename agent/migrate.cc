@@ -43,7 +43,7 @@ bool IsAmbiguous(const absl::Status& s) {
 }  // namespace
 
 std::vector<storage::ColumnFamilySpec> MigrationColumnFamilies() {
-  return {storage::ColumnFamilySpec{kTransfers}};
+  return {storage::ColumnFamilySpec{kTransfers}, LocationColumnFamily()};
 }
 
 absl::StatusOr<vault::v1::SignedReceipt> SignReceipt(const vault::v1::ReceiptPayload& payload,
@@ -130,10 +130,22 @@ absl::Status CheckAgentMayGo(const LiveAgent& live, const std::string& to_vault)
 
 }  // namespace
 
+absl::Status AgentRuntime::Impl::RefusedAtSource(const std::string& id, const std::string& to,
+                                                 const std::string& requested_by,
+                                                 absl::Status why) {
+  Audit(audit::MakeEntry(requested_by == "agent" ? id : "local-admin", "agent.migrate.refused", id,
+                         vault::v1::AuditEntry::DENIED, std::string(why.message()),
+                         {{"to", to}, {"phase", "source"}, {"requested_by", requested_by}}),
+        /*durable=*/true);
+  return why;
+}
+
 absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOut(
     const std::shared_ptr<LiveAgent>& live, const std::string& to_vault,
     const std::optional<std::string>& state, const std::string& requested_by) {
-  VAULT_ASSIGN_OR_RETURN(const capability::PublicKey to_key, CheckDestination(*this, to_vault));
+  absl::StatusOr<capability::PublicKey> to_key_or = CheckDestination(*this, to_vault);
+  if (!to_key_or.ok()) return RefusedAtSource(live->id, to_vault, requested_by, to_key_or.status());
+  const capability::PublicKey to_key = *std::move(to_key_or);
   // Store the handed-over state first: nothing below may fail after the freeze for want of it.
   std::optional<cas::Digest> state_digest;
   if (state.has_value()) {
@@ -148,7 +160,9 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOut(
   {
     absl::MutexLock lock(&live->mu);
     // The checks of design §7, step 1, before anything changes.
-    VAULT_RETURN_IF_ERROR(CheckAgentMayGo(*live, to_vault));
+    if (absl::Status may = CheckAgentMayGo(*live, to_vault); !may.ok()) {
+      return RefusedAtSource(live->id, to_vault, requested_by, may);
+    }
     resume_state = live->record.state();
     live->migrating_out = true;
     if (live->handle != nullptr && resume_state == vault::v1::RUNNING) {
@@ -158,7 +172,8 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOut(
       }
     }
   }
-  const uint32_t own_calls = requested_by == "agent" ? 1 : 0;
+  // (The agent's own migrate call is not among them: it was deferred before this ran.)
+  constexpr uint32_t own_calls = 0;
   const absl::Time drain_deadline = absl::Now() + absl::Seconds(10);
   while (live->in_flight.load() > own_calls && absl::Now() < drain_deadline) {
     absl::SleepFor(absl::Milliseconds(1));
@@ -249,6 +264,27 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOut(
   return RunTransfer(live, /*inline_only=*/false);
 }
 
+void AgentRuntime::Impl::MigrateForAgent(const std::shared_ptr<LiveAgent>& live, uint64_t call_id,
+                                         const std::string& to, const std::string& state) {
+  absl::StatusOr<vault::v1::MigrateAgentResponse> moved = MigrateOut(live, to, state, "agent");
+  bool answer = false;
+  {
+    absl::MutexLock lock(&live->mu);
+    // Refused before the freeze (or resumed here, already answered): the call fails now.
+    if (!moved.ok() && live->migrate_call_id == call_id &&
+        live->record.state() != vault::v1::MIGRATING) {
+      live->migrate_call_id = 0;
+      answer = true;
+    }
+  }
+  if (!answer) return;
+  vault::v1::HostFrame frame;
+  frame.mutable_response()->set_call_id(call_id);
+  frame.mutable_response()->set_code(static_cast<int>(moved.status().code()));
+  frame.mutable_response()->set_message(std::string(moved.status().message()));
+  SendFrame(live, frame);
+}
+
 absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOperator(
     const vault::v1::MigrateAgentRequest& request) {
   std::shared_ptr<LiveAgent> live = Find(request.id());
@@ -257,14 +293,21 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOpera
   }
   // A hop that cannot happen is refused before the agent is disturbed (no checkpoint request,
   // no wait); MigrateOut checks again after the wait.
-  VAULT_RETURN_IF_ERROR(CheckDestination(*this, request.to_vault()).status());
+  if (absl::Status dest = CheckDestination(*this, request.to_vault()).status(); !dest.ok()) {
+    return RefusedAtSource(request.id(), request.to_vault(), "operator", dest);
+  }
   // Ask for a checkpoint (a "vault.checkpoint" message), wait a bounded time, and go with the
   // last checkpoint either way.
   uint64_t before;
   bool ask;
   {
     absl::MutexLock lock(&live->mu);
-    VAULT_RETURN_IF_ERROR(CheckAgentMayGo(*live, request.to_vault()));
+    if (absl::Status may = CheckAgentMayGo(*live, request.to_vault()); !may.ok()) {
+      live->mu.Unlock();
+      absl::Status refused = RefusedAtSource(request.id(), request.to_vault(), "operator", may);
+      live->mu.Lock();
+      return refused;
+    }
     before = live->record.counters().checkpoints();
     ask = live->running && live->record.state() == vault::v1::RUNNING;
     if (ask) live->checkpoint_requested = true;
@@ -302,6 +345,7 @@ vault::v1::MigrationPackage AgentRuntime::Impl::PackageOf(const AgentRecord& r) 
   p.set_home_vault(r.home_vault().empty() ? options_.vault_name : r.home_vault());
   *p.mutable_counters() = r.counters();
   p.set_principal(r.principal());
+  p.set_paused(r.migration().resume_state() == vault::v1::PAUSED);
   return p;
 }
 
@@ -334,8 +378,13 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::RunTransfer(
       return absl::Status(IsAmbiguous(sent) ? absl::StatusCode::kUnavailable : sent.code(), why);
     }
     absl::StatusOr<vault::v1::SignedReceipt> receipt = transport_->Commit(to_vault, package);
-    if (receipt.ok()) return Departed(live, *receipt);
-    if (!IsAmbiguous(receipt.status())) commit_refused = receipt.status();
+    if (receipt.ok()) {
+      absl::StatusOr<vault::v1::MigrateAgentResponse> gone = Departed(live, *receipt);
+      if (!absl::IsDataLoss(gone.status())) return gone;
+      // Committed, with a receipt that does not verify: never resume; ask again (below).
+    } else if (!IsAmbiguous(receipt.status())) {
+      commit_refused = receipt.status();
+    }
     spdlog::warn("agent {}: Commit to {} failed ({}); asking for the transfer's outcome", live->id,
                  to_vault, receipt.status().ToString());
   }
@@ -347,8 +396,14 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::RunTransfer(
         transport_->Status(to_vault, transfer_id, /*abort_if_unknown=*/true);
     if (st.ok()) {
       if (st->outcome() == vault::v1::TransferStatusResponse::COMMITTED) {
-        return Departed(live, st->receipt());
+        absl::StatusOr<vault::v1::MigrateAgentResponse> gone = Departed(live, st->receipt());
+        if (!absl::IsDataLoss(gone.status())) return gone;
+        // A committed transfer whose receipt does not verify (a member misbehaving): the agent
+        // stays frozen; keep asking (with backoff) for one that does.
+        st = gone.status();
       }
+    }
+    if (st.ok()) {
       std::string why = absl::StrCat("migration to ", to_vault, " did not commit (",
                                      TransferStatusOutcomeName(st->outcome()), ")");
       if (!commit_refused.ok()) {
@@ -397,9 +452,16 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::Departed(
     absl::StatusOr<vault::v1::ReceiptPayload> p = OpenReceipt(receipt, *key);
     if (!p.ok() || p->transfer_id() != m.transfer_id() || p->agent_id() != live->id) {
       // A member that commits and answers with a bad receipt: keep asking, never resume.
-      return absl::DataLossError(
+      absl::Status bad = absl::DataLossError(
           absl::StrCat("the receipt from ", m.to_vault(), " is invalid: ",
                        p.ok() ? "it names another transfer" : std::string(p.status().message())));
+      vault::v1::AuditEntry e =
+          audit::MakeEntry(deps_.vault_key->public_key().ToText(), "agent.migrate.bad_receipt",
+                           live->id, vault::v1::AuditEntry::DENIED, std::string(bad.message()),
+                           {{"to", m.to_vault()}, {"transfer_id", TransferText(m.transfer_id())}});
+      e.set_priority(vault::v1::AuditEntry::HIGH);
+      Audit(std::move(e), /*durable=*/true);
+      return bad;
     }
     r.mutable_migration()->set_receipt(receipt.SerializeAsString());
     r.set_hop(p->hop());
@@ -467,7 +529,7 @@ absl::Status AgentRuntime::Impl::ResumeAfterFailedHop(const std::shared_ptr<Live
 // Destination.
 
 absl::StatusOr<std::optional<vault::v1::TransferRecord>> AgentRuntime::Impl::LoadTransfer(
-    const std::string& transfer_id) const {
+    const std::string& transfer_id, const std::string& source) const {
   std::string value;
   rocksdb::Status s = deps_.db->db()->Get(rocksdb::ReadOptions(), deps_.db->Handle(kTransfers),
                                           storage::ToSlice(transfer_id), &value);
@@ -475,6 +537,9 @@ absl::StatusOr<std::optional<vault::v1::TransferRecord>> AgentRuntime::Impl::Loa
   VAULT_RETURN_IF_ERROR(storage::ToStatus(s, "read a transfer record"));
   vault::v1::TransferRecord t;
   if (!t.ParseFromString(value)) return absl::DataLossError("a transfer record does not parse");
+  if (t.outcome() == vault::v1::TransferStatusResponse::ABORTED && t.source_vault() != source) {
+    return std::nullopt;  // another member's fence binds nobody else
+  }
   return t;
 }
 
@@ -484,8 +549,9 @@ absl::StatusOr<capability::VerifiedChain> AgentRuntime::Impl::VerifyArrival(
   ctx.trusted_root = [this](const capability::PublicKey& key) {
     return policy_->Lookup(key).has_value();
   };
-  ctx.transfer_seen = [this](absl::string_view id) {
-    absl::StatusOr<std::optional<vault::v1::TransferRecord>> t = LoadTransfer(std::string(id));
+  ctx.transfer_seen = [this, &p](absl::string_view id) {
+    absl::StatusOr<std::optional<vault::v1::TransferRecord>> t =
+        LoadTransfer(std::string(id), p.source_vault());
     return !t.ok() || t->has_value();  // unreadable counts as seen: refuse
   };
   capability::ChainVerifier verifier(&link_cache_);
@@ -562,7 +628,7 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
   VAULT_ASSIGN_OR_RETURN(vault::v1::LinkPayload last,
                          capability::ParseLinkPayload(p.chain().links().rbegin()->payload()));
   VAULT_ASSIGN_OR_RETURN(std::optional<vault::v1::TransferRecord> seen,
-                         LoadTransfer(last.transfer_id()));
+                         LoadTransfer(last.transfer_id(), p.source_vault()));
   if (seen.has_value()) {
     return absl::AlreadyExistsError(
         absl::StrCat("transfer ", TransferText(last.transfer_id()), " was already ",
@@ -622,8 +688,9 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
   record.set_home_vault(p.home_vault());
   record.set_arrived_from(p.source_vault());
   const int64_t now = absl::ToUnixMillis(absl::Now());
-  record.set_state(vault::v1::SPAWNED);
-  record.set_reason(absl::StrCat("arrived from ", p.source_vault()));
+  // A paused agent arrives paused (its process starts, frozen, until an operator resumes it).
+  record.set_state(p.paused() ? vault::v1::PAUSED : vault::v1::SPAWNED);
+  record.set_reason(absl::StrCat("arrived from ", p.source_vault(), p.paused() ? ", paused" : ""));
   record.set_spawned_unix_ms(now);
   record.set_updated_unix_ms(now);
   if (stored.ok()) {
@@ -646,6 +713,7 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
   *t.mutable_receipt() = receipt;
   t.set_agent_id(p.agent_id());
   t.set_unix_ms(now);
+  t.set_source_vault(p.source_vault());
 
   std::string grants;
   for (const vault::v1::Grant& g : record.grants()) {
@@ -683,20 +751,32 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
     absl::MutexLock lock(&mu_);
     agents_[live->id] = live;
   }
+  ForwardLocation(p.home_vault(), receipt, p.agent_id());
   absl::Status launched = Launch(live);
   if (!launched.ok()) {
     spdlog::error("agent {} arrived from {} but could not start: {}", live->id, p.source_vault(),
                   launched.ToString());
+  } else if (p.paused()) {
+    absl::MutexLock agent_lock(&live->mu);
+    if (live->handle != nullptr) {
+      absl::Status paused = live->handle->Pause();
+      if (!paused.ok()) spdlog::warn("agent {}: could not pause: {}", live->id, paused.ToString());
+    }
   }
   return receipt;
 }
 
 absl::StatusOr<vault::v1::TransferStatusResponse> AgentRuntime::Impl::TransferStatus(
-    const std::string& transfer_id, bool abort_if_unknown) {
+    const std::string& transfer_id, bool abort_if_unknown, const std::string& caller) {
   absl::MutexLock commit_lock(&commit_mu_);
-  VAULT_ASSIGN_OR_RETURN(std::optional<vault::v1::TransferRecord> t, LoadTransfer(transfer_id));
+  VAULT_ASSIGN_OR_RETURN(std::optional<vault::v1::TransferRecord> t,
+                         LoadTransfer(transfer_id, caller));
   vault::v1::TransferStatusResponse out;
   if (t.has_value()) {
+    if (!t->source_vault().empty() && t->source_vault() != caller) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("transfer ", TransferText(transfer_id), " is not ", caller, "'s"));
+    }
     out.set_outcome(t->outcome());
     if (t->has_receipt()) *out.mutable_receipt() = t->receipt();
     return out;
@@ -707,29 +787,11 @@ absl::StatusOr<vault::v1::TransferStatusResponse> AgentRuntime::Impl::TransferSt
     vault::v1::TransferRecord fence;
     fence.set_outcome(vault::v1::TransferStatusResponse::ABORTED);
     fence.set_unix_ms(absl::ToUnixMillis(absl::Now()));
+    fence.set_source_vault(caller);
     rocksdb::WriteBatch batch;
     batch.Put(deps_.db->Handle(kTransfers), storage::ToSlice(transfer_id),
               fence.SerializeAsString());
     VAULT_RETURN_IF_ERROR(deps_.db->Write(&batch));
-  }
-  return out;
-}
-
-vault::v1::WhereResponse AgentRuntime::Impl::Where(const std::string& id) {
-  vault::v1::WhereResponse out;
-  AgentRecord r;
-  if (std::shared_ptr<LiveAgent> live = Find(id); live != nullptr) {
-    absl::MutexLock lock(&live->mu);
-    r = live->record;
-  } else {
-    absl::StatusOr<AgentRecord> stored = store_->Get(id);
-    if (!stored.ok()) return out;
-    r = *std::move(stored);
-  }
-  out.set_state(r.state());
-  out.set_hop(r.hop());
-  if (r.state() == vault::v1::DEPARTED || r.state() == vault::v1::MIGRATING) {
-    out.set_departed_to(r.migration().to_vault());
   }
   return out;
 }

@@ -36,7 +36,9 @@ namespace vault::agent {
 
 struct PolicyOptions {
   std::vector<std::string> admins;  // ed25519:<hex>, from the config
-  std::vector<std::string> vaults;  // the other members' names (the full preset's migrate)
+  // The members' names, this vault's included (the full preset's migrate grant); empty without
+  // other members (no migrate grant).
+  std::vector<std::string> vaults;
 };
 
 class TrustPolicy {

@@ -144,7 +144,11 @@ absl::StatusOr<vault::v1::AgentStatus> AgentRuntime::Get(const std::string& id) 
 }
 absl::StatusOr<vault::v1::ControlResponse> AgentRuntime::Control(
     const vault::v1::ControlRequest& r) {
-  return impl_->Control(r);
+  return impl_->Control(r, /*forwarded=*/false);
+}
+absl::StatusOr<vault::v1::ControlResponse> AgentRuntime::ControlFromMember(
+    const vault::v1::ControlRequest& r) {
+  return impl_->Control(r, /*forwarded=*/true);
 }
 absl::StatusOr<uint64_t> AgentRuntime::SendFromOperator(const std::string& id,
                                                         const std::string& type,
@@ -158,6 +162,9 @@ TrustPolicy* AgentRuntime::policy() const { return impl_->policy_.get(); }
 capability::RevocationStore* AgentRuntime::revocations() const { return impl_->revocations_.get(); }
 void AgentRuntime::SetMigrationTransport(MigrationTransport* transport) {
   impl_->transport_ = transport;
+  impl_->outbox_ = std::make_unique<common::RetryQueue>(absl::Milliseconds(200), absl::Seconds(10));
+  // Members that were down when a revocation was given (or gossiped) get it now.
+  impl_->GossipAllRevocations();
 }
 absl::StatusOr<std::vector<vault::v1::Digest>> AgentRuntime::OfferIn(
     const vault::v1::MigrationPackage& p, const std::string& caller) {
@@ -168,10 +175,20 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::CommitIn(
   return impl_->CommitIn(p, caller);
 }
 absl::StatusOr<vault::v1::TransferStatusResponse> AgentRuntime::TransferStatus(
-    const std::string& transfer_id, bool abort_if_unknown) {
-  return impl_->TransferStatus(transfer_id, abort_if_unknown);
+    const std::string& transfer_id, bool abort_if_unknown, const std::string& caller) {
+  return impl_->TransferStatus(transfer_id, abort_if_unknown, caller);
 }
 vault::v1::WhereResponse AgentRuntime::Where(const std::string& id) { return impl_->Where(id); }
+absl::StatusOr<vault::v1::LocateResponse> AgentRuntime::Locate(const std::string& id) {
+  return impl_->Locate(id);
+}
+absl::StatusOr<vault::v1::JourneyResponse> AgentRuntime::Journey(const std::string& id) {
+  return impl_->Journey(id);
+}
+absl::StatusOr<vault::v1::LocatedResponse> AgentRuntime::Located(
+    const vault::v1::SignedReceipt& receipt, const std::string& caller) {
+  return impl_->Located(receipt, caller);
+}
 absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Migrate(
     const vault::v1::MigrateAgentRequest& request) {
   return impl_->MigrateOperator(request);
@@ -179,7 +196,11 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Migrate(
 
 absl::StatusOr<vault::v1::RevokeResponse> AgentRuntime::Revoke(
     const vault::v1::RevokeRequest& request) {
-  return impl_->Revoke(request);
+  return impl_->Revoke(request, "");
+}
+absl::StatusOr<vault::v1::RevokeResponse> AgentRuntime::RevokeFromMember(
+    const vault::v1::RevokeRequest& request, const std::string& caller) {
+  return impl_->Revoke(request, caller);
 }
 AgentStore* AgentRuntime::store() const { return impl_->store_.get(); }
 
@@ -194,9 +215,12 @@ AgentRuntime::Impl::~Impl() { Stop(); }
 absl::Status AgentRuntime::Impl::Init() {
   PolicyOptions policy_options;
   for (const std::string& a : options_.config.admins()) policy_options.admins.push_back(a);
+  // The full preset's migrate grant names every member, this vault too: an agent that moves on
+  // under it can come back (a hop to the vault it is on is refused anyway).
   for (const vault::v1::Member& m : options_.members) {
     if (m.name() != options_.vault_name) policy_options.vaults.push_back(m.name());
   }
+  if (!policy_options.vaults.empty()) policy_options.vaults.push_back(options_.vault_name);
   VAULT_ASSIGN_OR_RETURN(policy_, TrustPolicy::Open(deps_.db, std::move(policy_options)));
   store_ = std::make_unique<AgentStore>(deps_.db);
   VAULT_ASSIGN_OR_RETURN(revocations_, capability::RevocationStore::Open(deps_.db));
@@ -274,6 +298,7 @@ absl::Status AgentRuntime::Impl::Init() {
   }
   workers_ = std::make_unique<FairQueue>(options_.config.worker_threads());
   lifecycle_ = std::make_unique<common::Executor>(2, 1 << 20);
+  migrations_ = std::make_unique<common::Executor>(4, 1 << 16);
   audit_thread_ = std::thread([this] { AuditLoop(); });
   reactor_ = std::thread([this] { ReactorLoop(); });
   watchdog_ = std::thread([this] { WatchdogLoop(); });
@@ -362,7 +387,8 @@ void AgentRuntime::Impl::Stop() {
     vault::v1::Message m;
     {
       absl::MutexLock lock(&live->mu);
-      if (!live->running) continue;
+      // A frozen agent (mid-hop) cannot checkpoint: its hop settles at the next start.
+      if (!live->running || live->record.state() == vault::v1::MIGRATING) continue;
       live->checkpoint_requested = true;
       checkpoints_before[live->id] = live->record.counters().checkpoints();
     }
@@ -385,6 +411,9 @@ void AgentRuntime::Impl::Stop() {
       live->mu.Lock();
     }
   }
+  if (outbox_ != nullptr) outbox_->Stop();
+  // Hops the agents asked for: each leaves at its next retry (stopping_), settled at restart.
+  if (migrations_ != nullptr) migrations_->Shutdown();
   std::vector<std::thread> resolvers;
   {
     absl::MutexLock lock(&mu_);
@@ -1241,7 +1270,7 @@ std::string AgentRuntime::Impl::RevokedBecause(const AgentRecord& record) {
 }
 
 absl::StatusOr<vault::v1::RevokeResponse> AgentRuntime::Impl::Revoke(
-    const vault::v1::RevokeRequest& request) {
+    const vault::v1::RevokeRequest& request, const std::string& from_member) {
   VAULT_ASSIGN_OR_RETURN(vault::v1::RevocationPayload payload,
                          capability::OpenRevocation(request.revocation()));
   VAULT_ASSIGN_OR_RETURN(capability::PublicKey revoker,
@@ -1254,10 +1283,14 @@ absl::StatusOr<vault::v1::RevokeResponse> AgentRuntime::Impl::Revoke(
       payload.agent_id().empty()
           ? absl::StrCat("link:", absl::BytesToHexString(payload.link_hash()))
           : payload.agent_id();
+  std::vector<std::pair<std::string, std::string>> details = {
+      {"new", response.added() ? "yes" : "no"}};
+  if (!from_member.empty()) details.emplace_back("gossiped_by", from_member);
   Audit(audit::MakeEntry(revoker.ToText(), "capability.revoke", subject,
-                         vault::v1::AuditEntry::ALLOWED, payload.reason(),
-                         {{"new", response.added() ? "yes" : "no"}}),
+                         vault::v1::AuditEntry::ALLOWED, payload.reason(), std::move(details)),
         /*durable=*/true);
+  // Every member learns it (a new one only: gossip ends where it is already known).
+  if (response.added()) GossipRevocation(request.revocation(), from_member);
   std::vector<std::shared_ptr<LiveAgent>> running;
   {
     absl::MutexLock lock(&mu_);
@@ -1348,7 +1381,7 @@ absl::StatusOr<vault::v1::AgentStatus> AgentRuntime::Impl::Get(const std::string
 }
 
 absl::StatusOr<vault::v1::ControlResponse> AgentRuntime::Impl::Control(
-    const vault::v1::ControlRequest& request) {
+    const vault::v1::ControlRequest& request, bool forwarded) {
   vault::v1::ControlPayload p;
   if (!p.ParseFromString(request.payload())) {
     return absl::InvalidArgumentError("the control payload does not parse");
@@ -1361,6 +1394,8 @@ absl::StatusOr<vault::v1::ControlResponse> AgentRuntime::Impl::Control(
         absl::StrCat("the control request's signature: ", s.message()));
   }
   if (p.vault() != deps_.vault_key->public_key().raw()) {
+    // For the member that hosts the agent now: it checks everything again itself.
+    if (!forwarded) return ForwardControl(request, p.vault());
     return absl::PermissionDeniedError("the control request is for another vault");
   }
   absl::Time now = absl::Now();
@@ -1375,6 +1410,9 @@ absl::StatusOr<vault::v1::ControlResponse> AgentRuntime::Impl::Control(
   if (live == nullptr) {
     absl::StatusOr<AgentRecord> stored = store_->Get(p.agent_id());
     if (!stored.ok()) return stored.status();
+    if (std::string note = DepartedNote(p.agent_id()); !note.empty()) {
+      return absl::FailedPreconditionError(note);
+    }
     return absl::FailedPreconditionError(
         absl::StrCat("agent ", p.agent_id(), " has ended (", StateName(stored->state()), ")"));
   }
@@ -1461,6 +1499,9 @@ absl::StatusOr<uint64_t> AgentRuntime::Impl::SendFromOperator(const std::string&
   std::shared_ptr<LiveAgent> live = Find(id);
   if (live == nullptr) {
     VAULT_RETURN_IF_ERROR(store_->Get(id).status());
+    if (std::string note = DepartedNote(id); !note.empty()) {
+      return absl::FailedPreconditionError(note);
+    }
     return absl::FailedPreconditionError(absl::StrCat("agent ", id, " has ended"));
   }
   if (type.empty() || type.size() > 64) {
@@ -1484,6 +1525,9 @@ absl::StatusOr<vault::v1::QueryResponse> AgentRuntime::Impl::Query(
   std::shared_ptr<LiveAgent> live = Find(request.id());
   if (live == nullptr) {
     VAULT_RETURN_IF_ERROR(store_->Get(request.id()).status());
+    if (std::string note = DepartedNote(request.id()); !note.empty()) {
+      return absl::FailedPreconditionError(note);
+    }
     return absl::FailedPreconditionError(absl::StrCat("agent ", request.id(), " has ended"));
   }
   vault::v1::Message m;

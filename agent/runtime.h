@@ -79,6 +79,18 @@ class MigrationTransport {
   virtual absl::StatusOr<vault::v1::TransferStatusResponse> Status(const std::string& vault,
                                                                    const std::string& transfer_id,
                                                                    bool abort_if_unknown) = 0;
+  // What `vault` knows of an agent (its state there, where it departed to).
+  virtual absl::StatusOr<vault::v1::WhereResponse> Where(const std::string& vault,
+                                                         const std::string& agent_id) = 0;
+  // Tells an agent's home vault the receipt of a hop.
+  virtual absl::StatusOr<vault::v1::LocatedResponse> Located(
+      const std::string& vault, const vault::v1::SignedReceipt& receipt) = 0;
+  // Forwards a signed control request to the vault it names.
+  virtual absl::StatusOr<vault::v1::ControlResponse> Control(
+      const std::string& vault, const vault::v1::ControlRequest& request) = 0;
+  // Gossips a revocation to a member.
+  virtual absl::StatusOr<vault::v1::RevokeResponse> Revoke(
+      const std::string& vault, const vault::v1::RevokeRequest& request) = 0;
 };
 
 // Receipts: signed by the destination's vault key as "vault.migration.receipt.v1\0" || payload.
@@ -119,7 +131,11 @@ class AgentRuntime {
   absl::StatusOr<vault::v1::SpawnResponse> Spawn(const vault::v1::SpawnRequest& request);
   vault::v1::ListAgentsResponse List(const vault::v1::ListAgentsRequest& request);
   absl::StatusOr<vault::v1::AgentStatus> Get(const std::string& id);
+  // A request whose payload names another member's key is forwarded to that member.
   absl::StatusOr<vault::v1::ControlResponse> Control(const vault::v1::ControlRequest& request);
+  // A control request a member forwarded: checked here, never forwarded again.
+  absl::StatusOr<vault::v1::ControlResponse> ControlFromMember(
+      const vault::v1::ControlRequest& request);
   // A message from the operator ("operator" is the sender).
   absl::StatusOr<uint64_t> SendFromOperator(const std::string& id, const std::string& type,
                                             const std::string& data);
@@ -129,7 +145,11 @@ class AgentRuntime {
   // Stores a signed revocation (checked, durable, idempotent; audited) and terminates every
   // running agent whose chain it cuts: it counts only when its revoker is a principal of that
   // chain at or above the revoked link (design §5).
+  // A new revocation is gossiped to every member (retried until each has it; again at start).
   absl::StatusOr<vault::v1::RevokeResponse> Revoke(const vault::v1::RevokeRequest& request);
+  // One gossiped by member `caller`: passed on to the others when it is new here.
+  absl::StatusOr<vault::v1::RevokeResponse> RevokeFromMember(
+      const vault::v1::RevokeRequest& request, const std::string& caller);
 
   TrustPolicy* policy() const;
   AgentStore* store() const;
@@ -145,9 +165,18 @@ class AgentRuntime {
                                                          const std::string& caller);
   absl::StatusOr<vault::v1::SignedReceipt> CommitIn(const vault::v1::MigrationPackage& p,
                                                     const std::string& caller);
+  // Answers only the member whose transfer it is (`caller`).
   absl::StatusOr<vault::v1::TransferStatusResponse> TransferStatus(const std::string& transfer_id,
-                                                                   bool abort_if_unknown);
+                                                                   bool abort_if_unknown,
+                                                                   const std::string& caller);
   vault::v1::WhereResponse Where(const std::string& id);
+  // Follows what the members know to the vault that hosts the agent (docs/migration.md).
+  absl::StatusOr<vault::v1::LocateResponse> Locate(const std::string& id);
+  // Every entry about the agent in this vault's audit log and its mirrors of the members'.
+  absl::StatusOr<vault::v1::JourneyResponse> Journey(const std::string& id);
+  // The home vault's side of location forwarding: a member reports a hop's receipt it signed.
+  absl::StatusOr<vault::v1::LocatedResponse> Located(const vault::v1::SignedReceipt& receipt,
+                                                     const std::string& caller);
 
   class Impl;
 

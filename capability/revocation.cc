@@ -99,6 +99,20 @@ absl::Status RevocationStore::Add(const vault::v1::SignedRevocation& revocation)
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<vault::v1::SignedRevocation>> RevocationStore::All() const {
+  std::vector<vault::v1::SignedRevocation> out;
+  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), cf_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    vault::v1::SignedRevocation r;
+    if (!r.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+      return absl::DataLossError("a stored revocation does not parse");
+    }
+    out.push_back(std::move(r));
+  }
+  VAULT_RETURN_IF_ERROR(storage::ToStatus(it->status(), "revocations: read"));
+  return out;
+}
+
 bool RevocationStore::Holds(const std::string& key) const {
   absl::MutexLock lock(&mu_);
   return keys_.contains(key);

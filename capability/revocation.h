@@ -58,6 +58,8 @@ class RevocationStore {
   // stale.
   uint64_t epoch() const;
   size_t size() const;
+  // Every stored revocation, as signed (for gossip to members that may have missed one).
+  absl::StatusOr<std::vector<vault::v1::SignedRevocation>> All() const;
 
  private:
   explicit RevocationStore(const storage::Database* db);

@@ -3,6 +3,7 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -253,6 +254,25 @@ TEST_F(RevocationTest, StoreAnswersForTheRevokerOnly) {
   EXPECT_FALSE(store_->AgentRevoked("agent-7f3", x_.public_key()));
   EXPECT_EQ(store_->size(), 2u);
   EXPECT_EQ(store_->epoch(), 2u);
+}
+
+TEST_F(RevocationTest, AllReturnsEachStoredRevocationAsSignedOnceAfterReopening) {
+  OpenStore();
+  const SignedRevocation a = Signed(LinkRevocation(p_), p_);
+  const SignedRevocation b = Signed(AgentRevocation(x_), x_);
+  ASSERT_TRUE(store_->Add(a).ok());
+  ASSERT_TRUE(store_->Add(b).ok());
+  ASSERT_TRUE(store_->Add(a).ok());  // held already: not stored twice
+  CloseStore();
+  OpenStore();
+  absl::StatusOr<std::vector<SignedRevocation>> all = store_->All();
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 2u);
+  std::vector<std::string> got = {(*all)[0].SerializeAsString(), (*all)[1].SerializeAsString()};
+  std::sort(got.begin(), got.end());
+  std::vector<std::string> want = {a.SerializeAsString(), b.SerializeAsString()};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(got, want);
 }
 
 TEST_F(RevocationTest, AgentAndLinkTargetsDoNotMix) {

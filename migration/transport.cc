@@ -134,38 +134,58 @@ absl::Status GrpcTransport::SendObjects(const std::string& vault,
   return flush();
 }
 
+template <typename Request, typename Response>
+absl::StatusOr<Response> GrpcTransport::Unary(const std::string& vault, absl::string_view what,
+                                              grpc::Status (vault::v1::Migration::Stub::*method)(
+                                                  grpc::ClientContext*, const Request&, Response*),
+                                              const Request& request) {
+  VAULT_ASSIGN_OR_RETURN(Peer * peer, PeerOf(vault));
+  Response response;
+  VAULT_RETURN_IF_ERROR(
+      FromGrpc(((*peer->migration).*method)(Context(kCallTimeout).get(), request, &response),
+               absl::StrCat(what, " ", vault)));
+  return response;
+}
+
 absl::StatusOr<vault::v1::SignedReceipt> GrpcTransport::Commit(
     const std::string& vault, const vault::v1::MigrationPackage& package) {
-  VAULT_ASSIGN_OR_RETURN(Peer * peer, PeerOf(vault));
   vault::v1::CommitRequest req;
   *req.mutable_package() = package;
-  vault::v1::CommitResponse resp;
-  VAULT_RETURN_IF_ERROR(FromGrpc(peer->migration->Commit(Context(kCallTimeout).get(), req, &resp),
-                                 "Commit to " + vault));
+  VAULT_ASSIGN_OR_RETURN(vault::v1::CommitResponse resp,
+                         Unary(vault, "Commit to", &vault::v1::Migration::Stub::Commit, req));
   return resp.receipt();
 }
 
 absl::StatusOr<vault::v1::TransferStatusResponse> GrpcTransport::Status(
     const std::string& vault, const std::string& transfer_id, bool abort_if_unknown) {
-  VAULT_ASSIGN_OR_RETURN(Peer * peer, PeerOf(vault));
   vault::v1::TransferStatusRequest req;
   req.set_transfer_id(transfer_id);
   req.set_abort_if_unknown(abort_if_unknown);
-  vault::v1::TransferStatusResponse resp;
-  VAULT_RETURN_IF_ERROR(FromGrpc(peer->migration->Status(Context(kCallTimeout).get(), req, &resp),
-                                 "Status at " + vault));
-  return resp;
+  return Unary(vault, "Status at", &vault::v1::Migration::Stub::Status, req);
 }
 
 absl::StatusOr<vault::v1::WhereResponse> GrpcTransport::Where(const std::string& vault,
                                                               const std::string& agent_id) {
-  VAULT_ASSIGN_OR_RETURN(Peer * peer, PeerOf(vault));
   vault::v1::WhereRequest req;
   req.set_agent_id(agent_id);
-  vault::v1::WhereResponse resp;
-  VAULT_RETURN_IF_ERROR(FromGrpc(peer->migration->Where(Context(kCallTimeout).get(), req, &resp),
-                                 "Where at " + vault));
-  return resp;
+  return Unary(vault, "Where at", &vault::v1::Migration::Stub::Where, req);
+}
+
+absl::StatusOr<vault::v1::LocatedResponse> GrpcTransport::Located(
+    const std::string& vault, const vault::v1::SignedReceipt& receipt) {
+  vault::v1::LocatedRequest req;
+  *req.mutable_receipt() = receipt;
+  return Unary(vault, "Located at", &vault::v1::Migration::Stub::Located, req);
+}
+
+absl::StatusOr<vault::v1::ControlResponse> GrpcTransport::Control(
+    const std::string& vault, const vault::v1::ControlRequest& request) {
+  return Unary(vault, "Control at", &vault::v1::Migration::Stub::Control, request);
+}
+
+absl::StatusOr<vault::v1::RevokeResponse> GrpcTransport::Revoke(
+    const std::string& vault, const vault::v1::RevokeRequest& request) {
+  return Unary(vault, "Revoke to", &vault::v1::Migration::Stub::Revoke, request);
 }
 
 }  // namespace vault::migration

@@ -45,7 +45,13 @@ class GrpcTransport final : public agent::MigrationTransport {
                                                            const std::string& transfer_id,
                                                            bool abort_if_unknown) override;
   absl::StatusOr<vault::v1::WhereResponse> Where(const std::string& vault,
-                                                 const std::string& agent_id);
+                                                 const std::string& agent_id) override;
+  absl::StatusOr<vault::v1::LocatedResponse> Located(
+      const std::string& vault, const vault::v1::SignedReceipt& receipt) override;
+  absl::StatusOr<vault::v1::ControlResponse> Control(
+      const std::string& vault, const vault::v1::ControlRequest& request) override;
+  absl::StatusOr<vault::v1::RevokeResponse> Revoke(
+      const std::string& vault, const vault::v1::RevokeRequest& request) override;
 
  private:
   struct Peer {
@@ -58,6 +64,12 @@ class GrpcTransport final : public agent::MigrationTransport {
       : config_(std::move(config)), store_(store), ssl_(std::move(ssl)) {}
   absl::StatusOr<Peer*> PeerOf(const std::string& vault);
   std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const;
+  // One unary Migration call to `vault` with the call deadline; errors start "<what> <vault>: ".
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Unary(const std::string& vault, absl::string_view what,
+                                 grpc::Status (vault::v1::Migration::Stub::*method)(
+                                     grpc::ClientContext*, const Request&, Response*),
+                                 const Request& request);
 
   const vault::v1::VaultConfig config_;
   const cas::Store* const store_;

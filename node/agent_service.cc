@@ -208,4 +208,22 @@ grpc::ServerUnaryReactor* AgentService::Migrate(grpc::CallbackServerContext* ctx
   });
 }
 
+grpc::ServerUnaryReactor* AgentService::Locate(grpc::CallbackServerContext* ctx,
+                                               const vault::v1::LocateRequest* req,
+                                               vault::v1::LocateResponse* resp) {
+  return RunUnary(ctx, executor_, [this, req, resp]() -> absl::Status {
+    VAULT_ASSIGN_OR_RETURN(*resp, runtime_->Locate(req->id()));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* AgentService::Journey(grpc::CallbackServerContext* ctx,
+                                                const vault::v1::JourneyRequest* req,
+                                                vault::v1::JourneyResponse* resp) {
+  return RunUnary(ctx, executor_, [this, req, resp]() -> absl::Status {
+    VAULT_ASSIGN_OR_RETURN(*resp, runtime_->Journey(req->id()));
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace vault::node

@@ -54,6 +54,12 @@ class AgentService final : public vault::v1::Agents::CallbackService {
   grpc::ServerUnaryReactor* Migrate(grpc::CallbackServerContext* ctx,
                                     const vault::v1::MigrateAgentRequest* req,
                                     vault::v1::MigrateAgentResponse* resp) override;
+  grpc::ServerUnaryReactor* Locate(grpc::CallbackServerContext* ctx,
+                                   const vault::v1::LocateRequest* req,
+                                   vault::v1::LocateResponse* resp) override;
+  grpc::ServerUnaryReactor* Journey(grpc::CallbackServerContext* ctx,
+                                    const vault::v1::JourneyRequest* req,
+                                    vault::v1::JourneyResponse* resp) override;
 
  private:
   agent::AgentRuntime* const runtime_;

@@ -44,9 +44,9 @@ grpc::ServerUnaryReactor* MigrationService::Commit(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* MigrationService::Status(grpc::CallbackServerContext* ctx,
                                                    const vault::v1::TransferStatusRequest* req,
                                                    vault::v1::TransferStatusResponse* resp) {
-  return RunUnary(ctx, executor_, [this, req, resp]() -> absl::Status {
-    VAULT_ASSIGN_OR_RETURN(*resp,
-                           runtime_->TransferStatus(req->transfer_id(), req->abort_if_unknown()));
+  return RunUnary(ctx, executor_, [this, req, resp, caller = CallerMember(ctx)]() -> absl::Status {
+    VAULT_ASSIGN_OR_RETURN(
+        *resp, runtime_->TransferStatus(req->transfer_id(), req->abort_if_unknown(), caller));
     return absl::OkStatus();
   });
 }
@@ -56,6 +56,33 @@ grpc::ServerUnaryReactor* MigrationService::Where(grpc::CallbackServerContext* c
                                                   vault::v1::WhereResponse* resp) {
   return RunUnary(ctx, executor_, [this, req, resp]() -> absl::Status {
     *resp = runtime_->Where(req->agent_id());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* MigrationService::Located(grpc::CallbackServerContext* ctx,
+                                                    const vault::v1::LocatedRequest* req,
+                                                    vault::v1::LocatedResponse* resp) {
+  return RunUnary(ctx, executor_, [this, req, resp, caller = CallerMember(ctx)]() -> absl::Status {
+    VAULT_ASSIGN_OR_RETURN(*resp, runtime_->Located(req->receipt(), caller));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* MigrationService::Control(grpc::CallbackServerContext* ctx,
+                                                    const vault::v1::ControlRequest* req,
+                                                    vault::v1::ControlResponse* resp) {
+  return RunUnary(ctx, executor_, [this, req, resp]() -> absl::Status {
+    VAULT_ASSIGN_OR_RETURN(*resp, runtime_->ControlFromMember(*req));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* MigrationService::Revoke(grpc::CallbackServerContext* ctx,
+                                                   const vault::v1::RevokeRequest* req,
+                                                   vault::v1::RevokeResponse* resp) {
+  return RunUnary(ctx, executor_, [this, req, resp, caller = CallerMember(ctx)]() -> absl::Status {
+    VAULT_ASSIGN_OR_RETURN(*resp, runtime_->RevokeFromMember(*req, caller));
     return absl::OkStatus();
   });
 }

@@ -29,6 +29,15 @@ class MigrationService final : public vault::v1::Migration::CallbackService {
   grpc::ServerUnaryReactor* Where(grpc::CallbackServerContext* ctx,
                                   const vault::v1::WhereRequest* req,
                                   vault::v1::WhereResponse* resp) override;
+  grpc::ServerUnaryReactor* Located(grpc::CallbackServerContext* ctx,
+                                    const vault::v1::LocatedRequest* req,
+                                    vault::v1::LocatedResponse* resp) override;
+  grpc::ServerUnaryReactor* Control(grpc::CallbackServerContext* ctx,
+                                    const vault::v1::ControlRequest* req,
+                                    vault::v1::ControlResponse* resp) override;
+  grpc::ServerUnaryReactor* Revoke(grpc::CallbackServerContext* ctx,
+                                   const vault::v1::RevokeRequest* req,
+                                   vault::v1::RevokeResponse* resp) override;
 
  private:
   agent::AgentRuntime* const runtime_;

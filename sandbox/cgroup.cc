@@ -835,26 +835,56 @@ class CgroupManagerImpl final : public CgroupManager {
     return cgroup;
   }
 
+  // Thaws the cgroup at `path` and SIGKILLs every task in it.
+  static void KillTasks(const std::string& path, int version) {
+    if (version == 1) {
+      (void)WriteControlErrno(path + "/freezer.state", "THAWED");
+    } else {
+      (void)WriteControlErrno(path + "/cgroup.freeze", "0");
+      if (WriteControlErrno(path + "/cgroup.kill", "1") == 0) return;
+    }
+    absl::StatusOr<std::string> procs = common::ReadFile(path + "/cgroup.procs");
+    if (!procs.ok()) return;
+    for (absl::string_view line : absl::StrSplit(*procs, '\n', absl::SkipEmpty())) {
+      pid_t pid = 0;
+      if (absl::SimpleAtoi(line, &pid) && pid > 1) (void)kill(pid, SIGKILL);
+    }
+  }
+
   int RemoveStale(const std::function<bool(const std::string&)>& is_stale) const override {
-    std::set<std::string> removed;
+    // (hierarchy version, path) of every candidate, in every hierarchy.
+    std::vector<std::pair<int, std::string>> candidates;
     for (int index : UsedHierarchies()) {
       const std::string& base = bases_[index].dir;
       DIR* dir = opendir(base.c_str());
       if (dir == nullptr) continue;
-      std::vector<std::string> children;
       while (struct dirent* entry = readdir(dir)) {
         std::string child = entry->d_name;
         if (child == "." || child == "..") continue;
         struct stat st;
         std::string path = absl::StrCat(base, "/", child);
-        if (lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) children.push_back(child);
+        if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+        if (is_stale && !is_stale(child)) continue;
+        candidates.emplace_back(bases_[index].version, std::move(path));
       }
       closedir(dir);
-      // rmdir refuses cgroups with tasks (EBUSY) or children (ENOTEMPTY): those stay.
-      for (const std::string& child : children) {
-        if (is_stale && !is_stale(child)) continue;
-        if (rmdir(absl::StrCat(base, "/", child).c_str()) == 0) removed.insert(child);
+    }
+    // A stale cgroup's tasks outlived the process that owned them (it was SIGKILLed while its
+    // sandbox was frozen, so their parent-death signal waits): thawed and killed first, in every
+    // hierarchy (a frozen task dies only once the freezer's hierarchy thaws it). Without
+    // `is_stale` (nothing known about the owner), a cgroup with tasks stays: rmdir refuses
+    // cgroups with tasks (EBUSY) or children (ENOTEMPTY).
+    if (is_stale) {
+      for (const auto& [version, path] : candidates) KillTasks(path, version);
+    }
+    std::set<std::string> removed;
+    for (const auto& [version, path] : candidates) {
+      bool gone = rmdir(path.c_str()) == 0;
+      for (int i = 0; !gone && is_stale && errno == EBUSY && i < 100; ++i) {
+        absl::SleepFor(absl::Milliseconds(10));  // the killed tasks are still exiting
+        gone = rmdir(path.c_str()) == 0;
       }
+      if (gone) removed.insert(path.substr(path.rfind('/') + 1));
     }
     return static_cast<int>(removed.size());
   }

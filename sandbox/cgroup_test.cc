@@ -752,5 +752,32 @@ TEST(CgroupManager, RemoveStaleRemovesEmptyLeftoversOnly) {
   EXPECT_EQ(manager->RemoveStale(), 0);
 }
 
+// The leftovers of a vault SIGKILLed while an agent was frozen (mid-migration): the cgroup
+// still holds the frozen task, which cannot act on its parent-death signal. RemoveStale thaws
+// and kills it, then removes the cgroup; a cgroup that is not stale keeps its task.
+TEST(CgroupManager, RemoveStaleKillsTheFrozenTasksOfAStaleCgroup) {
+  SKIP_UNLESS_ROOT();
+  const std::string folder = UniqueFolder("frozen");
+  FolderCleanup cleanup(folder);
+  ASSERT_OK_AND_ASSIGN(auto manager, CgroupManager::Detect({.folder = folder}));
+  if (!manager->Has(CgroupController::kFreezer)) GTEST_SKIP() << manager->Warnings();
+  ASSERT_OK_AND_ASSIGN(auto orphan, manager->Create("orphan", {}));
+  ASSERT_OK_AND_ASSIGN(auto kept, manager->Create("kept", {}));
+  Child frozen(SleepForever), alive(SleepForever);
+  ASSERT_OK(orphan->AddProcess(frozen.pid()));
+  ASSERT_OK(kept->AddProcess(alive.pid()));
+  ASSERT_OK(orphan->Freeze());
+
+  EXPECT_EQ(manager->RemoveStale([](const std::string& name) { return name == "orphan"; }), 1);
+  EXPECT_TRUE(KilledBySigkill(frozen.Wait()));
+  EXPECT_THAT(FindDirs(folder, "orphan"), IsEmpty());
+  EXPECT_THAT(FindDirs(folder, "kept"), Not(IsEmpty()));
+  EXPECT_EQ(kill(alive.pid(), 0), 0);  // still there
+
+  ASSERT_OK(kept->KillAll());
+  EXPECT_TRUE(KilledBySigkill(alive.Wait()));
+  ASSERT_OK(kept->Remove());
+}
+
 }  // namespace
 }  // namespace vault::sandbox

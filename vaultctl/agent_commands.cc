@@ -592,9 +592,17 @@ int ControlCommand(const GlobalOptions& g, const AgentFlags& f, ControlPayload::
   if (!key.ok()) return ReportInputError(key.status(), g.json());
   absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
   if (!conn.ok()) return ReportConnectError(conn.status(), g.json());
+  std::string at_vault;  // "" when the agent is (or was) here
   absl::StatusOr<vault::v1::ControlResponse> resp =
       [&]() -> absl::StatusOr<vault::v1::ControlResponse> {
+    // The request names the vault that hosts the agent now; this vault forwards it there.
     VAULT_ASSIGN_OR_RETURN(PublicKey vault_key, VaultKey(*conn));
+    if (absl::StatusOr<vault::v1::LocateResponse> where = LocateAgent(*conn, f.id);
+        where.ok() && where->vault_key().size() == PublicKey::kRawSize &&
+        where->vault_key() != vault_key.raw()) {
+      VAULT_ASSIGN_OR_RETURN(vault_key, PublicKey::FromRaw(where->vault_key()));
+      at_vault = where->vault();
+    }
     ControlPayload p;
     p.set_agent_id(f.id);
     p.set_action(action);
@@ -614,11 +622,13 @@ int ControlCommand(const GlobalOptions& g, const AgentFlags& f, ControlPayload::
   }();
   if (!resp.ok()) return ReportError(resp.status(), g.json());
   if (g.json()) {
-    std::cout
-        << Json::Object().Add("agent_id", f.id).Add("state", StateName(resp->state())).ToString()
-        << "\n";
+    Json out = Json::Object().Add("agent_id", f.id).Add("state", StateName(resp->state()));
+    if (!at_vault.empty()) out.Add("vault", at_vault);
+    std::cout << out.ToString() << "\n";
   } else {
-    std::cout << StateName(resp->state()) << "\n";
+    std::cout << StateName(resp->state());
+    if (!at_vault.empty()) std::cout << " (on " << at_vault << ")";
+    std::cout << "\n";
   }
   return kExitOk;
 }
@@ -882,6 +892,8 @@ std::string TerminalSafe(absl::string_view text) {
   return out;
 }
 
+std::string AgentStateName(AgentState state) { return StateName(state); }
+
 absl::Status FromAgentsGrpc(const grpc::Status& status) {
   absl::Status s = node::FromGrpc(status);
   if (absl::IsUnimplemented(s)) {
@@ -996,6 +1008,8 @@ void AddAgentCommands(CLI::App& app, GlobalOptions& g, Command& command) {
                     "Seconds the agent has to answer (default 30; the call's own deadline is "
                     "extended to match)");
   query->callback([&] { command = [&g] { return QueryCommand(g, f); }; });
+
+  AddAgentLocationCommands(agent, g, command);
 }
 
 }  // namespace vault::vaultctl

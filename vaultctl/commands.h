@@ -59,6 +59,13 @@ Json ConstraintsJson(const vault::v1::Constraints& constraints);
 // An Agents call's outcome as a Status. UNIMPLEMENTED (a TCP address rather than the admin
 // socket, or a vaultd without agents) becomes FAILED_PRECONDITION saying so.
 absl::Status FromAgentsGrpc(const grpc::Status& status);
+// The name of an agent state as the commands print it ("running", "departed", "unknown").
+std::string AgentStateName(vault::v1::AgentState state);
+// Agents.Locate: the vault that hosts agent `id` now (migrate_command.cc).
+absl::StatusOr<vault::v1::LocateResponse> LocateAgent(const Connection& conn,
+                                                      const std::string& id);
+// agent where / agent journey, on the `agent` subcommand (migrate_command.cc).
+void AddAgentLocationCommands(CLI::App* agent, GlobalOptions& global, Command& command);
 // Prints rows as left-aligned columns two spaces apart; the first row is the header.
 void PrintTable(const std::vector<std::vector<std::string>>& rows);
 // Text from a vault (an agent's log line, a purpose) made safe for a terminal: control characters

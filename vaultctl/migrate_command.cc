@@ -1,14 +1,18 @@
 // vaultctl migrate AGENT --to VAULT: moves an agent to another member (design §7) through its
 // vault's admin socket. The vault asks the agent to checkpoint, waits a bounded time, and hands
 // it over; what is printed is the receipt the destination signed.
+// vaultctl agent where ID / agent journey ID: where a mobile agent is now (the vault follows the
+// members' records), and every hop it made as the audit logs witnessed them.
 #include <iostream>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "capability/grant.h"
 #include "cas/digest.h"
+#include "common/status_macros.h"
 #include "vault/v1/agent.grpc.pb.h"
 #include "vault/v1/migration.pb.h"
 #include "vaultctl/client.h"
@@ -68,7 +72,166 @@ int MigrateCommand(const GlobalOptions& g, const MigrateFlags& f) {
   return kExitOk;
 }
 
+std::string Micros(int64_t unix_micros) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixMicros(unix_micros),
+                          absl::UTCTimeZone());
+}
+
+int WhereCommand(const GlobalOptions& g, const std::string& id) {
+  absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
+  if (!conn.ok()) return ReportConnectError(conn.status(), g.json());
+  absl::StatusOr<vault::v1::LocateResponse> where = LocateAgent(*conn, id);
+  if (!where.ok()) return ReportError(where.status(), g.json());
+  if (g.json()) {
+    Json trail = Json::Array();
+    for (const std::string& v : where->trail()) trail.Push(v);
+    Json out = Json::Object()
+                   .Add("agent_id", id)
+                   .Add("vault", where->vault())
+                   .Add("state", AgentStateName(where->state()))
+                   .Add("hop", where->hop())
+                   .Add("home_vault", where->home_vault())
+                   .Add("trail", trail);
+    if (!where->migrating_to().empty()) out.Add("migrating_to", where->migrating_to());
+    std::cout << out.ToString() << "\n";
+    return kExitOk;
+  }
+  std::cout << id << " is " << AgentStateName(where->state()) << " on " << where->vault()
+            << " (hop " << where->hop() << ")";
+  if (!where->migrating_to().empty()) std::cout << ", migrating to " << where->migrating_to();
+  std::cout << "\n";
+  if (!where->home_vault().empty()) std::cout << "home: " << where->home_vault() << "\n";
+  std::cout << "asked: " << absl::StrJoin(where->trail(), " -> ") << "\n";
+  return kExitOk;
+}
+
+std::string DetailOf(const vault::v1::AuditEntry& e, absl::string_view key) {
+  for (const vault::v1::AuditEntry::Detail& d : e.details()) {
+    if (d.key() == key) return d.value();
+  }
+  return "";
+}
+
+int JourneyCommand(const GlobalOptions& g, const std::string& id) {
+  absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
+  if (!conn.ok()) return ReportConnectError(conn.status(), g.json());
+  vault::v1::JourneyRequest req;
+  req.set_id(id);
+  vault::v1::JourneyResponse resp;
+  absl::Status s = FromAgentsGrpc(conn->agents()->Journey(conn->Context().get(), req, &resp));
+  if (!s.ok()) return ReportError(s, g.json());
+  // The hops: each arrival (agent.migrate.in, in the log of the vault it arrived at), with the
+  // receipt hash the source recorded when it learned of the commit (agent.departed).
+  absl::flat_hash_map<std::string, std::string> receipts;  // transfer id -> receipt sha256
+  for (const vault::v1::AuditEntry& e : resp.entries()) {
+    if (e.action() == "agent.departed")
+      receipts[DetailOf(e, "transfer_id")] = DetailOf(e, "receipt");
+  }
+  std::vector<const vault::v1::AuditEntry*> arrivals;
+  for (const vault::v1::AuditEntry& e : resp.entries()) {
+    if (e.action() == "agent.migrate.in" && e.decision() == vault::v1::AuditEntry::ALLOWED) {
+      arrivals.push_back(&e);
+    }
+  }
+  if (g.json()) {
+    Json hops = Json::Array();
+    for (const vault::v1::AuditEntry* e : arrivals) {
+      auto r = receipts.find(DetailOf(*e, "transfer_id"));
+      hops.Push(Json::Object()
+                    .Add("hop", DetailOf(*e, "hop"))
+                    .Add("from", DetailOf(*e, "from"))
+                    .Add("to", e->vault())
+                    .Add("time_unix_micros", e->time_unix_micros())
+                    .Add("transfer_id", DetailOf(*e, "transfer_id"))
+                    .Add("grants", DetailOf(*e, "grants"))
+                    .Add("narrowed", DetailOf(*e, "narrowed") == "yes")
+                    .Add("receipt_sha256", r == receipts.end() ? "" : r->second));
+    }
+    Json entries = Json::Array();
+    for (const vault::v1::AuditEntry& e : resp.entries()) {
+      Json details = Json::Object();
+      for (const vault::v1::AuditEntry::Detail& d : e.details()) details.Add(d.key(), d.value());
+      entries.Push(Json::Object()
+                       .Add("vault", e.vault())
+                       .Add("sequence", e.sequence())
+                       .Add("time_unix_micros", e.time_unix_micros())
+                       .Add("actor", e.actor())
+                       .Add("action", e.action())
+                       .Add("decision",
+                            e.decision() == vault::v1::AuditEntry::ALLOWED ? "allowed" : "denied")
+                       .Add("motivation", e.motivation())
+                       .Add("details", details));
+    }
+    Json read = Json::Array(), missing = Json::Array();
+    for (const std::string& l : resp.logs_read()) read.Push(l);
+    for (const std::string& l : resp.logs_missing()) missing.Push(l);
+    std::cout << Json::Object()
+                     .Add("agent_id", id)
+                     .Add("hops", hops)
+                     .Add("entries", entries)
+                     .Add("logs_read", read)
+                     .Add("logs_missing", missing)
+                     .ToString()
+              << "\n";
+    return kExitOk;
+  }
+  std::cout << id << ": " << arrivals.size() << " hop" << (arrivals.size() == 1 ? "" : "s")
+            << "; logs read: " << absl::StrJoin(resp.logs_read(), ", ");
+  if (resp.logs_missing_size() > 0) {
+    std::cout << "; no mirror of: " << absl::StrJoin(resp.logs_missing(), ", ");
+  }
+  std::cout << "\n\n";
+  if (!arrivals.empty()) {
+    std::vector<std::vector<std::string>> rows = {
+        {"HOP", "FROM", "TO", "ARRIVED", "RECEIPT", "GRANTS THERE"}};
+    for (const vault::v1::AuditEntry* e : arrivals) {
+      auto r = receipts.find(DetailOf(*e, "transfer_id"));
+      std::string receipt = r == receipts.end() ? "-" : r->second.substr(0, 16);
+      std::string grants = DetailOf(*e, "grants");
+      if (DetailOf(*e, "narrowed") == "yes") grants += " (narrowed)";
+      rows.push_back({DetailOf(*e, "hop"), TerminalSafe(DetailOf(*e, "from")),
+                      TerminalSafe(e->vault()), Micros(e->time_unix_micros()), receipt,
+                      TerminalSafe(grants.empty() ? "none" : grants)});
+    }
+    PrintTable(rows);
+    std::cout << "\n";
+  }
+  std::vector<std::vector<std::string>> rows = {{"TIME", "VAULT", "ACTION", "DECISION", "WHY"}};
+  for (const vault::v1::AuditEntry& e : resp.entries()) {
+    rows.push_back({Micros(e.time_unix_micros()), TerminalSafe(e.vault()), TerminalSafe(e.action()),
+                    e.decision() == vault::v1::AuditEntry::ALLOWED ? "allowed" : "denied",
+                    TerminalSafe(e.motivation())});
+  }
+  PrintTable(rows);
+  return kExitOk;
+}
+
 }  // namespace
+
+absl::StatusOr<vault::v1::LocateResponse> LocateAgent(const Connection& conn,
+                                                      const std::string& id) {
+  vault::v1::LocateRequest req;
+  req.set_id(id);
+  vault::v1::LocateResponse resp;
+  VAULT_RETURN_IF_ERROR(FromAgentsGrpc(conn.agents()->Locate(conn.Context().get(), req, &resp)));
+  return resp;
+}
+
+void AddAgentLocationCommands(CLI::App* agent, GlobalOptions& g, Command& command) {
+  static std::string id;
+  auto* where = agent->add_subcommand(
+      "where",
+      "Where an agent is now, asked of the federation: this vault's records, the home vault's "
+      "location table, then each vault it departed to (prints the vault, its state and hop)");
+  where->add_option("ID", id, "The agent id")->required();
+  where->callback([&] { command = [&g] { return WhereCommand(g, id); }; });
+  auto* journey = agent->add_subcommand(
+      "journey",
+      "Every hop of an agent (from, to, time, receipt, grants in force there) and every audit "
+      "entry about it, from this vault's log and its mirrors of the members' logs");
+  journey->add_option("ID", id, "The agent id")->required();
+  journey->callback([&] { command = [&g] { return JourneyCommand(g, id); }; });
+}
 
 void AddMigrateCommands(CLI::App& app, GlobalOptions& g, Command& command) {
   static MigrateFlags f;

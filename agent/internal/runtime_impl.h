@@ -26,6 +26,7 @@
 #include "capability/chain.h"
 #include "capability/decision.h"
 #include "common/executor.h"
+#include "common/retry_queue.h"
 #include "common/unique_fd.h"
 #include "sandbox/sandbox.h"
 #include "vault/v1/hostcall.pb.h"
@@ -106,7 +107,9 @@ class AgentRuntime::Impl {
   absl::StatusOr<vault::v1::SpawnResponse> Spawn(const vault::v1::SpawnRequest& request);
   vault::v1::ListAgentsResponse List(const vault::v1::ListAgentsRequest& request);
   absl::StatusOr<vault::v1::AgentStatus> Get(const std::string& id);
-  absl::StatusOr<vault::v1::ControlResponse> Control(const vault::v1::ControlRequest& request);
+  // `forwarded`: it came from a member (never forwarded again).
+  absl::StatusOr<vault::v1::ControlResponse> Control(const vault::v1::ControlRequest& request,
+                                                     bool forwarded);
   absl::StatusOr<uint64_t> SendFromOperator(const std::string& id, const std::string& type,
                                             const std::string& data);
   absl::StatusOr<vault::v1::QueryResponse> Query(const vault::v1::QueryRequest& request);
@@ -176,11 +179,18 @@ class AgentRuntime::Impl {
       const std::shared_ptr<LiveAgent>& live, const std::string& to_vault,
       const std::optional<std::string>& state, const std::string& requested_by);
   vault::v1::MigrationPackage PackageOf(const vault::v1::AgentRecord& record) const;
+  // Audits a hop refused by this vault's own checks (agent.migrate.refused); returns `why`.
+  absl::Status RefusedAtSource(const std::string& id, const std::string& to,
+                               const std::string& requested_by, absl::Status why);
   // Offer, objects, Commit; then Status until the outcome is known. `background`: straight to
   // Status (a hop found MIGRATING at start, or one that outlasted its caller).
   absl::StatusOr<vault::v1::MigrateAgentResponse> RunTransfer(
       const std::shared_ptr<LiveAgent>& live, bool background);
   void ScheduleResolve(const std::shared_ptr<LiveAgent>& live);
+  // The migrate host call, on migrations_: answers call `call_id` when the hop fails.
+  void MigrateForAgent(const std::shared_ptr<LiveAgent>& live, uint64_t call_id,
+                       const std::string& to, const std::string& state);
+  std::unique_ptr<common::Executor> migrations_;  // agents' own hops
   absl::StatusOr<vault::v1::MigrateAgentResponse> MigrateOperator(
       const vault::v1::MigrateAgentRequest& request);
   std::vector<std::thread> resolvers_ ABSL_GUARDED_BY(mu_);
@@ -188,21 +198,46 @@ class AgentRuntime::Impl {
                                                            const vault::v1::SignedReceipt& receipt);
   absl::Status ResumeAfterFailedHop(const std::shared_ptr<LiveAgent>& live, const std::string& why);
   // Destination.
+  // The transfer's record; a fence (ABORTED) set by a member other than `source` is ignored.
   absl::StatusOr<std::optional<vault::v1::TransferRecord>> LoadTransfer(
-      const std::string& transfer_id) const;
+      const std::string& transfer_id, const std::string& source) const;
   absl::StatusOr<capability::VerifiedChain> VerifyArrival(const vault::v1::MigrationPackage& p);
   absl::StatusOr<std::vector<vault::v1::Digest>> OfferIn(const vault::v1::MigrationPackage& p,
                                                          const std::string& caller);
   absl::StatusOr<vault::v1::SignedReceipt> CommitIn(const vault::v1::MigrationPackage& p,
                                                     const std::string& caller);
   absl::StatusOr<vault::v1::TransferStatusResponse> TransferStatus(const std::string& transfer_id,
-                                                                   bool abort_if_unknown);
-  vault::v1::WhereResponse Where(const std::string& id);
+                                                                   bool abort_if_unknown,
+                                                                   const std::string& caller);
   MigrationTransport* transport_ = nullptr;
   absl::Mutex commit_mu_;
   // Why `record`'s chain is cut by a stored revocation ("" when it is not).
   std::string RevokedBecause(const vault::v1::AgentRecord& record);
-  absl::StatusOr<vault::v1::RevokeResponse> Revoke(const vault::v1::RevokeRequest& request);
+  // `from_member`: the member that gossiped it ("" when given here); a new one is passed on to
+  // every other member.
+  absl::StatusOr<vault::v1::RevokeResponse> Revoke(const vault::v1::RevokeRequest& request,
+                                                   const std::string& from_member);
+
+  // ---- location.cc: where agents are, journeys, control and revocations across members ----
+  std::optional<std::string> MemberNameOfKey(absl::string_view raw) const;
+  absl::StatusOr<std::optional<vault::v1::AgentLocation>> LoadLocation(const std::string& id) const;
+  vault::v1::WhereResponse Where(const std::string& id);
+  // "" unless the agent departed from here; else an error text naming where it went.
+  std::string DepartedNote(const std::string& id);
+  absl::StatusOr<vault::v1::LocateResponse> Locate(const std::string& id);
+  // After a Commit here: tells the agent's home (when it is another vault), through the outbox.
+  void ForwardLocation(const std::string& home, const vault::v1::SignedReceipt& receipt,
+                       const std::string& agent_id);
+  absl::StatusOr<vault::v1::LocatedResponse> Located(const vault::v1::SignedReceipt& receipt,
+                                                     const std::string& caller);
+  absl::StatusOr<vault::v1::JourneyResponse> Journey(const std::string& id);
+  absl::StatusOr<vault::v1::ControlResponse> ForwardControl(
+      const vault::v1::ControlRequest& request, absl::string_view for_vault_key);
+  void GossipRevocation(const vault::v1::SignedRevocation& revocation, const std::string& except);
+  void GossipAllRevocations();
+  // Messages to other vaults that nobody waits for (locations, revocations).
+  std::unique_ptr<common::RetryQueue> outbox_;
+  absl::Mutex location_mu_;  // one location update at a time
   std::unique_ptr<FileTree> files_;
   std::string python_sdk_dir_;
   std::string code_root_;
@@ -270,6 +305,7 @@ vault::v1::Digest FromDigest(const cas::Digest& d);
 std::string RandomBytes(size_t n);
 absl::Status ValidateAgentId(const std::string& id);
 std::string TransferStatusOutcomeName(vault::v1::TransferStatusResponse::Outcome o);
+storage::ColumnFamilySpec LocationColumnFamily();
 
 }  // namespace vault::agent
 

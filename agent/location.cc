@@ -1,0 +1,313 @@
+// Where agents are, across the federation (issue 7, docs/migration.md "Location, journey and
+// remote control"):
+//  - Where: what this vault knows of an agent (its record here; at its home vault, also the
+//    latest location the receipts of its hops reported).
+//  - Locate: follows that knowledge from vault to vault until the vault that hosts the agent.
+//  - Located: the home vault's side of location forwarding. The vault an agent arrives at sends
+//    the hop's receipt (signed by itself) to the agent's home, through the outbox.
+//  - Journey: every audit entry about the agent in this vault's log and its mirrors of the
+//    members' logs.
+//  - Control forwarding and revocation gossip, so that an operator anywhere reaches the agent.
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "agent/internal/runtime_impl.h"
+#include "audit/log_store.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+#include "storage/database.h"
+
+namespace vault::agent {
+
+using vault::v1::AgentRecord;
+
+namespace {
+
+constexpr char kLocations[] = "agent_locations";
+// How long a message to another vault is retried before it is dropped (a restart sends
+// revocations again; a lost location update leaves the departed_to trail, which Locate follows).
+constexpr absl::Duration kOutboxGiveUp = absl::Hours(6);
+
+}  // namespace
+
+storage::ColumnFamilySpec LocationColumnFamily() { return {kLocations, {}}; }
+
+std::optional<std::string> AgentRuntime::Impl::MemberNameOfKey(absl::string_view raw) const {
+  for (const vault::v1::Member& m : options_.members) {
+    absl::StatusOr<capability::PublicKey> k = capability::PublicKey::FromText(m.public_key());
+    if (k.ok() && k->raw() == raw) return m.name();
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<std::optional<vault::v1::AgentLocation>> AgentRuntime::Impl::LoadLocation(
+    const std::string& id) const {
+  std::string value;
+  rocksdb::Status s = deps_.db->db()->Get(rocksdb::ReadOptions(), deps_.db->Handle(kLocations),
+                                          storage::ToSlice(id), &value);
+  if (s.IsNotFound()) return std::nullopt;
+  VAULT_RETURN_IF_ERROR(storage::ToStatus(s, "read an agent location"));
+  vault::v1::AgentLocation l;
+  if (!l.ParseFromString(value)) return absl::DataLossError("an agent location does not parse");
+  return l;
+}
+
+vault::v1::WhereResponse AgentRuntime::Impl::Where(const std::string& id) {
+  vault::v1::WhereResponse out;
+  AgentRecord r;
+  if (std::shared_ptr<LiveAgent> live = Find(id); live != nullptr) {
+    absl::MutexLock lock(&live->mu);
+    r = live->record;
+  } else {
+    absl::StatusOr<AgentRecord> stored = store_->Get(id);
+    if (!stored.ok()) return out;
+    r = *std::move(stored);
+  }
+  out.set_state(r.state());
+  out.set_hop(r.hop());
+  out.set_home_vault(r.home_vault().empty() ? options_.vault_name : r.home_vault());
+  if (r.state() == vault::v1::DEPARTED || r.state() == vault::v1::MIGRATING) {
+    out.set_departed_to(r.migration().to_vault());
+  }
+  if (out.home_vault() == options_.vault_name) {
+    absl::StatusOr<std::optional<vault::v1::AgentLocation>> l = LoadLocation(id);
+    if (l.ok() && l->has_value()) *out.mutable_located() = **l;
+  }
+  return out;
+}
+
+std::string AgentRuntime::Impl::DepartedNote(const std::string& id) {
+  absl::StatusOr<AgentRecord> stored = store_->Get(id);
+  if (!stored.ok() || stored->state() != vault::v1::DEPARTED) return "";
+  return absl::StrCat("agent ", id, " has departed to ", stored->migration().to_vault(), " (hop ",
+                      stored->hop(), "): send to it there (vaultctl agent where ", id,
+                      " finds it)");
+}
+
+absl::StatusOr<vault::v1::LocateResponse> AgentRuntime::Impl::Locate(const std::string& id) {
+  VAULT_RETURN_IF_ERROR(ValidateAgentId(id));
+  vault::v1::LocateResponse out;
+  auto where_at = [&](const std::string& vault) -> absl::StatusOr<vault::v1::WhereResponse> {
+    if (vault == options_.vault_name) return Where(id);
+    if (transport_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "this vault cannot reach members (no federation TLS material)");
+    }
+    return transport_->Where(vault, id);
+  };
+  std::string at = options_.vault_name;
+  vault::v1::WhereResponse w = Where(id);
+  out.add_trail(at);
+  if (w.state() == vault::v1::AGENT_STATE_UNSPECIFIED) {
+    // Never here: ask every member; the one that holds it (not departed) wins, else the
+    // furthest departure.
+    std::vector<std::string> unreachable;
+    std::optional<std::pair<std::string, vault::v1::WhereResponse>> best;
+    for (const vault::v1::Member& m : options_.members) {
+      if (m.name() == options_.vault_name) continue;
+      absl::StatusOr<vault::v1::WhereResponse> ws = where_at(m.name());
+      if (!ws.ok()) {
+        unreachable.push_back(absl::StrCat(m.name(), " (", ws.status().message(), ")"));
+        continue;
+      }
+      if (ws->state() == vault::v1::AGENT_STATE_UNSPECIFIED) continue;
+      auto rank = [](const vault::v1::WhereResponse& x) {
+        return std::make_pair(x.state() != vault::v1::DEPARTED, x.hop());
+      };
+      if (!best.has_value() || rank(*ws) > rank(best->second)) best.emplace(m.name(), *ws);
+    }
+    if (!best.has_value()) {
+      return absl::NotFoundError(
+          absl::StrCat("no member knows agent ", id,
+                       unreachable.empty()
+                           ? ""
+                           : absl::StrCat("; not reachable: ", absl::StrJoin(unreachable, ", "))));
+    }
+    at = best->first;
+    w = best->second;
+    out.add_trail(at);
+  }
+  const size_t max_steps = 2 * options_.members.size() + 4;
+  for (size_t step = 0;; ++step) {
+    if (!w.home_vault().empty()) out.set_home_vault(w.home_vault());
+    std::string next;
+    if (w.state() == vault::v1::DEPARTED && w.located().hop() > w.hop() &&
+        !w.located().vault().empty()) {
+      next = w.located().vault();  // the home's newer knowledge: skip the hops between
+    } else if (w.state() == vault::v1::DEPARTED) {
+      next = w.departed_to();
+    } else if (w.state() == vault::v1::MIGRATING) {
+      // Mid-hop: the destination may have committed already (the source has not heard yet).
+      absl::StatusOr<vault::v1::WhereResponse> there = where_at(w.departed_to());
+      if (there.ok() && there->state() != vault::v1::AGENT_STATE_UNSPECIFIED &&
+          there->hop() > w.hop()) {
+        next = w.departed_to();
+      } else {
+        out.set_migrating_to(w.departed_to());
+      }
+    }
+    if (next.empty()) {
+      out.set_vault(at);
+      out.set_state(w.state());
+      out.set_hop(w.hop());
+      if (at == options_.vault_name) {
+        out.set_vault_key(deps_.vault_key->public_key().raw());
+      } else if (std::optional<capability::PublicKey> k = MemberKey(at); k.has_value()) {
+        out.set_vault_key(k->raw());
+      }
+      return out;
+    }
+    if (step >= max_steps) {
+      return absl::DataLossError(absl::StrCat("the trail of agent ", id, " does not end (",
+                                              absl::StrJoin(out.trail(), " -> "), ")"));
+    }
+    absl::StatusOr<vault::v1::WhereResponse> ws = where_at(next);
+    if (!ws.ok()) {
+      return absl::UnavailableError(absl::StrCat("agent ", id, " departed from ", at, " to ", next,
+                                                 ", which does not answer (", ws.status().message(),
+                                                 "); trail: ", absl::StrJoin(out.trail(), " -> ")));
+    }
+    if (ws->state() == vault::v1::AGENT_STATE_UNSPECIFIED) {
+      return absl::DataLossError(
+          absl::StrCat("agent ", id, " departed from ", at, " to ", next,
+                       ", which has no record of it; trail: ", absl::StrJoin(out.trail(), " -> ")));
+    }
+    at = next;
+    w = *std::move(ws);
+    out.add_trail(at);
+  }
+}
+
+void AgentRuntime::Impl::ForwardLocation(const std::string& home,
+                                         const vault::v1::SignedReceipt& receipt,
+                                         const std::string& agent_id) {
+  if (home == options_.vault_name || transport_ == nullptr || outbox_ == nullptr) return;
+  outbox_->Add(
+      absl::StrCat("location of agent ", agent_id, " to its home ", home),
+      [this, home, receipt] { return transport_->Located(home, receipt).status(); }, kOutboxGiveUp);
+}
+
+absl::StatusOr<vault::v1::LocatedResponse> AgentRuntime::Impl::Located(
+    const vault::v1::SignedReceipt& receipt, const std::string& caller) {
+  std::optional<capability::PublicKey> key = MemberKey(caller);
+  if (!key.has_value()) return absl::PermissionDeniedError("the caller is not a member");
+  VAULT_ASSIGN_OR_RETURN(vault::v1::ReceiptPayload p, OpenReceipt(receipt, *key));
+  if (p.to_vault() != caller) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("member ", caller, " reports a receipt of ", p.to_vault()));
+  }
+  absl::StatusOr<AgentRecord> home = store_->Get(p.agent_id());
+  if (!home.ok() || !(home->home_vault().empty() || home->home_vault() == options_.vault_name)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this vault is not the home of agent ", p.agent_id()));
+  }
+  absl::MutexLock lock(&location_mu_);
+  VAULT_ASSIGN_OR_RETURN(std::optional<vault::v1::AgentLocation> held, LoadLocation(p.agent_id()));
+  vault::v1::LocatedResponse out;
+  uint32_t known_hop = home->hop();
+  if (std::shared_ptr<LiveAgent> live = Find(p.agent_id()); live != nullptr) {
+    absl::MutexLock agent_lock(&live->mu);
+    known_hop = live->record.hop();
+  }
+  if ((held.has_value() && held->hop() >= p.hop()) || known_hop >= p.hop()) return out;
+  vault::v1::AgentLocation l;
+  l.set_vault(caller);
+  l.set_hop(p.hop());
+  *l.mutable_receipt() = receipt;
+  l.set_unix_ms(absl::ToUnixMillis(absl::Now()));
+  rocksdb::WriteBatch batch;
+  batch.Put(deps_.db->Handle(kLocations), storage::ToSlice(p.agent_id()), l.SerializeAsString());
+  VAULT_RETURN_IF_ERROR(deps_.db->Write(&batch));
+  out.set_updated(true);
+  return out;
+}
+
+absl::StatusOr<vault::v1::JourneyResponse> AgentRuntime::Impl::Journey(const std::string& id) {
+  VAULT_RETURN_IF_ERROR(ValidateAgentId(id));
+  vault::v1::JourneyResponse out;
+  std::vector<std::string> logs = {options_.vault_name};
+  for (const vault::v1::Member& m : options_.members) {
+    if (m.name() != options_.vault_name) logs.push_back(m.name());
+  }
+  for (const std::string& name : logs) {
+    audit::LogStore log(deps_.db, name);
+    VAULT_ASSIGN_OR_RETURN(vault::v1::LogHead head, log.ReadHead());
+    if (head.size() == 0 && name != options_.vault_name) {
+      out.add_logs_missing(name);
+      continue;
+    }
+    out.add_logs_read(name);
+    absl::Status bad = absl::OkStatus();
+    VAULT_RETURN_IF_ERROR(
+        log.ScanEntries(0, [&](uint64_t, absl::string_view, absl::string_view bytes) {
+          if (!absl::StrContains(bytes, id)) return true;  // cheap filter before parsing
+          vault::v1::AuditEntry e;
+          if (!e.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+            bad = absl::DataLossError(absl::StrCat("an entry of log ", name, " does not parse"));
+            return false;
+          }
+          if (e.subject() == id) *out.add_entries() = std::move(e);
+          return true;
+        }));
+    VAULT_RETURN_IF_ERROR(bad);
+  }
+  std::stable_sort(out.mutable_entries()->begin(), out.mutable_entries()->end(),
+                   [](const vault::v1::AuditEntry& a, const vault::v1::AuditEntry& b) {
+                     return a.time_unix_micros() < b.time_unix_micros();
+                   });
+  if (out.entries_size() == 0) {
+    return absl::NotFoundError(absl::StrCat("no audit entry about agent ", id, " in the logs of ",
+                                            absl::StrJoin(out.logs_read(), ", ")));
+  }
+  return out;
+}
+
+absl::StatusOr<vault::v1::ControlResponse> AgentRuntime::Impl::ForwardControl(
+    const vault::v1::ControlRequest& request, absl::string_view for_vault_key) {
+  std::optional<std::string> member = MemberNameOfKey(for_vault_key);
+  if (!member.has_value() || *member == options_.vault_name) {
+    return absl::PermissionDeniedError(
+        "the control request is for a vault that is not a member of this federation");
+  }
+  if (transport_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("the control request is for ", *member,
+                                                      ", and this vault cannot reach members"));
+  }
+  return transport_->Control(*member, request);
+}
+
+void AgentRuntime::Impl::GossipRevocation(const vault::v1::SignedRevocation& revocation,
+                                          const std::string& except) {
+  if (transport_ == nullptr || outbox_ == nullptr) return;
+  vault::v1::RevokeRequest request;
+  *request.mutable_revocation() = revocation;
+  for (const vault::v1::Member& m : options_.members) {
+    if (m.name() == options_.vault_name || m.name() == except) continue;
+    outbox_->Add(
+        absl::StrCat("revocation to ", m.name()),
+        [this, name = m.name(), request] { return transport_->Revoke(name, request).status(); },
+        kOutboxGiveUp);
+  }
+}
+
+void AgentRuntime::Impl::GossipAllRevocations() {
+  absl::StatusOr<std::vector<vault::v1::SignedRevocation>> all = revocations_->All();
+  if (!all.ok()) {
+    spdlog::error("revocations could not be read for gossip: {}", all.status().ToString());
+    return;
+  }
+  for (const vault::v1::SignedRevocation& r : *all) GossipRevocation(r, "");
+}
+
+}  // namespace vault::agent

@@ -1,0 +1,195 @@
+// Mobile agents across the federation (issue 7, "Location, journey and remote control"), with
+// three real vaultd processes: the home vault learns where its agent went from the receipts its
+// hops forward; `agent where` on any member finds it; `agent journey` lists its hops from the
+// audit logs (the vault's own and its mirrors); `agent terminate` given to any member reaches the
+// vault hosting the agent, checked there; a revocation given to one member reaches every member
+// (also one that was down when it was given) and ends the agent where it runs; messages for a
+// departed agent are refused with where it went.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "integration-tests/migration_fixture.h"
+
+namespace vault::integration {
+namespace {
+
+using ::testing::HasSubstr;
+using vault::v1::AgentStatus;
+
+class MobilityTest : public MigrationTest {
+ protected:
+  // The counter agent, moved a -> b -> c by the operator.
+  std::string SpawnAndTour() {
+    std::string id = SpawnCounter("tourist", 5);
+    if (id.empty()) return "";
+    ExpectHop(id, "a", "b", 1,
+              Ctl("a", {"-o", "json", "migrate", id, "--to", "b", "--checkpoint-wait", "1000"}));
+    ExpectHop(id, "b", "c", 2,
+              Ctl("b", {"-o", "json", "migrate", id, "--to", "c", "--checkpoint-wait", "1000"}));
+    return id;
+  }
+
+  // Polls `vaultctl -o json agent where` on `vault` until `pred` holds for its output.
+  RunResult WaitWhere(const std::string& vault, const std::string& id,
+                      const std::function<bool(const RunResult&)>& pred,
+                      absl::Duration timeout = absl::Seconds(15)) {
+    absl::Time deadline = absl::Now() + timeout;
+    RunResult r;
+    do {
+      r = Ctl(vault, {"-o", "json", "agent", "where", id});
+      if (pred(r)) return r;
+      absl::SleepFor(absl::Milliseconds(100));
+    } while (absl::Now() < deadline);
+    ADD_FAILURE() << "agent where " << id << " on " << vault << " never matched: " << r;
+    return r;
+  }
+};
+
+TEST_F(MobilityTest, WhereFindsTheAgentFromAnyMemberAndTheHomeLearnsItsLocation) {
+  ASSERT_NO_FATAL_FAILURE(TrustOwnerEverywhere());
+  const std::string id = SpawnAndTour();
+  ASSERT_FALSE(id.empty());
+  for (const char* asked : {"a", "b", "c"}) {
+    RunResult r = WaitWhere(asked, id, [](const RunResult& r) { return r.exit_code == kExitOk; });
+    EXPECT_EQ(JsonField(r.out, "vault"), "c") << asked << ": " << r;
+    EXPECT_EQ(JsonField(r.out, "state"), "running") << r;
+    EXPECT_EQ(JsonField(r.out, "hop"), "2") << r;
+    EXPECT_EQ(JsonField(r.out, "home_vault"), "a") << r;
+  }
+  // The home vault learns of hop 2 from c's forwarded receipt: it then asks c directly instead
+  // of walking a -> b -> c.
+  RunResult home = WaitWhere(
+      "a", id, [](const RunResult& r) { return absl::StrContains(r.out, R"("trail":["a","c"])"); });
+  EXPECT_THAT(home.out, HasSubstr(R"("trail":["a","c"])"));
+  // Text form.
+  RunResult text = Ctl("b", {"agent", "where", id});
+  ASSERT_EQ(text.exit_code, kExitOk) << text;
+  EXPECT_THAT(text.out, HasSubstr(absl::StrCat(id, " is running on c (hop 2)")));
+  // An id no member knows.
+  RunResult unknown = Ctl("a", {"agent", "where", "a-00000000000000000000000000000000"});
+  EXPECT_EQ(unknown.exit_code, kExitNotFound) << unknown;
+  EXPECT_THAT(unknown.err, HasSubstr("no member knows agent")) << unknown;
+}
+
+TEST_F(MobilityTest, JourneyListsEveryHopWithItsReceiptFromTheMirroredLogs) {
+  ASSERT_NO_FATAL_FAILURE(TrustOwnerEverywhere());
+  const std::string id = SpawnAndTour();
+  ASSERT_FALSE(id.empty());
+  const std::string receipt1 = Hex(Sha256(Get("a", id)->record().migration().receipt()));
+  const std::string receipt2 = Hex(Sha256(Get("b", id)->record().migration().receipt()));
+  // a reads hop 1's arrival from its mirror of b's log and hop 2's from its mirror of c's:
+  // polled until the mirrors have caught up.
+  const std::string hop1 = absl::StrCat(R"({"hop":"1","from":"a","to":"b",)");
+  const std::string hop2 = absl::StrCat(R"({"hop":"2","from":"b","to":"c",)");
+  absl::Time deadline = absl::Now() + absl::Seconds(30);
+  RunResult r;
+  do {
+    r = Ctl("a", {"-o", "json", "agent", "journey", id});
+    if (r.exit_code == kExitOk && absl::StrContains(r.out, hop1) &&
+        absl::StrContains(r.out, hop2) && absl::StrContains(r.out, receipt2)) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  } while (absl::Now() < deadline);
+  ASSERT_EQ(r.exit_code, kExitOk) << r;
+  ASSERT_THAT(r.out, HasSubstr(hop1));
+  ASSERT_THAT(r.out, HasSubstr(hop2));
+  // Each hop carries the receipt hash its source recorded, and the grants in force there.
+  const size_t h1 = r.out.find(hop1), h2 = r.out.find(hop2);
+  const std::string first = r.out.substr(h1, h2 - h1), second = r.out.substr(h2, 600);
+  EXPECT_THAT(first, HasSubstr(absl::StrCat(R"("receipt_sha256":")", receipt1, "\"")));
+  EXPECT_THAT(second, HasSubstr(absl::StrCat(R"("receipt_sha256":")", receipt2, "\"")));
+  EXPECT_THAT(first, HasSubstr("migrate a b c")) << first;
+  EXPECT_THAT(r.out, HasSubstr(R"("logs_read":["a","b","c"])"));
+  EXPECT_THAT(r.out, HasSubstr(R"("logs_missing":[])"));
+  // The spawn, both departures and both arrivals are among the entries, each from its own log.
+  EXPECT_THAT(r.out, HasSubstr(R"({"vault":"a",)"));
+  for (const char* action : {"agent.spawn", "agent.departed", "agent.migrate.in"}) {
+    EXPECT_THAT(r.out, HasSubstr(absl::StrCat(R"("action":")", action, "\""))) << action;
+  }
+  RunResult text = Ctl("a", {"agent", "journey", id});
+  ASSERT_EQ(text.exit_code, kExitOk) << text;
+  EXPECT_THAT(text.out, HasSubstr(absl::StrCat(id, ": 2 hops; logs read: a, b, c")));
+}
+
+TEST_F(MobilityTest, TerminateGivenToAnyMemberReachesTheHostAndIsCheckedThere) {
+  ASSERT_NO_FATAL_FAILURE(TrustOwnerEverywhere());
+  const std::string id = SpawnAndTour();
+  ASSERT_FALSE(id.empty());
+  // a's administrator is not c's: the request reaches c, which refuses it.
+  RunResult admin = Ctl("a", {"agent", "terminate", id, "--as", AdminKey("a")});
+  EXPECT_EQ(admin.exit_code, kExitRefused) << admin;
+  EXPECT_THAT(admin.err, HasSubstr("may not control agent")) << admin;
+  EXPECT_EQ(Get("c", id)->record().state(), vault::v1::RUNNING);
+  // c audited the refusal, naming the signer.
+  EXPECT_EQ(Audit("c", "agent.control", id).size(), 1u);
+  // The spawning principal, asking b (where the agent no longer is): it ends on c.
+  RunResult r = Ctl("b", {"-o", "json", "agent", "terminate", id, "--as", owner_key_, "--reason",
+                          "done touring"});
+  ASSERT_EQ(r.exit_code, kExitOk) << r;
+  EXPECT_EQ(JsonField(r.out, "state"), "terminated") << r;
+  EXPECT_EQ(JsonField(r.out, "vault"), "c") << r;
+  AgentStatus end = WaitFor(
+      "c", id, [](const AgentStatus& s) { return s.record().state() == vault::v1::TERMINATED; },
+      absl::Seconds(10), "terminated");
+  EXPECT_EQ(end.record().reason(), "terminated: done touring");
+  EXPECT_TRUE(Processes(id).empty()) << Describe(Processes(id));
+  // The records it left behind are unchanged.
+  EXPECT_EQ(Get("a", id)->record().state(), vault::v1::DEPARTED);
+  EXPECT_EQ(Get("b", id)->record().state(), vault::v1::DEPARTED);
+}
+
+TEST_F(MobilityTest, RevocationGossipsToEveryMemberAndEndsTheAgentWhereItRuns) {
+  ASSERT_NO_FATAL_FAILURE(TrustOwnerEverywhere());
+  const std::string id = SpawnCounter("revoked", 5);
+  ASSERT_FALSE(id.empty());
+  ExpectHop(id, "a", "b", 1,
+            Ctl("a", {"-o", "json", "migrate", id, "--to", "b", "--checkpoint-wait", "1000"}));
+  // c is down when the revocation is given to a.
+  M("c").vaultd->Kill();  // SIGKILL
+  RunResult r = Ctl("a", {"-o", "json", "cap", "revoke", "--agent-id", id, "--as", owner_key_,
+                          "--reason", "compromised"});
+  ASSERT_EQ(r.exit_code, kExitOk) << r;
+  EXPECT_EQ(JsonField(r.out, "added"), "true") << r;
+  // b learns it from a and ends the agent it hosts.
+  AgentStatus end = WaitFor(
+      "b", id, [](const AgentStatus& s) { return s.record().state() == vault::v1::TERMINATED; },
+      absl::Seconds(15), "terminated by the gossiped revocation");
+  EXPECT_THAT(end.record().reason(), HasSubstr("revoked")) << end.DebugString();
+  std::vector<std::string> at_b = Audit("b", "capability.revoke", id);
+  ASSERT_EQ(at_b.size(), 1u);
+  EXPECT_EQ(JsonField(at_b[0], "gossiped_by"), "a") << at_b[0];
+  EXPECT_TRUE(Processes(id).empty()) << Describe(Processes(id));
+  // c, back up, gets it too (a keeps retrying; b passes on what was new to it).
+  ASSERT_NO_FATAL_FAILURE(Restart("c"));
+  std::vector<std::string> at_c = Audit("c", "capability.revoke", id, 1, absl::Seconds(20));
+  ASSERT_GE(at_c.size(), 1u);
+  EXPECT_EQ(JsonField(at_c[0], "new"), "yes") << at_c[0];
+  // c holds it now: given again there, it is not new.
+  RunResult again = Ctl("c", {"-o", "json", "cap", "revoke", "--agent-id", id, "--as", owner_key_,
+                              "--reason", "compromised"});
+  ASSERT_EQ(again.exit_code, kExitOk) << again;
+  EXPECT_EQ(JsonField(again.out, "added"), "false") << again;
+}
+
+TEST_F(MobilityTest, MessagesForADepartedAgentAreRefusedWithWhereItWent) {
+  ASSERT_NO_FATAL_FAILURE(TrustOwnerEverywhere());
+  const std::string id = SpawnCounter("leaver", 5);
+  ASSERT_FALSE(id.empty());
+  ExpectHop(id, "a", "b", 1,
+            Ctl("a", {"-o", "json", "migrate", id, "--to", "b", "--checkpoint-wait", "1000"}));
+  const std::string data = root() + "/msg";
+  ASSERT_TRUE(WriteFile(data, "hello").ok());
+  RunResult r = Ctl("a", {"agent", "send", id, "--type", "note", "--data", data});
+  EXPECT_EQ(r.exit_code, kExitRefused) << r;
+  EXPECT_THAT(r.err, HasSubstr(absl::StrCat("agent ", id, " has departed to b (hop 1)"))) << r;
+  RunResult q = Ctl("a", {"agent", "query", id, "anyone?"});
+  EXPECT_EQ(q.exit_code, kExitRefused) << q;
+  EXPECT_THAT(q.err, HasSubstr("has departed to b")) << q;
+  // On b it is delivered.
+  RunResult there = Ctl("b", {"agent", "send", id, "--type", "note", "--data", data});
+  EXPECT_EQ(there.exit_code, kExitOk) << there;
+}
+
+}  // namespace
+}  // namespace vault::integration
