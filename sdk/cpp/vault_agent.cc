@@ -504,6 +504,19 @@ absl::StatusOr<vault::v1::SpawnChildResult> Agent::SpawnChild(
   return std::move(*response->mutable_spawn_child());
 }
 
+absl::Status Agent::Migrate(absl::string_view vault, absl::string_view state) {
+  HostRequest request;
+  vault::v1::MigrateRequest* migrate = request.mutable_migrate();
+  migrate->set_vault(std::string(vault));
+  migrate->set_state(std::string(state));
+  absl::MutexLock lock(&mu_);  // held until the process ends, or the hop failed
+  absl::StatusOr<HostResponse> response =
+      CallLocked(request, HostResponse::RESULT_NOT_SET, nullptr);
+  if (!response.ok()) return response.status();
+  // Answered only on failure: an OK answer leaves it unknown where the agent now runs.
+  return Break(ProtocolError("the vault answered a migrate call with success"));
+}
+
 absl::Status Agent::Exit(int code, absl::string_view message,
                          const std::optional<vault::v1::Digest>& result) {
   HostRequest request;

@@ -153,6 +153,17 @@ class Agent {
   absl::StatusOr<vault::v1::SpawnChildResult> SpawnChild(
       const vault::v1::AgentSpec& spec,
       const std::optional<std::string>& initial_state = std::nullopt);
+  // Moves the agent to the member vault named `vault` (weak mobility): the vault checks the
+  // migrate grant naming it and max-migrations, freezes this process and hands `state` over; the
+  // destination starts the same code, whose GetState returns `state` (SelfInspect there reports
+  // its vault and the hop count). On success the call never returns: the vault ends this process
+  // once the destination has taken the agent over, so finish any other work first. It returns
+  // only when the agent stays here: PERMISSION_DENIED when the grants or max-migrations do not
+  // allow the hop, ABORTED when the destination refused or could not be reached, INVALID_ARGUMENT
+  // for a state too large for one frame (not sent), or a channel error. An OK answer breaks the
+  // protocol (the vault answers a migrate only when it failed): INTERNAL, and the channel is
+  // closed.
+  absl::Status Migrate(absl::string_view vault, absl::string_view state);
   // Ends the agent: sends ExitRequest{code, message, result} and waits for the vault's answer.
   // When the vault has recorded the exit, flushes stdio and calls _exit(code): it does not
   // return, destructors and atexit handlers do not run. It returns only when the exit was not

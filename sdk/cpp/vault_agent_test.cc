@@ -465,6 +465,85 @@ TEST_F(SdkAgentTest, ExitReturnsWhenTheVaultRefusesIt) {
   EXPECT_EQ(ended.code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(SdkAgentTest, SelfInspectReportsTheVaultAndTheHop) {
+  Connect();
+  HostFrame inspected = Response(1);
+  vault::v1::SelfInspectResult* self = inspected.mutable_response()->mutable_self_inspect();
+  self->set_agent_id("agent-1");
+  self->set_vault("vault-b");
+  self->set_hop(2);
+  self->set_incarnation(1);
+  WriteRaw(vault_.get(), Frame(inspected));
+  absl::StatusOr<vault::v1::SelfInspectResult> got = agent_->SelfInspect();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->vault(), "vault-b");  // where it runs now (the Welcome's vault() too)
+  EXPECT_EQ(got->hop(), 2u);           // migrations so far
+  EXPECT_TRUE(ReadGuest(vault_.get()).request().has_self_inspect());
+}
+
+TEST_F(SdkAgentTest, MigrateFrameIsExactlyTheseBytes) {
+  Connect();
+  WriteRaw(vault_.get(), Frame(Response(1, 10, "refused")));
+  EXPECT_EQ(agent_->Migrate("b", "s").code(), absl::StatusCode::kAborted);
+  // GuestFrame{request{call_id: 1, migrate (field 26){vault: "b", state: "s"}}}.
+  const std::string expected(
+      "\x00\x00\x00\x0d\x12\x0b\x08\x01\xd2\x01\x06\x0a\x01"
+      "b\x12\x01"
+      "s",
+      17);
+  EXPECT_EQ(ReadRaw(vault_.get(), expected.size()), expected);
+}
+
+TEST_F(SdkAgentTest, MigrateReturnsTheFailureAndTheAgentGoesOnHere) {
+  Connect();
+  WriteRaw(vault_.get(), Frame(Response(1, 10, "migration to vault-b refused: Offer to vault-b")));
+  WriteRaw(vault_.get(), Frame(Response(2, 7, "no migrate grant names vault-c")));
+  WriteRaw(vault_.get(), Frame(HeartbeatResponse(3)));
+
+  absl::Status refused = agent_->Migrate("vault-b", std::string("state\0bytes", 11));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(refused.message(), "migration to vault-b refused: Offer to vault-b");
+  absl::Status denied = agent_->Migrate("vault-c", "");
+  EXPECT_EQ(denied.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(denied.message(), "no migrate grant names vault-c");
+  EXPECT_TRUE(agent_->Heartbeat().ok());  // the channel is still in step
+
+  GuestFrame first = ReadGuest(vault_.get());
+  EXPECT_EQ(first.request().call_id(), 1u);
+  EXPECT_EQ(first.request().migrate().vault(), "vault-b");
+  EXPECT_EQ(first.request().migrate().state(), std::string("state\0bytes", 11));
+  GuestFrame second = ReadGuest(vault_.get());
+  EXPECT_EQ(second.request().migrate().vault(), "vault-c");
+  EXPECT_TRUE(second.request().migrate().state().empty());
+  EXPECT_TRUE(ReadGuest(vault_.get()).request().has_heartbeat());
+}
+
+TEST_F(SdkAgentTest, MigrateAnsweredWithSuccessIsAProtocolError) {
+  Connect();
+  WriteRaw(vault_.get(), Frame(Response(1)));
+  absl::Status got = agent_->Migrate("vault-b", "state");
+  EXPECT_EQ(got.code(), absl::StatusCode::kInternal) << got;
+  EXPECT_THAT(got.message(), HasSubstr("answered a migrate call with success"));
+  // Where the agent runs is now unknown: the channel is closed for good.
+  EXPECT_EQ(agent_->Heartbeat().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SdkAgentTest, MigrateEndedByTheVaultClosingTheChannelIsUnavailable) {
+  Connect();
+  ASSERT_EQ(shutdown(vault_.get(), SHUT_WR), 0);  // the agent went: its channel ends
+  EXPECT_EQ(agent_->Migrate("vault-b", "state").code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(ReadGuest(vault_.get()).request().has_migrate());
+}
+
+TEST_F(SdkAgentTest, MigrateWithAStateOverTheFrameLimitIsNotSent) {
+  Connect(Welcome(/*max_frame_bytes=*/64));
+  EXPECT_EQ(agent_->Migrate("vault-b", std::string(100, 's')).code(),
+            absl::StatusCode::kInvalidArgument);
+  WriteRaw(vault_.get(), Frame(HeartbeatResponse(1)));
+  EXPECT_TRUE(agent_->Heartbeat().ok());
+  EXPECT_TRUE(ReadGuest(vault_.get()).request().has_heartbeat());
+}
+
 TEST(SdkDigest, TextRoundTrip) {
   vault::v1::Digest digest = SomeDigest();
   std::string hex;

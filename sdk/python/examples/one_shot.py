@@ -15,7 +15,7 @@ Run it:
            (constraints (max-runtime 60)))
     SPEC
     vaultctl agent spawn one_shot.scm --state '{"input": "sha256:<hex>/<size>"}'
-    vaultctl agent get <agent id>                  # state COMPLETED, result: the output digest
+    vaultctl agent status <agent id>               # state COMPLETED, result: the output digest
 """
 
 import json

@@ -330,6 +330,33 @@ class AgentTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             agent.spawn_child({"purpose": "p", "bogus": 1})
 
+    def test_migrate_returns_only_on_failure(self):
+        agent = self.connect()
+        self.vault.sendall(response(1, code=10, message="migration to b refused"))
+        self.vault.sendall(response(2, code=7, message="no migrate grant names c"))
+        self.vault.sendall(response(3))
+        with self.assertRaises(HostError) as cm:
+            agent.migrate("b", b"phase=process\0")
+        self.assertEqual((cm.exception.code, cm.exception.message), (10, "migration to b refused"))
+        with self.assertRaises(Denied):
+            agent.migrate("c", bytearray(b"s"))
+        # An OK answer breaks the protocol: the vault answers a migrate only when it failed.
+        with self.assertRaises(HostError) as cm:
+            agent.migrate("b", b"")
+        self.assertEqual(cm.exception.code, vault_agent.INTERNAL)
+        with self.assertRaises(TypeError):
+            agent.migrate("b", "not bytes")
+        reqs = [read_guest(self.vault).request for _ in range(3)]
+        self.assertEqual([r.call_id for r in reqs], [1, 2, 3])
+        self.assertEqual((reqs[0].migrate.vault, reqs[0].migrate.state), ("b", b"phase=process\0"))
+        self.assertEqual((reqs[1].migrate.vault, reqs[1].migrate.state), ("c", b"s"))
+
+    def test_self_inspect_reports_vault_and_hop(self):
+        agent = self.connect()
+        self.vault.sendall(response(1, self_inspect=H.SelfInspectResult(vault="vault-b", hop=2)))
+        info = agent.self_inspect()
+        self.assertEqual((info["vault"], info["hop"]), ("vault-b", 2))
+
     def test_exit(self):
         agent = self.connect()
         self.vault.sendall(response(1, code=5, message="result not in the CAS"))

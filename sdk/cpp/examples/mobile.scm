@@ -1,0 +1,5 @@
+(agent (purpose "mobile: price the home shopping list at the remote vault, bring the report home")
+       (instructions "initial state \"remote=vault-b\"; exits at home with the report as its result")
+       (capabilities (read (path "/vault/pub/mobile")) (cas-write)
+                     (migrate (vaults vault-a vault-b)))
+       (constraints (max-runtime 120) (max-migrations 2)))
