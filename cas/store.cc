@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "rocksdb/iterator.h"
@@ -351,6 +352,144 @@ absl::StatusOr<bool> Store::Contains(const Digest& digest) const {
   if (info.ok()) return true;
   if (absl::IsNotFound(info.status())) return false;
   return info.status();
+}
+
+absl::StatusOr<std::vector<ChunkInfo>> Store::FindMissingChunks(
+    absl::Span<const ChunkInfo> chunks) const {
+  std::vector<uint32_t> order(chunks.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return chunks[a].sha256 < chunks[b].sha256; });
+  std::vector<rocksdb::Slice> sorted;
+  sorted.reserve(chunks.size());
+  for (uint32_t i : order) sorted.emplace_back(chunks[i].sha256);
+  std::vector<rocksdb::PinnableSlice> values(chunks.size());
+  std::vector<rocksdb::Status> statuses(chunks.size());
+  db_->db()->MultiGet(rocksdb::ReadOptions(), chunk_index_, sorted.size(), sorted.data(),
+                      values.data(), statuses.data(), /*sorted_input=*/true);
+  std::vector<bool> present(chunks.size(), false);
+  for (size_t k = 0; k < order.size(); ++k) {
+    if (statuses[k].ok()) {
+      // The index holds the chunk's size: a chunk claimed with another size is not this one.
+      present[order[k]] = ParseBigEndian64(storage::View(values[k])) == chunks[order[k]].size;
+    } else if (!statuses[k].IsNotFound()) {
+      return storage::ToStatus(statuses[k], "look up chunks");
+    }
+  }
+  std::vector<ChunkInfo> missing;
+  absl::flat_hash_set<absl::string_view> reported;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (!present[i] && reported.insert(chunks[i].sha256).second) missing.push_back(chunks[i]);
+  }
+  return missing;
+}
+
+absl::StatusOr<std::string> Store::ReadChunk(absl::string_view sha256, uint32_t size) const {
+  std::string value;
+  rocksdb::Status s =
+      db_->db()->Get(rocksdb::ReadOptions(), chunks_, storage::ToSlice(sha256), &value);
+  if (s.IsNotFound()) return absl::NotFoundError("chunk is not stored here");
+  VAULT_RETURN_IF_ERROR(storage::ToStatus(s, "read chunk"));
+  if (value.size() != size || Sha256::Hash(value) != sha256) {
+    return absl::DataLossError("stored bytes of a chunk do not match its hash (corrupt storage)");
+  }
+  return value;
+}
+
+absl::StatusOr<RangeSummary> Store::RangeFingerprint(absl::string_view start, absl::string_view end,
+                                                     uint64_t list_below) const {
+  rocksdb::ReadOptions ro;
+  ro.total_order_seek = true;  // the column family has a prefix extractor
+  ro.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(ro, meta_));
+  RangeSummary out;
+  Sha256 hash;
+  for (it->Seek(storage::ToSlice(start)); it->Valid(); it->Next()) {
+    absl::string_view key = storage::View(it->key());
+    if (!end.empty() && key >= end) break;
+    if (key.size() != kSha256Bytes + 8) continue;  // the totals record
+    hash.Update(key);
+    ++out.count;
+    if (out.count <= list_below) {
+      VAULT_ASSIGN_OR_RETURN(Digest d, Digest::FromKey(key));
+      out.digests.push_back(std::move(d));
+    }
+  }
+  VAULT_RETURN_IF_ERROR(storage::ToStatus(it->status(), "scan objects"));
+  if (out.count > list_below) out.digests.clear();
+  out.fingerprint = hash.Finish();
+  return out;
+}
+
+absl::StatusOr<std::vector<Digest>> Store::ListKeys(absl::string_view start, size_t limit) const {
+  rocksdb::ReadOptions ro;
+  ro.total_order_seek = true;
+  ro.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(ro, meta_));
+  std::vector<Digest> out;
+  for (it->Seek(storage::ToSlice(start)); it->Valid() && out.size() < limit; it->Next()) {
+    absl::string_view key = storage::View(it->key());
+    if (key.size() != kSha256Bytes + 8) continue;
+    VAULT_ASSIGN_OR_RETURN(Digest d, Digest::FromKey(key));
+    out.push_back(std::move(d));
+  }
+  VAULT_RETURN_IF_ERROR(storage::ToStatus(it->status(), "scan objects"));
+  return out;
+}
+
+absl::Status Store::Repair(const Digest& digest, absl::string_view data) {
+  if (data.size() != digest.size() || Sha256::Hash(data) != digest.sha256()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("repair of ", digest.ToString(), ": the bytes do not match the digest"));
+  }
+  const std::string key = digest.Key();
+  VAULT_ASSIGN_OR_RETURN(std::string rec_value, GetValue(meta_, key, "look up object"));
+  vault::v1::ObjectRecord rec;
+  if (!rec.ParseFromString(rec_value)) {
+    return absl::DataLossError(
+        absl::StrCat("object record of ", digest.ToString(), " does not parse"));
+  }
+  rocksdb::WriteBatch batch;
+  if (!rec.chunked()) {
+    batch.Put(data_, key, rocksdb::Slice(data.data(), data.size()));
+    return db_->Write(&batch);
+  }
+  // The chunk boundaries: from the stored manifest when it is intact, else chunked again (the
+  // same parameters give the same boundaries; the record then gets the new manifest's hash).
+  vault::v1::Manifest manifest;
+  absl::StatusOr<std::string> stored = GetValue(data_, key, "read manifest");
+  if (!stored.ok() && !absl::IsNotFound(stored.status())) return stored.status();
+  if (!stored.ok() || Sha256::Hash(*stored) != rec.manifest_sha256() ||
+      !manifest.ParseFromString(*stored)) {
+    manifest.Clear();
+    Chunker chunker(chunker_params_);
+    chunker.Append(data);
+    while (std::optional<std::string> chunk = chunker.Next(/*eof=*/true)) {
+      vault::v1::ChunkRef* ref = manifest.add_chunks();
+      ref->set_sha256(Sha256::Hash(*chunk));
+      ref->set_size(static_cast<uint32_t>(chunk->size()));
+    }
+    std::string bytes = manifest.SerializeAsString();
+    rec.set_manifest_sha256(Sha256::Hash(bytes));
+    rec.set_chunk_count(static_cast<uint32_t>(manifest.chunks_size()));
+    batch.Put(data_, key, bytes);
+    batch.Put(meta_, key, rec.SerializeAsString());
+  }
+  uint64_t at = 0;
+  for (const vault::v1::ChunkRef& ref : manifest.chunks()) {
+    if (at + ref.size() > data.size()) {
+      return absl::DataLossError(absl::StrCat("manifest of ", digest.ToString(), " is too long"));
+    }
+    absl::string_view chunk = data.substr(at, ref.size());
+    if (Sha256::Hash(chunk) != ref.sha256()) {
+      return absl::DataLossError(
+          absl::StrCat("manifest of ", digest.ToString(), " does not describe its bytes"));
+    }
+    batch.Put(chunks_, ref.sha256(), rocksdb::Slice(chunk.data(), chunk.size()));
+    batch.Put(chunk_index_, ref.sha256(), storage::BigEndian32(ref.size()));
+    at += ref.size();
+  }
+  return db_->Write(&batch);
 }
 
 absl::StatusOr<std::string> Store::GetValue(rocksdb::ColumnFamilyHandle* cf, const std::string& key,

@@ -82,6 +82,19 @@ struct FeedItem {
   int64_t stored_unix_ms = 0;
 };
 
+// A chunk of a large object: the SHA-256 of its bytes and their count.
+struct ChunkInfo {
+  std::string sha256;
+  uint32_t size = 0;
+};
+
+// The stored objects whose keys fall in a range (see Store::RangeFingerprint).
+struct RangeSummary {
+  uint64_t count = 0;
+  std::string fingerprint;      // SHA-256 of the keys in order (32 bytes)
+  std::vector<Digest> digests;  // when count <= list_below
+};
+
 struct StoreTotals {
   uint64_t objects = 0;
   uint64_t bytes = 0;
@@ -96,6 +109,8 @@ class Store;
 class ObjectReader {
  public:
   const ObjectInfo& info() const { return info_; }
+  // A chunked object's chunks in order, (sha256, size) each; empty for an inline object.
+  const std::vector<std::pair<std::string, uint32_t>>& chunks() const { return chunks_; }
   // Streams [offset, offset + limit) (limit 0: to the end) to `sink` in pieces of at most
   // `piece_bytes`. OUT_OF_RANGE when offset > size; DATA_LOSS on damaged storage.
   absl::Status Read(
@@ -124,6 +139,9 @@ class Upload {
   uint64_t offset() const { return offset_; }
   // Takes the next bytes. INVALID_ARGUMENT past the claimed size.
   absl::Status Append(absl::string_view data);
+  // Takes as the next bytes a chunk this store already holds (read and verified here, then
+  // hashed like received bytes). FAILED_PRECONDITION when the store lacks it.
+  absl::Status AppendStoredChunk(absl::string_view sha256, uint32_t size);
   // Verifies the whole content and stores the object. INVALID_ARGUMENT on a digest mismatch
   // (the upload is discarded); FAILED_PRECONDITION when fewer bytes than the size arrived (the
   // durable part stays for a resume).
@@ -171,6 +189,23 @@ class Store {
   // The digests that are not stored, in input order, without duplicates.
   absl::StatusOr<std::vector<Digest>> FindMissing(absl::Span<const Digest> digests) const;
   absl::StatusOr<bool> Contains(const Digest& digest) const;
+  // The chunks (of any object) not stored here, in input order, without duplicates.
+  absl::StatusOr<std::vector<ChunkInfo>> FindMissingChunks(
+      absl::Span<const ChunkInfo> chunks) const;
+  // A stored chunk's bytes, verified. NOT_FOUND when it is not stored; DATA_LOSS when damaged.
+  absl::StatusOr<std::string> ReadChunk(absl::string_view sha256, uint32_t size) const;
+  // The objects whose 40-byte keys (Digest::Key) lie in [start, end) (end "": no upper bound):
+  // their count, the SHA-256 of their keys in order and, when at most `list_below`, their
+  // digests. Reads the keys of the range (a full scan for the whole key space).
+  absl::StatusOr<RangeSummary> RangeFingerprint(absl::string_view start, absl::string_view end,
+                                                uint64_t list_below) const;
+  // Digests of the stored objects in key order, from the first key >= `start`, at most `limit`.
+  absl::StatusOr<std::vector<Digest>> ListKeys(absl::string_view start, size_t limit) const;
+  // Rewrites the stored bytes of an object this store holds with `data`, which must hash to
+  // `digest` (INVALID_ARGUMENT otherwise): inline bytes, or every chunk of its manifest (a
+  // manifest that is itself damaged is replaced). The object keeps its record and feed entry.
+  // Used by the scrub to repair damaged storage with a verified copy from a peer.
+  absl::Status Repair(const Digest& digest, absl::string_view data);
   // NOT_FOUND when the object is not stored.
   absl::StatusOr<ObjectInfo> Stat(const Digest& digest) const;
   // Durable bytes of an interrupted upload of `digest` (0 when there is none).

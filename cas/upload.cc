@@ -166,6 +166,17 @@ absl::Status Upload::Append(absl::string_view data) {
   return FlushChunks(/*eof=*/false);
 }
 
+absl::Status Upload::AppendStoredChunk(absl::string_view sha256, uint32_t size) {
+  absl::StatusOr<std::string> chunk = store_->ReadChunk(sha256, size);
+  if (absl::IsNotFound(chunk.status())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("upload of ", digest_.ToString(),
+                     " names a chunk this vault does not store; send its bytes"));
+  }
+  if (!chunk.ok()) return chunk.status();
+  return Append(*chunk);
+}
+
 absl::Status Upload::FlushChunks(bool eof) {
   while (std::optional<std::string> chunk = chunker_->Next(eof)) {
     std::string hash = Sha256::Hash(*chunk);
@@ -306,8 +317,11 @@ absl::Status ObjectReader::Read(
     const auto& [hash, size] = chunks_[i];
     if (size == 0) continue;
     rocksdb::PinnableSlice chunk;
-    rocksdb::Status got =
-        store_->db_->db()->Get(rocksdb::ReadOptions(), store_->chunks_, hash, &chunk);
+    // Every chunk is checked against its SHA-256 below, which RocksDB's CRC32C (computed in
+    // software by the packaged library) would only repeat.
+    rocksdb::ReadOptions ro;
+    ro.verify_checksums = false;
+    rocksdb::Status got = store_->db_->db()->Get(ro, store_->chunks_, hash, &chunk);
     if (got.IsNotFound()) {
       return absl::DataLossError(
           absl::StrCat("a chunk of ", digest.ToString(), " is missing (corrupt storage)"));

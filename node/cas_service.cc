@@ -160,7 +160,20 @@ class PutReactor final : public grpc::ServerReadReactor<PutRequest> {
       return Done(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                "Put: digest and offset belong in the first message only"));
     }
-    absl::Status s = upload_->Append(req_.data());
+    absl::Status s;
+    if (req_.has_chunk()) {
+      if (!req_.data().empty()) {
+        return Done(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "Put: a message carries data or a chunk, not both"));
+      }
+      if (req_.chunk().sha256().size() != cas::kSha256Bytes) {
+        return Done(
+            grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Put: chunk.sha256 must be 32 bytes"));
+      }
+      s = upload_->AppendStoredChunk(req_.chunk().sha256(), req_.chunk().size());
+    } else {
+      s = upload_->Append(req_.data());
+    }
     if (!s.ok()) return Done(ToGrpc(s));
     req_.Clear();
     StartRead(&req_);
@@ -494,6 +507,90 @@ grpc::ServerUnaryReactor* CasService::Stat(grpc::CallbackServerContext* ctx,
     absl::StatusOr<uint64_t> offset = store_->UploadOffset(*d);
     if (!offset.ok()) return offset.status();
     resp->set_upload_offset(*offset);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* CasService::FindMissingChunks(
+    grpc::CallbackServerContext* ctx, const vault::v1::FindMissingChunksRequest* req,
+    vault::v1::FindMissingChunksResponse* resp) {
+  return RunUnary(ctx, executor_, [this, req, resp]() -> absl::Status {
+    if (static_cast<uint64_t>(req->chunks_size()) > limits_.max_find_missing) {
+      return absl::InvalidArgumentError(absl::StrCat("FindMissingChunks: ", req->chunks_size(),
+                                                     " chunks; the limit is ",
+                                                     limits_.max_find_missing, " per call"));
+    }
+    std::vector<cas::ChunkInfo> chunks;
+    chunks.reserve(req->chunks_size());
+    for (int i = 0; i < req->chunks_size(); ++i) {
+      const vault::v1::ChunkDigest& c = req->chunks(i);
+      if (c.sha256().size() != cas::kSha256Bytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("FindMissingChunks: chunks[", i, "].sha256 must be 32 bytes"));
+      }
+      chunks.push_back(cas::ChunkInfo{c.sha256(), c.size()});
+    }
+    absl::StatusOr<std::vector<cas::ChunkInfo>> missing = store_->FindMissingChunks(chunks);
+    if (!missing.ok()) return missing.status();
+    for (const cas::ChunkInfo& c : *missing) {
+      vault::v1::ChunkDigest* out = resp->add_missing();
+      out->set_sha256(c.sha256);
+      out->set_size(c.size);
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* CasService::GetManifest(grpc::CallbackServerContext* ctx,
+                                                  const vault::v1::GetManifestRequest* req,
+                                                  vault::v1::GetManifestResponse* resp) {
+  return RunUnary(ctx, executor_, [this, req, resp]() -> absl::Status {
+    absl::StatusOr<cas::Digest> d = ParseDigest(req->digest(), "GetManifest");
+    if (!d.ok()) return d.status();
+    absl::StatusOr<std::unique_ptr<cas::ObjectReader>> reader = store_->OpenReader(*d);
+    if (!reader.ok()) return reader.status();
+    if (!(*reader)->info().chunked) {
+      vault::v1::ChunkDigest* out = resp->add_chunks();
+      out->set_sha256(d->sha256());
+      out->set_size(static_cast<uint32_t>(d->size()));
+      return absl::OkStatus();
+    }
+    for (const auto& [hash, size] : (*reader)->chunks()) {
+      vault::v1::ChunkDigest* out = resp->add_chunks();
+      out->set_sha256(hash);
+      out->set_size(size);
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* CasService::RangeFingerprints(
+    grpc::CallbackServerContext* ctx, const vault::v1::RangeFingerprintsRequest* req,
+    vault::v1::RangeFingerprintsResponse* resp) {
+  return RunUnary(ctx, executor_, [this, req, resp]() -> absl::Status {
+    if (static_cast<uint64_t>(req->ranges_size()) > limits_.max_ranges) {
+      return absl::InvalidArgumentError(absl::StrCat("RangeFingerprints: ", req->ranges_size(),
+                                                     " ranges; the limit is ", limits_.max_ranges,
+                                                     " per call"));
+    }
+    if (req->list_below() > limits_.max_range_listing) {
+      return absl::InvalidArgumentError(absl::StrCat("RangeFingerprints: list_below ",
+                                                     req->list_below(), " is above the limit of ",
+                                                     limits_.max_range_listing));
+    }
+    for (const vault::v1::KeyRange& r : req->ranges()) {
+      if (!r.end().empty() && r.end() <= r.start()) {
+        return absl::InvalidArgumentError("RangeFingerprints: a range ends before it starts");
+      }
+      absl::StatusOr<cas::RangeSummary> sum =
+          store_->RangeFingerprint(r.start(), r.end(), req->list_below());
+      if (!sum.ok()) return sum.status();
+      vault::v1::RangeFingerprint* out = resp->add_ranges();
+      *out->mutable_range() = r;
+      out->set_count(sum->count);
+      out->set_fingerprint(sum->fingerprint);
+      for (const cas::Digest& d : sum->digests) ToProto(d, out->add_digests());
+    }
     return absl::OkStatus();
   });
 }

@@ -30,6 +30,8 @@ struct CasLimits {
   uint32_t max_batch_items = 10000;
   uint32_t get_piece_bytes = 1 << 20;
   uint32_t feed_page = 1000;
+  uint32_t max_ranges = 4096;         // RangeFingerprints: ranges per call
+  uint32_t max_range_listing = 4096;  // RangeFingerprints: list_below
 };
 
 class CasService final : public vault::v1::Cas::CallbackService {
@@ -56,6 +58,15 @@ class CasService final : public vault::v1::Cas::CallbackService {
                                  vault::v1::StatResponse* resp) override;
   grpc::ServerWriteReactor<vault::v1::FeedResponse>* Feed(
       grpc::CallbackServerContext* ctx, const vault::v1::FeedRequest* req) override;
+  grpc::ServerUnaryReactor* FindMissingChunks(grpc::CallbackServerContext* ctx,
+                                              const vault::v1::FindMissingChunksRequest* req,
+                                              vault::v1::FindMissingChunksResponse* resp) override;
+  grpc::ServerUnaryReactor* GetManifest(grpc::CallbackServerContext* ctx,
+                                        const vault::v1::GetManifestRequest* req,
+                                        vault::v1::GetManifestResponse* resp) override;
+  grpc::ServerUnaryReactor* RangeFingerprints(grpc::CallbackServerContext* ctx,
+                                              const vault::v1::RangeFingerprintsRequest* req,
+                                              vault::v1::RangeFingerprintsResponse* resp) override;
 
  private:
   cas::Store* const store_;

@@ -242,6 +242,33 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
     return FieldError(source, "members",
                       absl::StrCat("this vault (\"", c->name(), "\") is not among the members"));
   }
+  absl::flat_hash_set<std::string> followed;
+  for (int i = 0; i < c->follow_size(); ++i) {
+    vault::v1::FollowConfig* f = c->mutable_follow(i);
+    std::string field = absl::StrCat("follow[", i, "]");
+    if (f->interval_ms() == 0) f->set_interval_ms(2000);
+    if (f->peer() == c->name()) {
+      return FieldError(source, absl::StrCat(field, ".peer"), "a vault cannot follow itself");
+    }
+    if (!names.contains(f->peer())) {
+      return FieldError(source, absl::StrCat(field, ".peer"),
+                        absl::StrCat("\"", f->peer(), "\" is not among the members"));
+    }
+    if (!followed.insert(f->peer()).second) {
+      return FieldError(source, absl::StrCat(field, ".peer"),
+                        absl::StrCat("\"", f->peer(), "\" is followed twice"));
+    }
+    if (f->interval_ms() < 100) {
+      return FieldError(source, absl::StrCat(field, ".interval_ms"), "must be at least 100");
+    }
+    if (f->selection().max_bytes() != 0 &&
+        f->selection().max_bytes() < f->selection().min_bytes()) {
+      return FieldError(source, absl::StrCat(field, ".selection"), "max_bytes is below min_bytes");
+    }
+    if (c->tls().cert_file().empty() || c->tls().key_file().empty() || c->tls().ca_file().empty()) {
+      return FieldError(source, field, "following a peer needs the tls section");
+    }
+  }
   uint64_t avg = cas->chunk_avg_bytes();
   if (avg < (64u << 10) || avg > (4u << 20) || (avg & (avg - 1)) != 0) {
     return FieldError(source, "cas.chunk_avg_bytes",

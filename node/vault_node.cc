@@ -137,6 +137,9 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
   for (storage::ColumnFamilySpec& cf : agent::AgentRuntime::ColumnFamilies()) {
     cfs.push_back(std::move(cf));
   }
+  for (storage::ColumnFamilySpec& cf : replication::Follower::ColumnFamilies()) {
+    cfs.push_back(std::move(cf));
+  }
   absl::StatusOr<std::unique_ptr<storage::Database>> db = storage::Database::Open(db_options, cfs);
   if (!db.ok()) {
     if (absl::StrContains(db.status().message(), "lock")) {
@@ -295,9 +298,14 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
   const std::string& sock = config.admin_socket();
   VAULT_RETURN_IF_ERROR(ClaimSocketPath(sock));
   node->owns_socket_ = true;
-  node->admin_ = std::make_unique<AdminService>(config, node->key_->public_key().ToText(),
-                                                node->listen_address_, node->store_.get(),
-                                                node->sandbox_state_);
+  if (absl::StatusOr<std::unique_ptr<replication::MemberChannels>> members =
+          replication::MemberChannels::Create(config);
+      members.ok()) {
+    node->members_ = *std::move(members);
+  }
+  node->admin_ = std::make_unique<AdminService>(
+      config, node->key_->public_key().ToText(), node->listen_address_, node->store_.get(),
+      node->sandbox_state_, node->auditor_.get(), node->members_.get());
   grpc::ServerBuilder b;
   ConfigureBuilder(config, &b);
   mode_t old_umask = umask(0177);  // the socket is created 0600
@@ -316,6 +324,15 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
   }
   if (chmod(sock.c_str(), 0600) != 0)
     return common::PosixError(errno, absl::StrCat("chmod ", sock));
+  // Peers this vault follows (replication): each on a thread of its own.
+  VAULT_ASSIGN_OR_RETURN(
+      node->replication_follower_,
+      replication::Follower::Start({.db = node->db_.get(),
+                                    .store = node->store_.get(),
+                                    .log = node->audit_log_.get(),
+                                    .self_key = self_key,
+                                    .members = node->members_.get()},
+                                   {config.follow().begin(), config.follow().end()}));
   // Agents that were running when the vault last stopped (or was killed) run again from their
   // last checkpoints.
   VAULT_RETURN_IF_ERROR(node->agents_->ResumeAgents());
@@ -328,6 +345,7 @@ void VaultNode::Shutdown(absl::Duration drain) {
   if (shut_down_) return;
   shut_down_ = true;
   if (follower_ != nullptr) follower_->Stop();
+  if (replication_follower_ != nullptr) replication_follower_->Stop();
   if (store_ != nullptr) store_->Close();  // wakes Feed followers
   auto deadline = std::chrono::system_clock::now() + absl::ToChronoMilliseconds(drain);
   for (grpc::Server* s : {tcp_server_.get(), unix_server_.get()}) {

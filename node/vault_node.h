@@ -33,6 +33,8 @@
 #include "node/auditor.h"
 #include "node/cas_service.h"
 #include "node/migration_service.h"
+#include "replication/follower.h"
+#include "replication/member_channels.h"
 #include "sandbox/linux_sandbox.h"
 #include "storage/database.h"
 #include "vault/v1/config.pb.h"
@@ -80,7 +82,9 @@ class VaultNode {
   std::unique_ptr<common::Executor> unix_executor_;
   std::unique_ptr<CasService> tcp_cas_;
   std::unique_ptr<CasService> unix_cas_;
+  std::unique_ptr<replication::MemberChannels> members_;  // null without TLS material
   std::unique_ptr<AdminService> admin_;
+  std::unique_ptr<replication::Follower> replication_follower_;
   std::unique_ptr<AuditService> tcp_audit_;
   std::unique_ptr<AuditService> unix_audit_;
   std::unique_ptr<AuditAdminService> audit_admin_;

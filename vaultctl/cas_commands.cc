@@ -554,6 +554,8 @@ void AddCasCommands(CLI::App& app, GlobalOptions& g, Command& command) {
   ls->add_option("--limit", ls_limit, "At most this many (0: all)");
   ls->callback([&] { command = [&g] { return LsCommand(g, ls_after, ls_limit); }; });
 
+  AddReplicationCommands(*cas, g, command);
+
   auto* has = cas->add_subcommand("has", "Tell which objects are stored (exit 3 if any missing)");
   static std::vector<std::string> has_digests;
   has->add_option("DIGEST", has_digests, "sha256:<hex>/<size>")->required();

@@ -1,0 +1,363 @@
+// replication_bench: push replication between two real vaults against rsync, in the same run.
+//
+//   replication_bench [--small=10000] [--small_bytes=4096] [--large=100]
+//                     [--large_bytes=10485760] [--streams=4] [--keep] [--dir=DIR]
+//
+// It makes a federation CA and two vaults a and b (`vaultctl federation create-ca`, `vaultctl
+// init`, `vaultctl federation add-member` both ways) in a temporary directory, starts a vaultd
+// for each on 127.0.0.1 (free ports; mutual TLS between them, storage.sync_writes as configured
+// by init: on), and writes the data sets as plain files from a fixed-seed generator:
+// --small files of --small_bytes and --large files of --large_bytes, every file distinct.
+//
+// For each data set (small, then large):
+//   1. `vaultctl cas put DIR` into a (not timed);
+//   2. vault: `vaultctl -o json cas replicate --to b --all` (small) or `--since SEQ` (large: the
+//      objects stored after the small set), timed from the start of vaultctl to its exit; the
+//      objects are then checked on b (`vaultctl cas has`, all of them);
+//   3. rsync: `rsync -a DIR/ FRESH_DIR/`, timed the same way, and `rsync -a --fsync` into another
+//      fresh directory (rsync 3.2.4+; the vault's writes are fsynced, plain rsync's are not).
+// Every byte is in the page cache for both (just written). Printed: a table of seconds, MiB/s
+// and the ratio rsync time / vault time (above 1: the vault is faster).
+//
+// Needs vaultd and vaultctl (paths compiled in) and rsync on PATH. Only processes it started are
+// signalled, by pid; the vaultds get a parent-death signal.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+#ifndef REPLICATION_BENCH_VAULTD
+#define REPLICATION_BENCH_VAULTD "vaultd"
+#endif
+#ifndef REPLICATION_BENCH_VAULTCTL
+#define REPLICATION_BENCH_VAULTCTL "vaultctl"
+#endif
+
+namespace {
+
+struct Flags {
+  int small = 10000;
+  uint64_t small_bytes = 4096;
+  int large = 100;
+  uint64_t large_bytes = 10 << 20;
+  int streams = 4;
+  bool keep = false;
+  std::string dir;
+};
+
+struct RunResult {
+  int code = -1;
+  std::string out;
+  double seconds = 0;
+};
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "replication_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+// Runs argv (argv[0] a path, or a name looked up on PATH) with stdout captured, stderr passed on.
+RunResult Run(const std::vector<std::string>& argv) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) Die("pipe");
+  absl::Time start = absl::Now();
+  pid_t pid = fork();
+  if (pid < 0) Die("fork");
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  RunResult r;
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof(buf))) > 0) r.out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+RunResult MustRun(const std::vector<std::string>& argv) {
+  RunResult r = Run(argv);
+  if (r.code != 0)
+    Die(absl::StrCat(absl::StrJoin(argv, " "), " exited with ", r.code, ": ", r.out));
+  return r;
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) Die("bind");
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string JsonField(const std::string& json, const std::string& key) {
+  std::string k = absl::StrCat("\"", key, "\":");
+  size_t at = json.find(k);
+  if (at == std::string::npos) return "";
+  at += k.size();
+  if (json[at] == '"') {
+    size_t end = json.find('"', at + 1);
+    return json.substr(at + 1, end - at - 1);
+  }
+  size_t end = json.find_first_of(",}", at);
+  return json.substr(at, end - at);
+}
+
+class Vaultd {
+ public:
+  Vaultd(std::string dir) : dir_(std::move(dir)) {}
+  ~Vaultd() { Stop(); }
+  void Start() {
+    const std::string ready = dir_ + "/data/vaultd.ready";
+    unlink(ready.c_str());
+    pid_ = fork();
+    if (pid_ < 0) Die("fork");
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      int log = open((dir_ + "/vaultd.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+      dup2(log, 1);
+      dup2(log, 2);
+      const std::string config = dir_ + "/vault.conf";
+      execl(REPLICATION_BENCH_VAULTD, REPLICATION_BENCH_VAULTD, "--config", config.c_str(),
+            nullptr);
+      _exit(127);
+    }
+    for (int i = 0; i < 3000; ++i) {
+      if (absl::StrContains(ReadAll(ready), absl::StrCat("\"pid\": ", pid_))) return;
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        Die(absl::StrCat("vaultd in ", dir_, " exited; see ", dir_, "/vaultd.log"));
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    Die("vaultd did not become ready in 30 s");
+  }
+  void Stop() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 3000; ++i) {
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  const std::string dir_;
+  pid_t pid_ = -1;
+};
+
+// Distinct pseudo-random files.
+void WriteFiles(const std::string& dir, int count, uint64_t bytes, uint64_t seed) {
+  std::filesystem::create_directories(dir);
+  std::mt19937_64 rng(seed);
+  std::string data(bytes, '\0');
+  for (int i = 0; i < count; ++i) {
+    for (size_t k = 0; k + 8 <= data.size(); k += 8) {
+      uint64_t v = rng();
+      std::memcpy(&data[k], &v, 8);
+    }
+    for (size_t k = data.size() & ~size_t{7}; k < data.size(); ++k) {
+      data[k] = static_cast<char>(rng());
+    }
+    std::ofstream f(absl::StrFormat("%s/f%06d", dir, i), std::ios::binary);
+    f.write(data.data(), static_cast<std::streamsize>(data.size()));
+    if (!f) Die("write " + dir);
+  }
+}
+
+std::vector<std::string> Digests(const std::string& put_output) {
+  std::vector<std::string> out;
+  for (absl::string_view line : absl::StrSplit(put_output, '\n', absl::SkipEmpty())) {
+    out.emplace_back(line.substr(0, line.find(' ')));
+  }
+  return out;
+}
+
+struct Row {
+  std::string name;
+  uint64_t bytes = 0;
+  double vault = 0, vault_reported = 0, rsync = 0, rsync_fsync = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view a = argv[i];
+    auto value = [&](absl::string_view name) -> std::optional<std::string> {
+      if (!absl::StartsWith(a, name)) return std::nullopt;
+      return std::string(a.substr(name.size()));
+    };
+    bool ok = true;
+    if (auto v = value("--small="))
+      ok = absl::SimpleAtoi(*v, &f.small);
+    else if (auto v = value("--small_bytes="))
+      ok = absl::SimpleAtoi(*v, &f.small_bytes);
+    else if (auto v = value("--large="))
+      ok = absl::SimpleAtoi(*v, &f.large);
+    else if (auto v = value("--large_bytes="))
+      ok = absl::SimpleAtoi(*v, &f.large_bytes);
+    else if (auto v = value("--streams="))
+      ok = absl::SimpleAtoi(*v, &f.streams);
+    else if (auto v = value("--dir="))
+      f.dir = *v;
+    else if (a == "--keep")
+      f.keep = true;
+    else
+      ok = false;
+    if (!ok) Die(absl::StrCat("bad flag ", a, " (see the top of replication_bench.cc)"));
+  }
+  std::string root = f.dir;
+  if (root.empty()) {
+    char tmpl[] = "/tmp/replication_bench.XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) Die("mkdtemp");
+    root = tmpl;
+  }
+  const std::string ctl = REPLICATION_BENCH_VAULTCTL;
+  MustRun({ctl, "federation", "create-ca", "--dir", root + "/ca"});
+  for (const char* name : {"a", "b"}) {
+    MustRun({ctl, "init", "--name", name, "--dir", absl::StrCat(root, "/", name), "--ca",
+             root + "/ca", "--listen", absl::StrCat("127.0.0.1:", FreePort())});
+  }
+  MustRun({ctl, "federation", "add-member", "--config", root + "/a/vault.conf", "--peer-config",
+           root + "/b/vault.conf"});
+  MustRun({ctl, "federation", "add-member", "--config", root + "/b/vault.conf", "--peer-config",
+           root + "/a/vault.conf"});
+  Vaultd a(root + "/a"), b(root + "/b");
+  a.Start();
+  b.Start();
+  const std::string sock_a = root + "/a/data/vault.sock";
+  const std::string sock_b = root + "/b/data/vault.sock";
+
+  std::vector<Row> rows;
+  uint64_t since = 0;
+  struct Set {
+    std::string name;
+    int count;
+    uint64_t bytes;
+  };
+  for (const Set& set :
+       {Set{"small", f.small, f.small_bytes}, Set{"large", f.large, f.large_bytes}}) {
+    if (set.count == 0) continue;
+    const std::string src = absl::StrCat(root, "/src-", set.name);
+    WriteFiles(src, set.count, set.bytes, set.name == "small" ? 1 : 2);
+    std::vector<std::string> digests =
+        Digests(MustRun({ctl, "--vault", sock_a, "cas", "put", src}).out);
+    if (static_cast<int>(digests.size()) != set.count) Die("cas put stored the wrong count");
+
+    std::vector<std::string> rep = {ctl,
+                                    "--vault",
+                                    sock_a,
+                                    "-o",
+                                    "json",
+                                    "cas",
+                                    "replicate",
+                                    "--to",
+                                    "b",
+                                    "--streams",
+                                    absl::StrCat(f.streams)};
+    if (since == 0) {
+      rep.push_back("--all");
+    } else {
+      rep.push_back("--since");
+      rep.push_back(absl::StrCat(since));
+    }
+    RunResult r = MustRun(rep);
+    if (JsonField(r.out, "objects") != absl::StrCat(set.count)) Die("replicate: " + r.out);
+    since += static_cast<uint64_t>(set.count);
+    // Every object is on b.
+    for (size_t i = 0; i < digests.size(); i += 1000) {
+      std::vector<std::string> has = {ctl, "--vault", sock_b, "cas", "has"};
+      for (size_t k = i; k < std::min(digests.size(), i + 1000); ++k) has.push_back(digests[k]);
+      RunResult h = Run(has);
+      if (h.code != 0) Die("objects missing on b after replication: " + h.out);
+    }
+    Row row{.name = absl::StrFormat("%d x %s", set.count,
+                                    set.bytes >= (1 << 20) ? absl::StrCat(set.bytes >> 20, " MiB")
+                                                           : absl::StrCat(set.bytes >> 10, " KiB")),
+            .bytes = set.bytes * static_cast<uint64_t>(set.count),
+            .vault = r.seconds};
+    double reported = 0;
+    (void)absl::SimpleAtod(JsonField(r.out, "seconds"), &reported);
+    row.vault_reported = reported;
+    row.rsync =
+        MustRun({"rsync", "-a", src + "/", absl::StrCat(root, "/rsync-", set.name, "/")}).seconds;
+    row.rsync_fsync = MustRun({"rsync", "-a", "--fsync", src + "/",
+                               absl::StrCat(root, "/rsync-fsync-", set.name, "/")})
+                          .seconds;
+    rows.push_back(row);
+  }
+  a.Stop();
+  b.Stop();
+
+  auto mibs = [](uint64_t bytes, double s) { return static_cast<double>(bytes) / (1 << 20) / s; };
+  std::printf("%-18s %10s %10s %10s %12s %9s %14s\n", "data set", "vault s", "(in vaultd)",
+              "rsync -a s", "vault MiB/s", "rsync/vault", "rsync --fsync s");
+  for (const Row& r : rows) {
+    std::printf("%-18s %10.3f %10.3f %10.3f %12.1f %9.2fx %14.3f\n", r.name.c_str(), r.vault,
+                r.vault_reported, r.rsync, mibs(r.bytes, r.vault), r.rsync / r.vault,
+                r.rsync_fsync);
+  }
+  bool faster = true;
+  for (const Row& r : rows) faster = faster && r.vault < r.rsync;
+  std::printf("target (faster than rsync -a in both): %s\n", faster ? "met" : "NOT met");
+  if (!f.keep)
+    std::filesystem::remove_all(root);
+  else
+    std::printf("kept %s\n", root.c_str());
+  return 0;
+}

@@ -1,0 +1,396 @@
+// Replication between real vaultds over mutual TLS (docs/replication.md): push of small and large
+// objects, chunks the receiver has are not sent again, lying uploads are refused, and a receiver
+// SIGKILLed again and again during a large push ends up with every object intact.
+#include <signal.h>
+
+#include <fstream>
+#include <map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "integration-tests/harness.h"
+
+namespace vault::integration {
+namespace {
+
+// How many times the receiver is SIGKILLed during one large push (issue 8 asks for 20).
+constexpr int kReceiverKills = 20;
+
+uint64_t Field(const std::string& json, absl::string_view key) {
+  uint64_t v = 0;
+  std::optional<std::string> f = JsonField(json, key);
+  if (!f.has_value() || !absl::SimpleAtoi(*f, &v)) {
+    ADD_FAILURE() << "no numeric field " << key << " in " << json;
+  }
+  return v;
+}
+
+class ReplicationTest : public VaultTest {
+ protected:
+  void SetUp() override {
+    VaultTest::SetUp();
+    ca_ = CreateCa();
+    ASSERT_FALSE(ca_.empty());
+    absl::StatusOr<VaultDir> a = InitVault("a", ca_);
+    ASSERT_TRUE(a.ok()) << a.status();
+    absl::StatusOr<VaultDir> b = InitVault("b", ca_);
+    ASSERT_TRUE(b.ok()) << b.status();
+    a_ = *a;
+    b_ = *b;
+    ASSERT_EQ(AddMember(a_, b_), absl::OkStatus());
+    ASSERT_EQ(AddMember(b_, a_), absl::OkStatus());
+    absl::StatusOr<Vaultd*> da = StartVaultd(a_);
+    ASSERT_TRUE(da.ok()) << da.status();
+    vaultd_a_ = *da;
+    absl::StatusOr<Vaultd*> db = StartVaultd(b_);
+    ASSERT_TRUE(db.ok()) << db.status();
+    vaultd_b_ = *db;
+    rng_.seed(Seed());
+  }
+
+  // Stores `data` in `vault` through vaultctl; returns its digest text.
+  std::string Put(const VaultDir& vault, const std::string& data) {
+    const std::string file = absl::StrCat(root(), "/obj-", files_++);
+    EXPECT_EQ(WriteFile(file, data), absl::OkStatus());
+    RunResult r = Vaultctl({"--vault", vault.socket, "cas", "put", file});
+    EXPECT_EQ(r.exit_code, kExitOk) << r;
+    EXPECT_EQ(r.out, absl::StrCat(DigestText(data), "  ", file, "\n"));
+    return DigestText(data);
+  }
+
+  // The object's bytes as `vault` serves them (verified by vaultctl), or "<missing>".
+  std::string Get(const VaultDir& vault, const std::string& digest) {
+    const std::string out = absl::StrCat(root(), "/got-", files_++);
+    RunResult r = Vaultctl({"--vault", vault.socket, "cas", "get", digest, "-o", out});
+    if (r.exit_code != kExitOk) return absl::StrCat("<missing: ", r.exit_code, ">");
+    return ReadFile(out).value_or("<unreadable>");
+  }
+
+  RunResult Replicate(std::vector<std::string> selection) {
+    std::vector<std::string> args = {"--vault", a_.socket,   "-o",   "json",
+                                     "cas",     "replicate", "--to", "b"};
+    args.insert(args.end(), selection.begin(), selection.end());
+    return Vaultctl(args, absl::Seconds(240));
+  }
+
+  // Audit entries of `vault` whose action is `action`, as JSON lines.
+  std::vector<std::string> AuditEntries(const VaultDir& vault, absl::string_view action) {
+    RunResult tail =
+        Vaultctl({"--vault", vault.socket, "-o", "json", "audit", "tail", "-n", "1000"});
+    EXPECT_EQ(tail.exit_code, kExitOk) << tail;
+    std::vector<std::string> out;
+    for (absl::string_view line : absl::StrSplit(tail.out, '\n', absl::SkipEmpty())) {
+      if (JsonField(line, "action") == action) out.emplace_back(line);
+    }
+    return out;
+  }
+
+  // A Cas stub to b over mutual TLS, acting as member a (a's certificate).
+  std::unique_ptr<vault::v1::Cas::Stub> CasOfBAsMemberA() {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_cert_chain = ReadFile(a_.dir + "/tls/vault.crt").value_or("");
+    ssl.pem_private_key = ReadFile(a_.dir + "/tls/vault.key").value_or("");
+    ssl.pem_root_certs = ReadFile(a_.dir + "/tls/ca.crt").value_or("");
+    grpc::ChannelArguments args;
+    args.SetSslTargetNameOverride("b");
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    return vault::v1::Cas::NewStub(
+        grpc::CreateCustomChannel(b_.address, grpc::SslCredentials(ssl), args));
+  }
+
+  std::string ca_;
+  VaultDir a_, b_;
+  Vaultd* vaultd_a_ = nullptr;
+  Vaultd* vaultd_b_ = nullptr;
+  std::mt19937_64 rng_;
+  int files_ = 0;
+};
+
+TEST_F(ReplicationTest, PushesSmallAndLargeObjects) {
+  // Inline objects (BatchPut), one streamed inline object (>= 1 MiB) and two chunked ones.
+  std::vector<std::string> data = {RandomBytes(rng_, 4096),    RandomBytes(rng_, 1),
+                                   RandomBytes(rng_, 100000),  RandomBytes(rng_, 2 << 20),
+                                   RandomBytes(rng_, 6 << 20), RandomBytes(rng_, (9 << 20) + 17)};
+  data.push_back("");  // the empty object
+  uint64_t total = 0;
+  std::vector<std::string> digests;
+  for (const std::string& d : data) {
+    digests.push_back(Put(a_, d));
+    total += d.size();
+  }
+
+  RunResult r = Replicate({"--all"});
+  ASSERT_EQ(r.exit_code, kExitOk) << r;
+  EXPECT_EQ(Field(r.out, "objects"), data.size()) << r.out;
+  EXPECT_EQ(Field(r.out, "bytes"), total) << r.out;
+  EXPECT_EQ(Field(r.out, "skipped"), 0u) << r.out;
+  EXPECT_EQ(Field(r.out, "refused"), 0u) << r.out;
+  EXPECT_EQ(Field(r.out, "sent_bytes"), total) << r.out;
+  EXPECT_EQ(Field(r.out, "last_seq"), data.size()) << r.out;
+  EXPECT_EQ(r.err, "");
+  for (size_t i = 0; i < data.size(); ++i) {
+    EXPECT_EQ(Get(b_, digests[i]), data[i]) << "object " << i;
+  }
+
+  // Again: the peer has everything; nothing is sent.
+  r = Replicate({"--all"});
+  ASSERT_EQ(r.exit_code, kExitOk) << r;
+  EXPECT_EQ(Field(r.out, "objects"), 0u) << r.out;
+  EXPECT_EQ(Field(r.out, "skipped"), data.size()) << r.out;
+  EXPECT_EQ(Field(r.out, "sent_bytes"), 0u) << r.out;
+
+  // By digest and by cursor: only what is named.
+  const std::string extra1 = RandomBytes(rng_, 5000), extra2 = RandomBytes(rng_, 7000);
+  const std::string d1 = Put(a_, extra1);
+  const std::string d2 = Put(a_, extra2);
+  r = Replicate({d1});
+  ASSERT_EQ(r.exit_code, kExitOk) << r;
+  EXPECT_EQ(Field(r.out, "objects"), 1u) << r.out;
+  EXPECT_EQ(Vaultctl({"--vault", b_.socket, "cas", "has", d2}).exit_code, kExitNotFound);
+  r = Replicate({"--since", absl::StrCat(data.size())});
+  ASSERT_EQ(r.exit_code, kExitOk) << r;
+  EXPECT_EQ(Field(r.out, "objects"), 1u) << r.out;
+  EXPECT_EQ(Field(r.out, "skipped"), 1u) << r.out;
+  EXPECT_EQ(Get(b_, d2), extra2);
+
+  // An object a does not have: NOT_FOUND, nothing sent.
+  r = Replicate({DigestText("not stored anywhere")});
+  EXPECT_EQ(r.exit_code, kExitNotFound) << r;
+  EXPECT_EQ(r.out, "");
+  // A peer that is not a member.
+  r = Vaultctl({"--vault", a_.socket, "cas", "replicate", "--to", "nobody", "--all"});
+  EXPECT_EQ(r.exit_code, kExitNotFound) << r;
+  EXPECT_EQ(r.err, "vaultctl: no federation member named \"nobody\" [NOT_FOUND]\n");
+  // No selection, or two.
+  EXPECT_EQ(Vaultctl({"--vault", a_.socket, "cas", "replicate", "--to", "b"}).exit_code,
+            kExitUsage);
+  EXPECT_EQ(
+      Vaultctl({"--vault", a_.socket, "cas", "replicate", "--to", "b", "--all", d1}).exit_code,
+      kExitUsage);
+
+  // a's audit log: every push started and finished; b's: the objects stored, by member a.
+  std::vector<std::string> pushes = AuditEntries(a_, "replication.push");
+  ASSERT_EQ(pushes.size(), 10u);  // 5 pushes x (started, finished)
+  EXPECT_EQ(JsonField(pushes[0], "subject"), "b");
+  EXPECT_EQ(JsonField(pushes[0], "decision"), "ALLOWED");
+  EXPECT_TRUE(absl::StrContains(pushes[0], "started")) << pushes[0];
+  EXPECT_TRUE(absl::StrContains(pushes[1], "finished")) << pushes[1];
+  EXPECT_EQ(JsonField(pushes[9], "decision"), "DENIED") << pushes[9];  // the NOT_FOUND one
+  EXPECT_EQ(JsonField(pushes[8], "decision"), "ALLOWED") << pushes[8];
+  std::vector<std::string> stored = AuditEntries(b_, "cas.put");
+  ASSERT_FALSE(stored.empty());
+  for (const std::string& e : stored) EXPECT_EQ(JsonField(e, "actor"), a_.public_key) << e;
+}
+
+TEST_F(ReplicationTest, ChunksThePeerHasAreNotSentAgain) {
+  const std::string base = RandomBytes(rng_, 12 << 20);
+  const std::string d_base = Put(a_, base);
+  RunResult r = Replicate({d_base});
+  ASSERT_EQ(r.exit_code, kExitOk) << r;
+  EXPECT_EQ(Field(r.out, "chunks_skipped"), 0u) << r.out;
+  EXPECT_EQ(Field(r.out, "sent_bytes"), base.size()) << r.out;
+
+  // The same bytes with 64 KiB more at the end: every chunk but the last ones is shared.
+  const std::string grown = base + RandomBytes(rng_, 64 << 10);
+  const std::string d_grown = Put(a_, grown);
+  r = Replicate({d_grown});
+  ASSERT_EQ(r.exit_code, kExitOk) << r;
+  EXPECT_EQ(Field(r.out, "objects"), 1u) << r.out;
+  const uint64_t skipped = Field(r.out, "chunk_bytes_skipped");
+  const uint64_t sent = Field(r.out, "sent_bytes");
+  EXPECT_EQ(skipped + sent, grown.size()) << r.out;
+  EXPECT_GT(skipped, base.size() - (4 << 20)) << r.out;  // all but the tail's chunk or two
+  EXPECT_GE(Field(r.out, "chunks_skipped"), 10u) << r.out;
+  EXPECT_EQ(Get(b_, d_grown), grown);
+  EXPECT_EQ(Get(b_, d_base), base);
+}
+
+TEST_F(ReplicationTest, LyingUploadsAreRefusedAndAudited) {
+  auto stub = CasOfBAsMemberA();
+  // A Put that names chunks b has, plus bytes, whose content does not hash to the claimed digest.
+  const std::string real = RandomBytes(rng_, 8 << 20);
+  const std::string d_real = Put(b_, real);
+  vault::v1::GetManifestRequest mreq;
+  *mreq.mutable_digest() = DigestProto(real);
+  vault::v1::GetManifestResponse manifest;
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(10));
+    ASSERT_TRUE(stub->GetManifest(&ctx, mreq, &manifest).ok());
+  }
+  ASSERT_GE(manifest.chunks_size(), 3);
+  // Claim: a digest of other content of the same size; send the real chunks by name.
+  std::string claimed_content = real;
+  claimed_content[claimed_content.size() / 2] ^= 1;
+  vault::v1::PutResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, absl::Seconds(30));
+  auto writer = stub->Put(&ctx, &resp);
+  for (int i = 0; i < manifest.chunks_size(); ++i) {
+    vault::v1::PutRequest m;
+    if (i == 0) *m.mutable_digest() = DigestProto(claimed_content);
+    *m.mutable_chunk() = manifest.chunks(i);
+    ASSERT_TRUE(writer->Write(m));
+  }
+  writer->WritesDone();
+  grpc::Status s = writer->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_TRUE(absl::StartsWith(
+      s.error_message(), absl::StrCat("digest mismatch: claimed ", DigestText(claimed_content),
+                                      ", content hashes to ", d_real)))
+      << s.error_message();
+  EXPECT_EQ(Vaultctl({"--vault", b_.socket, "cas", "has", DigestText(claimed_content)}).exit_code,
+            kExitNotFound);
+
+  // A chunk b does not have: FAILED_PRECONDITION, nothing stored.
+  {
+    grpc::ClientContext ctx2;
+    SetDeadline(&ctx2, absl::Seconds(30));
+    vault::v1::PutResponse resp2;
+    auto w = stub->Put(&ctx2, &resp2);
+    vault::v1::PutRequest m;
+    const std::string other = RandomBytes(rng_, 5 << 20);
+    *m.mutable_digest() = DigestProto(other);
+    m.mutable_chunk()->set_sha256(Sha256(other));
+    m.mutable_chunk()->set_size(static_cast<uint32_t>(other.size()));
+    EXPECT_TRUE(w->Write(m));
+    w->WritesDone();
+    grpc::Status s2 = w->Finish();
+    EXPECT_EQ(s2.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s2.error_message();
+    EXPECT_EQ(Vaultctl({"--vault", b_.socket, "cas", "has", DigestText(other)}).exit_code,
+              kExitNotFound);
+  }
+
+  // b's audit log names member a as the sender of the refused object.
+  std::vector<std::string> puts = AuditEntries(b_, "cas.put");
+  int denied = 0;
+  for (const std::string& e : puts) {
+    if (JsonField(e, "decision") != "DENIED") continue;
+    ++denied;
+    EXPECT_EQ(JsonField(e, "actor"), a_.public_key) << e;
+    EXPECT_EQ(JsonField(e, "subject"), DigestText(claimed_content)) << e;
+  }
+  EXPECT_EQ(denied, 1);
+}
+
+TEST_F(ReplicationTest, ReceiverKilledMidStreamCompletesWithEveryObjectIntact) {
+  // Large objects, so that a push spans many kills.
+  std::vector<std::string> data;
+  std::vector<std::string> digests;
+  for (int i = 0; i < 8; ++i) {
+    data.push_back(RandomBytes(rng_, (24 << 20) + i));
+    digests.push_back(Put(a_, data.back()));
+  }
+  std::unique_ptr<ChildProcess> push;
+  int interrupted = 0;
+  int pushes = 0;
+  std::uniform_int_distribution<int> delay_ms(50, 300);
+  for (int kill = 0; kill < kReceiverKills; ++kill) {
+    if (push == nullptr || !push->Running()) {
+      if (push != nullptr) {
+        std::optional<int> code = push->WaitExit(absl::Seconds(1));
+        EXPECT_EQ(code, kExitOk) << "push " << pushes;
+      }
+      absl::StatusOr<std::unique_ptr<ChildProcess>> child =
+          ChildProcess::Spawn({VaultctlPath(), "--vault", a_.socket, "-o", "json", "cas",
+                               "replicate", "--to", "b", "--all"},
+                              absl::StrCat(root(), "/push-", pushes++, ".log"));
+      ASSERT_TRUE(child.ok()) << child.status();
+      push = *std::move(child);
+    }
+    absl::SleepFor(absl::Milliseconds(delay_ms(rng_)));
+    if (push->Running()) ++interrupted;
+    vaultd_b_->Kill();
+    absl::Status restarted = vaultd_b_->Start();
+    ASSERT_TRUE(restarted.ok()) << restarted;
+  }
+  // The push in progress carries on once b is back (transient failures are retried).
+  ASSERT_NE(push, nullptr);
+  std::optional<int> code = push->WaitExit(absl::Seconds(180));
+  EXPECT_EQ(code, kExitOk)
+      << ReadFile(absl::StrCat(root(), "/push-", pushes - 1, ".log")).value_or("");
+  EXPECT_GE(interrupted, kReceiverKills / 2) << "too few kills hit a push in progress";
+
+  RunResult r = Replicate({"--all"});
+  ASSERT_EQ(r.exit_code, kExitOk) << r;
+  EXPECT_EQ(Field(r.out, "objects"), 0u) << r.out;
+  EXPECT_EQ(Field(r.out, "skipped"), data.size()) << r.out;
+  for (size_t i = 0; i < data.size(); ++i) {
+    EXPECT_EQ(Get(b_, digests[i]) == data[i], true) << "object " << i;
+  }
+  std::cout << "receiver kills: " << kReceiverKills << ", during a push: " << interrupted
+            << ", pushes started: " << pushes << "\n";
+}
+
+// b follows a (config `follow`): it copies the selected objects of a's feed, keeps its cursor
+// across restarts of either side, and passes over what the selection leaves out.
+TEST_F(ReplicationTest, FollowerCopiesThePeersFeedAcrossRestarts) {
+  std::vector<std::string> data = {RandomBytes(rng_, 4096), RandomBytes(rng_, 300000),
+                                   RandomBytes(rng_, 2 << 20), RandomBytes(rng_, 6 << 20)};
+  std::vector<std::string> digests;
+  for (const std::string& d : data) digests.push_back(Put(a_, d));
+  const std::string too_big = RandomBytes(rng_, (7 << 20) + 1);  // past the selection
+  const std::string d_too_big = Put(a_, too_big);
+
+  ASSERT_EQ(vaultd_b_->Stop(), 0);
+  {
+    std::ofstream conf(b_.config, std::ios::app);
+    conf << "follow {\n  peer: \"a\"\n  selection { max_bytes: 7340032 }\n"
+            "  interval_ms: 200\n}\n";
+  }
+  ASSERT_EQ(vaultd_b_->Start(), absl::OkStatus());
+
+  auto wait_for = [&](const std::vector<std::string>& want) {
+    std::vector<std::string> args = {"--vault", b_.socket, "cas", "has"};
+    args.insert(args.end(), want.begin(), want.end());
+    for (int i = 0; i < 300; ++i) {
+      if (Vaultctl(args).exit_code == kExitOk) return true;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return false;
+  };
+  ASSERT_TRUE(wait_for(digests));
+  for (size_t i = 0; i < data.size(); ++i) EXPECT_EQ(Get(b_, digests[i]), data[i]);
+  EXPECT_EQ(Vaultctl({"--vault", b_.socket, "cas", "has", d_too_big}).exit_code, kExitNotFound);
+
+  // b stops; a gets more; b comes back and resumes from its cursor.
+  ASSERT_EQ(vaultd_b_->Stop(), 0);
+  const std::string more1 = RandomBytes(rng_, 5 << 20), more2 = RandomBytes(rng_, 1000);
+  digests.push_back(Put(a_, more1));
+  digests.push_back(Put(a_, more2));
+  data.push_back(more1);
+  data.push_back(more2);
+  ASSERT_EQ(vaultd_b_->Start(), absl::OkStatus());
+  ASSERT_TRUE(wait_for(digests));
+
+  // a is killed and restarted; b follows on.
+  vaultd_a_->Kill();
+  absl::SleepFor(absl::Milliseconds(500));  // b's rounds meet a closed port meanwhile
+  ASSERT_EQ(vaultd_a_->Start(), absl::OkStatus());
+  const std::string more3 = RandomBytes(rng_, (6 << 20) + 12345);  // within the selection
+  digests.push_back(Put(a_, more3));
+  data.push_back(more3);
+  ASSERT_TRUE(wait_for(digests));
+  for (size_t i = 0; i < data.size(); ++i) EXPECT_EQ(Get(b_, digests[i]) == data[i], true) << i;
+  EXPECT_EQ(Vaultctl({"--vault", b_.socket, "cas", "has", d_too_big}).exit_code, kExitNotFound);
+
+  // Each object was stored once, and b holds nothing else.
+  uint64_t stored = 0;
+  for (const std::string& e : AuditEntries(b_, "replication.follow")) {
+    if (absl::StrContains(e, "\"stage\":\"stored\"")) {
+      std::optional<std::string> n = JsonField(e, "objects");
+      uint64_t v = 0;
+      ASSERT_TRUE(n.has_value() && absl::SimpleAtoi(*n, &v)) << e;
+      stored += v;
+    }
+  }
+  EXPECT_EQ(stored, data.size());
+  RunResult st = Vaultctl({"--vault", b_.socket, "-o", "json", "status"});
+  EXPECT_EQ(JsonField(st.out, "objects"), absl::StrCat(data.size())) << st.out;
+}
+
+}  // namespace
+}  // namespace vault::integration
