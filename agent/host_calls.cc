@@ -755,6 +755,7 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
         *out->mutable_grants() = r.grants();
         *out->mutable_constraints() = r.constraints();
         out->set_hop(r.hop());
+        out->set_home_vault(r.home_vault().empty() ? options_.vault_name : r.home_vault());
         out->set_incarnation(r.incarnation());
         out->set_purpose(r.spec().purpose());
         sandbox::Limits limits;

@@ -191,5 +191,26 @@ TEST_F(MobilityTest, MessagesForADepartedAgentAreRefusedWithWhereItWent) {
   EXPECT_EQ(there.exit_code, kExitOk) << there;
 }
 
+// An agent knows where it is and where home is (self_inspect: vault, hop, home_vault).
+TEST_F(MobilityTest, SelfInspectNamesTheHomeVaultAfterAHop) {
+  ASSERT_NO_FATAL_FAILURE(TrustOwnerEverywhere());
+  const std::string spec = WriteAgent("homebody", R"(
+a = vault_agent.Agent.connect()
+me = a.self_inspect()
+a.log("vault=%s hop=%d home=%s" % (me["vault"], me["hop"], me["home_vault"]))
+while True:
+    m = a.receive(timeout=0.2)
+    if m is not None and m.type == "vault.checkpoint":
+        a.checkpoint(b"x")
+)",
+                                      "(migrate (vaults a b c))", "(max-runtime 300)");
+  const std::string id = Spawn("a", spec, owner_key_);
+  ASSERT_FALSE(id.empty());
+  WaitLog("a", id, "vault=a hop=0 home=a");
+  RunResult r = Ctl("a", {"-o", "json", "migrate", id, "--to", "b", "--checkpoint-wait", "1000"});
+  ASSERT_EQ(r.exit_code, kExitOk) << r;
+  WaitLog("b", id, "vault=b hop=1 home=a");
+}
+
 }  // namespace
 }  // namespace vault::integration
