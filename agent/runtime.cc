@@ -809,7 +809,7 @@ absl::Status AgentRuntime::Impl::Transition(
   live.record.set_state(to);
   live.record.set_reason(reason);
   if (Ended(to)) live.record.set_ended_unix_ms(absl::ToUnixMillis(absl::Now()));
-  absl::Status persisted = PersistLocked(live);
+  live.record.set_updated_unix_ms(absl::ToUnixMillis(absl::Now()));
   details.emplace_back("from", StateName(from));
   details.emplace_back("incarnation", absl::StrCat(live.record.incarnation()));
   vault::v1::AuditEntry e =
@@ -817,8 +817,16 @@ absl::Status AgentRuntime::Impl::Transition(
                        action.empty() ? absl::StrCat("agent.", StateName(to)) : action, live.id,
                        vault::v1::AuditEntry::ALLOWED, reason, std::move(details));
   if (high_priority) e.set_priority(vault::v1::AuditEntry::HIGH);
-  Audit(std::move(e), /*durable=*/true);
-  return persisted;
+  // The record and its audit entry in one durable write (one sync, and they never disagree).
+  absl::Status written =
+      deps_.log
+          ->AppendWith(std::move(e),
+                       [&](rocksdb::WriteBatch* batch)
+                           ABSL_NO_THREAD_SAFETY_ANALYSIS { store_->AddPut(batch, live.record); })
+          .status();
+  if (!written.ok())
+    spdlog::error("agent {}: state change not recorded: {}", live.id, written.ToString());
+  return written;
 }
 
 std::shared_ptr<LiveAgent> AgentRuntime::Impl::Find(const std::string& id) {
