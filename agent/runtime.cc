@@ -612,42 +612,58 @@ absl::StatusOr<std::shared_ptr<LiveAgent>> AgentRuntime::Impl::CreateAndLaunch(
     }
     agents_[live->id] = live;
   }
-  absl::Status launched = Launch(live);
-  absl::MutexLock lock(&live->mu);
-  std::vector<std::pair<std::string, std::string>> details = {
-      {"principal", live->principal},
-      {"code", DigestText(live->record.spec().code_digest())},
-      {"parent", live->record.parent()},
-  };
-  std::string grants;
-  for (const vault::v1::Grant& g : live->record.grants()) {
-    absl::StrAppend(&grants, grants.empty() ? "" : "; ", capability::GrantToString(g));
+  // The spawn's audit entry is written with the record's first state (one durable write).
+  vault::v1::AuditEntry entry;
+  {
+    absl::MutexLock lock(&live->mu);
+    std::vector<std::pair<std::string, std::string>> details = {
+        {"principal", live->principal},
+        {"code", DigestText(live->record.spec().code_digest())},
+        {"parent", live->record.parent()},
+    };
+    std::string grants;
+    for (const vault::v1::Grant& g : live->record.grants()) {
+      absl::StrAppend(&grants, grants.empty() ? "" : "; ", capability::GrantToString(g));
+    }
+    details.emplace_back("grants", grants);
+    const std::string actor =
+        live->record.parent().empty() ? live->principal : live->record.parent();
+    entry = audit::MakeEntry(actor, "agent.spawn", live->id, vault::v1::AuditEntry::ALLOWED,
+                             live->record.spec().purpose(), std::move(details));
   }
-  details.emplace_back("grants", grants);
+  absl::Status launched = Launch(live, std::move(entry));
   if (!launched.ok()) {
-    details.emplace_back("error", std::string(launched.message()));
-    Audit(audit::MakeEntry(live->principal, "agent.spawn", live->id, vault::v1::AuditEntry::ALLOWED,
-                           live->record.spec().purpose(), std::move(details)),
-          /*durable=*/true);
     return absl::Status(launched.code(),
                         absl::StrCat("agent ", live->id, " could not start: ", launched.message()));
   }
-  const std::string actor = live->record.parent().empty() ? live->principal : live->record.parent();
-  Audit(audit::MakeEntry(actor, "agent.spawn", live->id, vault::v1::AuditEntry::ALLOWED,
-                         live->record.spec().purpose(), std::move(details)),
-        /*durable=*/true);
   return live;
 }
 
-absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live) {
+absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live,
+                                        std::optional<vault::v1::AuditEntry> entry) {
   absl::MutexLock lock(&live->mu);
   AgentRecord& r = live->record;
+  // The record, with `entry` when there is one, in one durable write.
+  auto persist = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu) -> absl::Status {
+    if (!entry.has_value()) return PersistLocked(*live);
+    r.set_updated_unix_ms(absl::ToUnixMillis(absl::Now()));
+    return deps_.log
+        ->AppendWith(*std::move(entry),
+                     [&](rocksdb::WriteBatch* batch)
+                         ABSL_NO_THREAD_SAFETY_ANALYSIS { store_->AddPut(batch, r); })
+        .status();
+  };
   auto fail = [&](absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu) {
     if (!live->code_key.empty()) ReleaseCode(std::exchange(live->code_key, ""));
     r.set_state(vault::v1::FAILED);
     r.set_reason(absl::StrCat("could not start: ", s.message()));
     r.set_ended_unix_ms(absl::ToUnixMillis(absl::Now()));
-    (void)PersistLocked(*live);
+    if (entry.has_value()) {
+      vault::v1::AuditEntry::Detail* d = entry->add_details();
+      d->set_key("error");
+      d->set_value(std::string(s.message()));
+    }
+    (void)persist();
     {
       absl::MutexLock agents_lock(&mu_);
       agents_.erase(live->id);
@@ -738,7 +754,7 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live) 
     r.set_state(vault::v1::RUNNING);
     r.set_reason("started");
   }
-  return PersistLocked(*live);
+  return persist();
 }
 
 // One folder per code object, shared by every agent running it: written once (without a

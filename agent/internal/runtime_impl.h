@@ -118,7 +118,10 @@ class AgentRuntime::Impl {
   absl::StatusOr<std::shared_ptr<LiveAgent>> CreateAndLaunch(vault::v1::AgentRecord record,
                                                              const std::string* initial_state);
   // Starts a process for `live` (its record says what to run). On failure the record is FAILED.
-  absl::Status Launch(const std::shared_ptr<LiveAgent>& live);
+  // `entry`: an audit entry written in the same durable write as the record's new state (the
+  // spawn's; on failure it gets an "error" detail).
+  absl::Status Launch(const std::shared_ptr<LiveAgent>& live,
+                      std::optional<vault::v1::AuditEntry> entry = std::nullopt);
   // Ends the process (if any) for `cause`; the exit handler finishes the transition.
   void End(const std::shared_ptr<LiveAgent>& live, EndCause cause, const std::string& reason);
   // Persists a state change and audits it.
