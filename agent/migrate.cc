@@ -113,6 +113,12 @@ absl::Status CheckAgentMayGo(const LiveAgent& live, const std::string& to_vault)
     return absl::FailedPreconditionError(
         "an agent spawned by another agent has no chain of its own and cannot migrate");
   }
+  // Recorded as running but its process not (yet) started: after a vault restart or a failed
+  // hop it is being started again. Not a denial: its authority is not loaded yet.
+  if (!live.running || live.authority == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("agent ", live.id, " is being started on this vault; try again"));
+  }
   vault::v1::Grant go;
   go.set_kind(vault::v1::Grant::MIGRATE);
   go.add_vaults(to_vault);

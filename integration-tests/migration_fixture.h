@@ -201,6 +201,7 @@ class MigrationTest : public VaultTest {
         }
       }
     }
+    ASSERT_NO_FATAL_FAILURE(BeforeVaultdsStart());
     for (auto& [name, m] : members_) {
       absl::StatusOr<Vaultd*> d = StartVaultd(m.dir);
       ASSERT_TRUE(d.ok()) << d.status();
@@ -214,6 +215,11 @@ class MigrationTest : public VaultTest {
                    << JsonField(status.out, "agents_disabled_reason").value_or("?");
     }
   }
+
+  // Called in SetUp once every vault is initialized and a member of the others, before any
+  // vaultd starts: a subclass may edit the configs here (e.g. give a member the address of a
+  // proxy the test controls).
+  virtual void BeforeVaultdsStart() {}
 
   Member& M(const std::string& name) { return members_.at(name); }
   const VaultDir& V(const std::string& name) { return members_.at(name).dir; }

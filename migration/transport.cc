@@ -53,7 +53,9 @@ absl::StatusOr<GrpcTransport::Peer*> GrpcTransport::PeerOf(const std::string& va
     args.SetMaxReceiveMessageSize(static_cast<int>(config_.server().max_message_bytes()));
     args.SetMaxSendMessageSize(static_cast<int>(config_.server().max_message_bytes()));
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    // (gRPC's minimum time for one connection attempt, TLS handshake included: a slow link
+    // needs more than the backoff between attempts.)
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     auto peer = std::make_unique<Peer>();
     peer->channel = grpc::CreateCustomChannel(m.address(), grpc::SslCredentials(ssl_), args);

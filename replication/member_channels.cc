@@ -33,7 +33,9 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MemberChannels::Get(const std::st
     args.SetMaxSendMessageSize(static_cast<int>(config_.server().max_message_bytes()));
     // A restarted peer is reached again within a second.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    // (gRPC's minimum time for one connection attempt, TLS handshake included: a slow link
+    // needs more than the backoff between attempts.)
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     // A connection of its own, not shared with other channels to the same address (agent
     // migration's), so replication's bulk streams do not queue behind them.
