@@ -2,6 +2,7 @@
 //
 //   replication_bench [--small=10000] [--small_bytes=4096] [--large=100]
 //                     [--large_bytes=10485760] [--streams=4] [--keep] [--dir=DIR]
+//   replication_bench --reconcile=100000 [--differences=10] [--reconcile_bytes=256]
 //
 // It makes a federation CA and two vaults a and b (`vaultctl federation create-ca`, `vaultctl
 // init`, `vaultctl federation add-member` both ways) in a temporary directory, starts a vaultd
@@ -18,6 +19,12 @@
 //      fresh directory (rsync 3.2.4+; the vault's writes are fsynced, plain rsync's are not).
 // Every byte is in the page cache for both (just written). Printed: a table of seconds, MiB/s
 // and the ratio rsync time / vault time (above 1: the vault is faster).
+//
+// With --reconcile=N, instead: N shared files of --reconcile_bytes are put into both a and b,
+// then --differences more, half of them only into a and half only into b; `vaultctl -o json cas
+// reconcile b` runs on a three times: --dry-run, for real, and once more (nothing left to do).
+// Printed for each: seconds, RangeFingerprints round trips, ranges compared and listed, the
+// serialized bytes of those calls, and what differed and was copied.
 //
 // Needs vaultd and vaultctl (paths compiled in) and rsync on PATH. Only processes it started are
 // signalled, by pid; the vaultds get a parent-death signal.
@@ -67,6 +74,9 @@ struct Flags {
   int streams = 4;
   bool keep = false;
   std::string dir;
+  int reconcile = 0;
+  int differences = 10;
+  uint64_t reconcile_bytes = 256;
 };
 
 struct RunResult {
@@ -232,6 +242,35 @@ struct Row {
   double vault = 0, vault_reported = 0, rsync = 0, rsync_fsync = 0;
 };
 
+void ReconcileBench(const Flags& f, const std::string& root, const std::string& ctl,
+                    const std::string& sock_a, const std::string& sock_b) {
+  const std::string shared = root + "/shared", only_a = root + "/only-a", only_b = root + "/only-b";
+  WriteFiles(shared, f.reconcile, f.reconcile_bytes, 3);
+  WriteFiles(only_a, f.differences - f.differences / 2, f.reconcile_bytes, 4);
+  WriteFiles(only_b, f.differences / 2, f.reconcile_bytes, 5);
+  MustRun({ctl, "--vault", sock_a, "cas", "put", shared});
+  MustRun({ctl, "--vault", sock_b, "cas", "put", shared});
+  if (f.differences - f.differences / 2 > 0)
+    MustRun({ctl, "--vault", sock_a, "cas", "put", only_a});
+  if (f.differences / 2 > 0) MustRun({ctl, "--vault", sock_b, "cas", "put", only_b});
+  std::printf("reconcile a with b: %d shared objects of %llu bytes, %d only on a, %d only on b\n",
+              f.reconcile, static_cast<unsigned long long>(f.reconcile_bytes),
+              f.differences - f.differences / 2, f.differences / 2);
+  std::printf("%-10s %9s %9s %12s %8s %8s %12s %8s %8s %8s\n", "run", "vaultctl s", "compare s",
+              "round trips", "ranges", "listed", "wire bytes", "here", "there", "copied");
+  for (const char* run : {"dry-run", "reconcile", "again"}) {
+    std::vector<std::string> argv = {ctl, "--vault", sock_a, "-o", "json", "cas", "reconcile", "b"};
+    if (std::string(run) == "dry-run") argv.push_back("--dry-run");
+    RunResult r = MustRun(argv);
+    std::printf(
+        "%-10s %9.3f %9s %12s %8s %8s %12s %8s %8s %8s\n", run, r.seconds,
+        JsonField(r.out, "compare_seconds").c_str(), JsonField(r.out, "round_trips").c_str(),
+        JsonField(r.out, "ranges_compared").c_str(), JsonField(r.out, "ranges_listed").c_str(),
+        JsonField(r.out, "compare_wire_bytes").c_str(), JsonField(r.out, "missing_here").c_str(),
+        JsonField(r.out, "missing_there").c_str(), JsonField(r.out, "copied").c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -255,6 +294,12 @@ int main(int argc, char** argv) {
       ok = absl::SimpleAtoi(*v, &f.streams);
     else if (auto v = value("--dir="))
       f.dir = *v;
+    else if (auto v = value("--reconcile="))
+      ok = absl::SimpleAtoi(*v, &f.reconcile);
+    else if (auto v = value("--differences="))
+      ok = absl::SimpleAtoi(*v, &f.differences);
+    else if (auto v = value("--reconcile_bytes="))
+      ok = absl::SimpleAtoi(*v, &f.reconcile_bytes);
     else if (a == "--keep")
       f.keep = true;
     else
@@ -282,6 +327,14 @@ int main(int argc, char** argv) {
   b.Start();
   const std::string sock_a = root + "/a/data/vault.sock";
   const std::string sock_b = root + "/b/data/vault.sock";
+
+  if (f.reconcile > 0) {
+    ReconcileBench(f, root, ctl, sock_a, sock_b);
+    a.Stop();
+    b.Stop();
+    if (!f.keep) std::filesystem::remove_all(root);
+    return 0;
+  }
 
   std::vector<Row> rows;
   uint64_t since = 0;

@@ -398,26 +398,38 @@ absl::StatusOr<std::string> Store::ReadChunk(absl::string_view sha256, uint32_t 
 
 absl::StatusOr<RangeSummary> Store::RangeFingerprint(absl::string_view start, absl::string_view end,
                                                      uint64_t list_below) const {
+  const std::pair<std::string, std::string> range{std::string(start), std::string(end)};
+  VAULT_ASSIGN_OR_RETURN(std::vector<RangeSummary> out,
+                         RangeFingerprints(absl::MakeConstSpan(&range, 1), list_below));
+  return std::move(out[0]);
+}
+
+absl::StatusOr<std::vector<RangeSummary>> Store::RangeFingerprints(
+    absl::Span<const std::pair<std::string, std::string>> ranges, uint64_t list_below) const {
   rocksdb::ReadOptions ro;
   ro.total_order_seek = true;  // the column family has a prefix extractor
   ro.fill_cache = false;
   std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(ro, meta_));
-  RangeSummary out;
-  Sha256 hash;
-  for (it->Seek(storage::ToSlice(start)); it->Valid(); it->Next()) {
-    absl::string_view key = storage::View(it->key());
-    if (!end.empty() && key >= end) break;
-    if (key.size() != kSha256Bytes + 8) continue;  // the totals record
-    hash.Update(key);
-    ++out.count;
-    if (out.count <= list_below) {
-      VAULT_ASSIGN_OR_RETURN(Digest d, Digest::FromKey(key));
-      out.digests.push_back(std::move(d));
+  std::vector<RangeSummary> out(ranges.size());
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const absl::string_view end = ranges[i].second;
+    RangeSummary& sum = out[i];
+    Sha256 hash;
+    for (it->Seek(storage::ToSlice(ranges[i].first)); it->Valid(); it->Next()) {
+      absl::string_view key = storage::View(it->key());
+      if (!end.empty() && key >= end) break;
+      if (key.size() != kSha256Bytes + 8) continue;  // the totals record
+      hash.Update(key);
+      ++sum.count;
+      if (sum.count <= list_below) {
+        VAULT_ASSIGN_OR_RETURN(Digest d, Digest::FromKey(key));
+        sum.digests.push_back(std::move(d));
+      }
     }
+    VAULT_RETURN_IF_ERROR(storage::ToStatus(it->status(), "scan objects"));
+    if (sum.count > list_below) sum.digests.clear();
+    sum.fingerprint = hash.Finish();
   }
-  VAULT_RETURN_IF_ERROR(storage::ToStatus(it->status(), "scan objects"));
-  if (out.count > list_below) out.digests.clear();
-  out.fingerprint = hash.Finish();
   return out;
 }
 

@@ -199,6 +199,10 @@ class Store {
   // digests. Reads the keys of the range (a full scan for the whole key space).
   absl::StatusOr<RangeSummary> RangeFingerprint(absl::string_view start, absl::string_view end,
                                                 uint64_t list_below) const;
+  // RangeFingerprint of each range, with one iterator for all of them (an iterator over the
+  // hashed memtable costs a copy of it, so many ranges must not each open their own).
+  absl::StatusOr<std::vector<RangeSummary>> RangeFingerprints(
+      absl::Span<const std::pair<std::string, std::string>> ranges, uint64_t list_below) const;
   // Digests of the stored objects in key order, from the first key >= `start`, at most `limit`.
   absl::StatusOr<std::vector<Digest>> ListKeys(absl::string_view start, size_t limit) const;
   // Rewrites the stored bytes of an object this store holds with `data`, which must hash to

@@ -2,7 +2,9 @@
 // objects, chunks the receiver has are not sent again, lying uploads are refused, and a receiver
 // SIGKILLed again and again during a large push ends up with every object intact.
 #include <signal.h>
+#include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 
@@ -10,8 +12,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "integration-tests/harness.h"
+#include "node/vault_node.h"
+#include "rocksdb/write_batch.h"
+#include "storage/database.h"
 
 namespace vault::integration {
 namespace {
@@ -85,6 +91,49 @@ class ReplicationTest : public VaultTest {
     for (absl::string_view line : absl::StrSplit(tail.out, '\n', absl::SkipEmpty())) {
       if (JsonField(line, "action") == action) out.emplace_back(line);
     }
+    return out;
+  }
+
+  // Stores every object of `objects` in `vault` with one `cas put DIR`.
+  void PutMany(const VaultDir& vault, const std::vector<std::string>& objects) {
+    const std::string dir = absl::StrCat(root(), "/many-", files_++);
+    ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+    for (size_t i = 0; i < objects.size(); ++i) {
+      ASSERT_EQ(WriteFile(absl::StrCat(dir, "/", i), objects[i]), absl::OkStatus());
+    }
+    RunResult r = Vaultctl({"--vault", vault.socket, "cas", "put", dir}, absl::Seconds(240));
+    ASSERT_EQ(r.exit_code, kExitOk) << r;
+  }
+
+  // The digests `vault` stores, from `cas ls`, sorted.
+  std::vector<std::string> Listing(const VaultDir& vault) {
+    RunResult r = Vaultctl({"--vault", vault.socket, "cas", "ls"});
+    EXPECT_EQ(r.exit_code, kExitOk) << r;
+    std::vector<std::string> out;
+    for (absl::string_view line : absl::StrSplit(r.out, '\n', absl::SkipEmpty())) {
+      std::vector<std::string> cols = absl::StrSplit(line, "  ");
+      EXPECT_EQ(cols.size(), 3u) << line;
+      if (cols.size() == 3) out.push_back(cols[1]);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  // The strings of a JSON array field of a flat summary ("key":["a","b"]).
+  static std::vector<std::string> JsonStrings(const std::string& json, const std::string& key) {
+    std::vector<std::string> out;
+    size_t at = json.find(absl::StrCat("\"", key, "\":["));
+    if (at == std::string::npos) {
+      ADD_FAILURE() << "no array " << key << " in " << json;
+      return out;
+    }
+    at += key.size() + 4;
+    const size_t end = json.find(']', at);
+    for (absl::string_view item :
+         absl::StrSplit(absl::string_view(json).substr(at, end - at), ',', absl::SkipEmpty())) {
+      out.emplace_back(absl::StripPrefix(absl::StripSuffix(item, "\""), "\""));
+    }
+    std::sort(out.begin(), out.end());
     return out;
   }
 
@@ -390,6 +439,167 @@ TEST_F(ReplicationTest, FollowerCopiesThePeersFeedAcrossRestarts) {
   EXPECT_EQ(stored, data.size());
   RunResult st = Vaultctl({"--vault", b_.socket, "-o", "json", "status"});
   EXPECT_EQ(JsonField(st.out, "objects"), absl::StrCat(data.size())) << st.out;
+}
+
+TEST_F(ReplicationTest, ReconcileMakesOverlappingVaultsEqual) {
+  // Many shared objects, some only on a and some only on b (a large one on each side too).
+  std::vector<std::string> shared, only_a, only_b;
+  for (int i = 0; i < 3000; ++i) shared.push_back(RandomBytes(rng_, 1 + rng_() % 2000));
+  for (int i = 0; i < 30; ++i) only_a.push_back(RandomBytes(rng_, 1 + rng_() % 5000));
+  for (int i = 0; i < 20; ++i) only_b.push_back(RandomBytes(rng_, 1 + rng_() % 5000));
+  only_a.push_back(RandomBytes(rng_, 6 << 20));
+  only_b.push_back(RandomBytes(rng_, (5 << 20) + 3));
+  PutMany(a_, shared);
+  PutMany(b_, shared);
+  PutMany(a_, only_a);
+  PutMany(b_, only_b);
+  auto digests = [](const std::vector<std::string>& objects) {
+    std::vector<std::string> out;
+    for (const std::string& o : objects) out.push_back(DigestText(o));
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  std::vector<std::string> want = digests(shared);
+  for (const std::vector<std::string>* side : {&only_a, &only_b}) {
+    for (const std::string& o : *side) want.push_back(DigestText(o));
+  }
+  std::sort(want.begin(), want.end());
+
+  // A dry run names exactly what differs and copies nothing.
+  RunResult r = Vaultctl({"--vault", a_.socket, "-o", "json", "cas", "reconcile", "b", "--dry-run"},
+                         absl::Seconds(120));
+  ASSERT_EQ(r.exit_code, kExitOk) << r;
+  EXPECT_EQ(JsonStrings(r.out, "missing_here_digests"), digests(only_b)) << r.out;
+  EXPECT_EQ(JsonStrings(r.out, "missing_there_digests"), digests(only_a)) << r.out;
+  EXPECT_EQ(Field(r.out, "missing_here"), only_b.size());
+  EXPECT_EQ(Field(r.out, "missing_there"), only_a.size());
+  EXPECT_EQ(Field(r.out, "copied"), 0u);
+  EXPECT_EQ(Listing(a_).size(), shared.size() + only_a.size());
+
+  // The text form lists them too.
+  r = Vaultctl({"--vault", a_.socket, "cas", "reconcile", "b", "--dry-run"}, absl::Seconds(120));
+  ASSERT_EQ(r.exit_code, kExitOk) << r;
+  EXPECT_TRUE(absl::StrContains(r.out, absl::StrCat("  ", DigestText(only_b[0]), "\n"))) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "dry run: nothing copied")) << r.out;
+
+  r = Vaultctl({"--vault", a_.socket, "-o", "json", "cas", "reconcile", "b"}, absl::Seconds(240));
+  ASSERT_EQ(r.exit_code, kExitOk) << r;
+  EXPECT_EQ(Field(r.out, "pushed"), only_a.size()) << r.out;
+  EXPECT_EQ(Field(r.out, "pulled"), only_b.size()) << r.out;
+  EXPECT_EQ(Field(r.out, "copied"), only_a.size() + only_b.size()) << r.out;
+  EXPECT_EQ(Field(r.out, "refused"), 0u) << r.out;
+  // 52 differences among 3,052 (dense): a few calls, and less than a listing of everything.
+  EXPECT_LE(Field(r.out, "round_trips"), 6u) << r.out;
+  EXPECT_LT(Field(r.out, "compare_wire_bytes"), 3052u * 41) << r.out;
+
+  EXPECT_EQ(Listing(a_), want);
+  EXPECT_EQ(Listing(b_), want);
+  EXPECT_EQ(Get(a_, DigestText(only_b.back())), only_b.back());
+  EXPECT_EQ(Get(b_, DigestText(only_a.front())), only_a.front());
+
+  // Again, from b: nothing differs, and one call of a few hundred bytes says so.
+  r = Vaultctl({"--vault", b_.socket, "-o", "json", "cas", "reconcile", "a"}, absl::Seconds(120));
+  ASSERT_EQ(r.exit_code, kExitOk) << r;
+  EXPECT_EQ(Field(r.out, "missing_here"), 0u) << r.out;
+  EXPECT_EQ(Field(r.out, "missing_there"), 0u) << r.out;
+  EXPECT_EQ(Field(r.out, "round_trips"), 1u) << r.out;
+  EXPECT_EQ(Field(r.out, "ranges_compared"), 1u) << r.out;
+  EXPECT_LT(Field(r.out, "compare_wire_bytes"), 200u) << r.out;
+
+  // Audited on the reconciling vault: started and finished, with what differed.
+  std::vector<std::string> entries = AuditEntries(a_, "replication.reconcile");
+  ASSERT_EQ(entries.size(), 6u);  // three runs (two dry)
+  EXPECT_EQ(JsonField(entries[4], "stage"), "started");
+  EXPECT_EQ(JsonField(entries[5], "stage"), "finished");
+  EXPECT_EQ(JsonField(entries[5], "missing_here"), absl::StrCat(only_b.size())) << entries[5];
+  EXPECT_EQ(JsonField(entries[5], "missing_there"), absl::StrCat(only_a.size())) << entries[5];
+  EXPECT_EQ(JsonField(entries[5], "decision"), "ALLOWED") << entries[5];
+
+  // Usage errors.
+  EXPECT_EQ(Vaultctl({"--vault", a_.socket, "cas", "reconcile", "b", "--push", "--pull"}).exit_code,
+            kExitUsage);
+  EXPECT_EQ(Vaultctl({"--vault", a_.socket, "cas", "reconcile", "nobody"}).exit_code,
+            kExitNotFound);
+}
+
+// Overwrites stored bytes of a stopped vault's database (the way a failing disk would): the
+// value of `key` in column family `cf`, with `bytes`.
+absl::Status Corrupt(const VaultDir& vault, const std::string& cf, const std::string& key,
+                     const std::string& bytes) {
+  absl::StatusOr<std::unique_ptr<storage::Database>> db = storage::Database::Open(
+      {.path = vault.data_dir + "/db", .block_cache_mb = 8}, node::VaultNode::ColumnFamilies());
+  if (!db.ok()) return db.status();
+  rocksdb::WriteBatch batch;
+  batch.Put((*db)->Handle(cf), key, bytes);
+  return (*db)->Write(&batch);
+}
+
+TEST_F(ReplicationTest, ScrubFindsDamagedObjectsAndRepairsThemFromAPeer) {
+  // The same objects on both vaults: an inline one and a chunked one.
+  const std::string small = RandomBytes(rng_, 3000), large = RandomBytes(rng_, 6 << 20);
+  const std::string d_small = Put(a_, small), d_large = Put(a_, large);
+  ASSERT_EQ(Put(b_, small), d_small);
+  ASSERT_EQ(Put(b_, large), d_large);
+  std::string chunk_hash, chunk_bytes;  // the large object's second chunk
+  {
+    auto stub = CasOfBAsMemberA();
+    vault::v1::GetManifestRequest req;
+    *req.mutable_digest() = DigestProto(large);
+    vault::v1::GetManifestResponse manifest;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(10));
+    ASSERT_TRUE(stub->GetManifest(&ctx, req, &manifest).ok());
+    ASSERT_GE(manifest.chunks_size(), 3);
+    uint64_t offset = manifest.chunks(0).size();
+    chunk_hash = manifest.chunks(1).sha256();
+    chunk_bytes = large.substr(offset, manifest.chunks(1).size());
+  }
+
+  // b's disk goes bad under both: one flipped byte in each.
+  ASSERT_EQ(vaultd_b_->Stop(), 0);
+  std::string bad_small = small, bad_chunk = chunk_bytes;
+  bad_small[1234] ^= 0x20;
+  bad_chunk[bad_chunk.size() / 2] ^= 0x01;
+  std::string key = DigestProto(small).sha256() + std::string(8, '\0');  // sha256 || size
+  for (int i = 0; i < 8; ++i) key[32 + i] = static_cast<char>(small.size() >> (8 * (7 - i)));
+  ASSERT_EQ(Corrupt(b_, "cas_data", key, bad_small), absl::OkStatus());
+  ASSERT_EQ(Corrupt(b_, "cas_chunks", chunk_hash, bad_chunk), absl::OkStatus());
+  ASSERT_EQ(vaultd_b_->Start(), absl::OkStatus());
+  EXPECT_TRUE(absl::StartsWith(Get(b_, d_small), "<missing")) << "the damage is not visible";
+  EXPECT_TRUE(absl::StartsWith(Get(b_, d_large), "<missing")) << "the damage is not visible";
+
+  // With a scrub configured, b finds both and repairs them from a.
+  ASSERT_EQ(vaultd_b_->Stop(), 0);
+  {
+    std::ofstream conf(b_.config, std::ios::app);
+    conf << "scrub {\n  bytes_per_second: 67108864\n  interval_ms: 200\n}\n";
+  }
+  ASSERT_EQ(vaultd_b_->Start(), absl::OkStatus());
+  std::vector<std::string> findings;
+  for (int i = 0; i < 300 && findings.size() < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    findings = AuditEntries(b_, "cas.scrub");
+  }
+  ASSERT_EQ(findings.size(), 2u);
+  std::map<std::string, std::string> by_subject;
+  for (const std::string& e : findings) by_subject[JsonField(e, "subject").value_or("")] = e;
+  for (const std::string& d : {d_small, d_large}) {
+    ASSERT_EQ(by_subject.count(d), 1u) << d;
+    const std::string& e = by_subject[d];
+    EXPECT_EQ(JsonField(e, "decision"), "ALLOWED") << e;
+    EXPECT_EQ(JsonField(e, "repaired"), "true") << e;
+    EXPECT_EQ(JsonField(e, "from"), "a") << e;
+    EXPECT_EQ(JsonField(e, "code"), "DATA_LOSS") << e;
+    EXPECT_FALSE(JsonField(e, "problem").value_or("").empty()) << e;
+  }
+  EXPECT_EQ(Get(b_, d_small), small);
+  EXPECT_TRUE(Get(b_, d_large) == large);
+
+  // Later passes find nothing more; after a restart too.
+  ASSERT_EQ(vaultd_b_->Stop(), 0);
+  ASSERT_EQ(vaultd_b_->Start(), absl::OkStatus());
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_EQ(AuditEntries(b_, "cas.scrub").size(), 2u);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "node/grpc_status.h"
 #include "replication/pusher.h"
+#include "replication/reconciler.h"
 
 namespace vault::node {
 namespace {
@@ -172,9 +173,11 @@ std::vector<std::pair<std::string, std::string>> Totals(const ReplicationProgres
 // The entries of a job's end: how it ended, and each object refused.
 absl::Status AuditEnd(Auditor* auditor, const std::string& actor, const std::string& action,
                       const std::string& peer, const absl::Status& outcome,
-                      const ReplicationProgress& p) {
+                      const ReplicationProgress& p,
+                      std::vector<std::pair<std::string, std::string>> extra = {}) {
   std::vector<vault::v1::AuditEntry> entries;
   std::vector<std::pair<std::string, std::string>> details = Totals(p);
+  for (auto& kv : extra) details.push_back(std::move(kv));
   details.emplace_back("stage", "finished");
   if (!outcome.ok()) details.emplace_back("code", absl::StatusCodeToString(outcome.code()));
   entries.push_back(
@@ -198,6 +201,44 @@ absl::Status AuditEnd(Auditor* auditor, const std::string& actor, const std::str
         {{"peer", peer}, {"stage", "refused"}}));
   }
   return auditor->RecordMany(std::move(entries));
+}
+
+constexpr int kMaxDigestsListed = 10000;  // per side, in a Reconcile's progress
+
+ReplicationProgress ToProgress(const replication::ReconcileStats& s) {
+  ReplicationProgress p = ToProgress(s.pushed);
+  p.set_planned_objects(s.missing_here.size() + s.missing_there.size());
+  p.set_planned_bytes(s.missing_here_bytes + s.missing_there_bytes);
+  p.set_pulled_objects(s.pulled_objects);
+  p.set_pulled_bytes(s.pulled_bytes);
+  p.set_refused(s.pushed.refused + s.pull_refused);
+  for (const replication::Refusal& r : s.pull_refusals) {
+    vault::v1::Refusal* out = p.add_refusals();
+    ToProto(r.digest, out->mutable_digest());
+    SetItemStatus(r.status, out->mutable_status());
+  }
+  p.set_ranges_compared(s.ranges_compared);
+  p.set_ranges_listed(s.ranges_listed);
+  p.set_round_trips(s.round_trips);
+  p.set_compare_wire_bytes(s.wire_bytes);
+  p.set_compare_seconds(s.compare_seconds);
+  p.set_missing_here(s.missing_here.size());
+  p.set_missing_here_bytes(s.missing_here_bytes);
+  p.set_missing_there(s.missing_there.size());
+  p.set_missing_there_bytes(s.missing_there_bytes);
+  p.set_seconds(s.seconds);
+  return p;
+}
+
+// The digests that differ, listed once (they do not change after the comparison).
+void ListDifferences(const replication::ReconcileStats& s, ReplicationProgress* p) {
+  p->set_compared(true);
+  for (size_t i = 0; i < s.missing_here.size() && i < kMaxDigestsListed; ++i) {
+    ToProto(s.missing_here[i], p->add_missing_here_digests());
+  }
+  for (size_t i = 0; i < s.missing_there.size() && i < kMaxDigestsListed; ++i) {
+    ToProto(s.missing_there[i], p->add_missing_there_digests());
+  }
 }
 
 }  // namespace
@@ -291,7 +332,59 @@ grpc::ServerWriteReactor<ReplicationProgress>* AdminService::Replicate(
 
 grpc::ServerWriteReactor<ReplicationProgress>* AdminService::Reconcile(
     grpc::CallbackServerContext* ctx, const vault::v1::ReconcileRequest* req) {
-  return new FailedReactor(absl::UnimplementedError("Reconcile is not built yet"));
+  if (members_ == nullptr) {
+    return new FailedReactor(absl::FailedPreconditionError(
+        "Reconcile: this vault has no TLS material, so it cannot reach members"));
+  }
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = members_->Get(req->peer());
+  if (!channel.ok()) return new FailedReactor(channel.status());
+  replication::ReconcileOptions options;
+  // Neither direction named: both.
+  options.pull = req->pull() || !req->push();
+  options.push = req->push() || !req->pull();
+  options.dry_run = req->dry_run();
+  auto reconciler =
+      std::make_shared<replication::Reconciler>(store_, *channel, req->peer(), options);
+  const std::string actor = auditor_->Actor(ctx);
+  const std::string peer = req->peer();
+  const std::string mode = options.pull && options.push ? "both" : options.pull ? "pull" : "push";
+  absl::Status started = auditor_->Record(Auditor::Entry(
+      actor, "replication.reconcile", peer, vault::v1::AuditEntry::ALLOWED, "",
+      {{"stage", "started"}, {"mode", mode}, {"dry_run", options.dry_run ? "true" : "false"}}));
+  if (!started.ok()) return new FailedReactor(started);
+  Job job;
+  job.stop = [reconciler] { reconciler->Stop(); };
+  job.run = [this, reconciler, actor, peer, mode](const ProgressSink& progress,
+                                                  ReplicationProgress* final) -> absl::Status {
+    absl::Time last_report = absl::InfinitePast();
+    replication::ReconcileProgressFn on_progress = [&](replication::ReconcileStage stage,
+                                                       const replication::ReconcileStats& s) {
+      absl::Time now = absl::Now();
+      if (stage == replication::ReconcileStage::kCopying &&
+          now - last_report < absl::Milliseconds(100)) {
+        return;  // at most 10 a second
+      }
+      last_report = now;
+      ReplicationProgress p = ToProgress(s);
+      p.set_compared(true);
+      progress(p);
+    };
+    absl::StatusOr<replication::ReconcileStats> stats = reconciler->Run(on_progress);
+    if (stats.ok()) {
+      *final = ToProgress(*stats);
+      ListDifferences(*stats, final);
+    }
+    absl::Status audited =
+        AuditEnd(auditor_, actor, "replication.reconcile", peer, stats.status(), *final,
+                 {{"mode", mode},
+                  {"missing_here", absl::StrCat(final->missing_here())},
+                  {"missing_there", absl::StrCat(final->missing_there())},
+                  {"ranges_compared", absl::StrCat(final->ranges_compared())},
+                  {"round_trips", absl::StrCat(final->round_trips())}});
+    if (!stats.ok()) return stats.status();
+    return audited;
+  };
+  return new JobReactor(std::move(job));
 }
 
 }  // namespace vault::node

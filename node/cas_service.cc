@@ -578,18 +578,24 @@ grpc::ServerUnaryReactor* CasService::RangeFingerprints(
                                                      req->list_below(), " is above the limit of ",
                                                      limits_.max_range_listing));
     }
+    std::vector<std::pair<std::string, std::string>> ranges;
+    ranges.reserve(req->ranges_size());
     for (const vault::v1::KeyRange& r : req->ranges()) {
       if (!r.end().empty() && r.end() <= r.start()) {
         return absl::InvalidArgumentError("RangeFingerprints: a range ends before it starts");
       }
-      absl::StatusOr<cas::RangeSummary> sum =
-          store_->RangeFingerprint(r.start(), r.end(), req->list_below());
-      if (!sum.ok()) return sum.status();
+      ranges.emplace_back(r.start(), r.end());
+    }
+    absl::StatusOr<std::vector<cas::RangeSummary>> sums =
+        store_->RangeFingerprints(ranges, req->list_below());
+    if (!sums.ok()) return sums.status();
+    for (int i = 0; i < req->ranges_size(); ++i) {
+      const cas::RangeSummary& sum = (*sums)[i];
       vault::v1::RangeFingerprint* out = resp->add_ranges();
-      *out->mutable_range() = r;
-      out->set_count(sum->count);
-      out->set_fingerprint(sum->fingerprint);
-      for (const cas::Digest& d : sum->digests) ToProto(d, out->add_digests());
+      *out->mutable_range() = req->ranges(i);
+      out->set_count(sum.count);
+      out->set_fingerprint(sum.fingerprint);
+      for (const cas::Digest& d : sum.digests) ToProto(d, out->add_digests());
     }
     return absl::OkStatus();
   });

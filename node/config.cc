@@ -269,6 +269,46 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
       return FieldError(source, field, "following a peer needs the tls section");
     }
   }
+  {
+    if (c->scrub().bytes_per_second() == 0) {
+      if (c->scrub().interval_ms() != 0 || c->scrub().repair_from_size() > 0) {
+        return FieldError(source, "scrub.bytes_per_second",
+                          "is 0 (the scrub is off), yet other scrub fields are set; set a rate "
+                          "(at least 65536) or remove the scrub section");
+      }
+    } else {
+      vault::v1::ScrubConfig* scrub = c->mutable_scrub();
+      if (scrub->interval_ms() == 0) scrub->set_interval_ms(86400000);
+      if (scrub->bytes_per_second() < (64u << 10)) {
+        return FieldError(source, "scrub.bytes_per_second",
+                          absl::StrCat(scrub->bytes_per_second(),
+                                       " is below the least rate of 65536 bytes per second"));
+      }
+      if (scrub->interval_ms() < 100) {
+        return FieldError(source, "scrub.interval_ms", "must be at least 100");
+      }
+      absl::flat_hash_set<std::string> repair_from;
+      for (int i = 0; i < scrub->repair_from_size(); ++i) {
+        const std::string& peer = scrub->repair_from(i);
+        const std::string field = absl::StrCat("scrub.repair_from[", i, "]");
+        if (peer == c->name()) {
+          return FieldError(source, field, "a vault cannot repair from itself");
+        }
+        if (!names.contains(peer)) {
+          return FieldError(source, field, absl::StrCat("\"", peer, "\" is not among the members"));
+        }
+        if (!repair_from.insert(peer).second) {
+          return FieldError(source, field, absl::StrCat("\"", peer, "\" is listed twice"));
+        }
+      }
+      if (scrub->repair_from_size() > 0 &&
+          (c->tls().cert_file().empty() || c->tls().key_file().empty() ||
+           c->tls().ca_file().empty())) {
+        return FieldError(source, "scrub.repair_from",
+                          "repairing from members needs the tls section");
+      }
+    }
+  }
   uint64_t avg = cas->chunk_avg_bytes();
   if (avg < (64u << 10) || avg > (4u << 20) || (avg & (avg - 1)) != 0) {
     return FieldError(source, "cas.chunk_avg_bytes",

@@ -278,6 +278,39 @@ TEST(FinalizeConfig, RefusesBadSandboxSettings) {
   ExpectFieldError(Finalize(c), "sandbox.cgroup_folder", "must match");
 }
 
+TEST(FinalizeConfig, ScrubIsOffByDefaultAndGetsItsInterval) {
+  vault::v1::VaultConfig c = FederatedConfig();
+  ASSERT_EQ(FinalizeConfig(kSource, &c, /*check_files=*/false), absl::OkStatus());
+  EXPECT_EQ(c.scrub().bytes_per_second(), 0u);
+  EXPECT_EQ(c.scrub().interval_ms(), 0u);
+  c.mutable_scrub()->set_bytes_per_second(1 << 20);
+  c.mutable_scrub()->add_repair_from("vault-b");
+  ASSERT_EQ(FinalizeConfig(kSource, &c, /*check_files=*/false), absl::OkStatus());
+  EXPECT_EQ(c.scrub().interval_ms(), 86400000u);
+}
+
+TEST(FinalizeConfig, RefusesBadScrubSettings) {
+  vault::v1::VaultConfig c = FederatedConfig();
+  c.mutable_scrub()->set_interval_ms(1000);
+  ExpectFieldError(Finalize(c), "scrub.bytes_per_second", "the scrub is off");
+  c = FederatedConfig();
+  c.mutable_scrub()->set_bytes_per_second(1000);
+  ExpectFieldError(Finalize(c), "scrub.bytes_per_second", "below the least rate of 65536");
+  c = FederatedConfig();
+  c.mutable_scrub()->set_bytes_per_second(1 << 20);
+  c.mutable_scrub()->set_interval_ms(10);
+  ExpectFieldError(Finalize(c), "scrub.interval_ms", "at least 100");
+  c = FederatedConfig();
+  c.mutable_scrub()->set_bytes_per_second(1 << 20);
+  c.mutable_scrub()->add_repair_from("vault-z");
+  ExpectFieldError(Finalize(c), "scrub.repair_from[0]", "\"vault-z\" is not among the members");
+  c.mutable_scrub()->set_repair_from(0, "vault-a");
+  ExpectFieldError(Finalize(c), "scrub.repair_from[0]", "cannot repair from itself");
+  c.mutable_scrub()->set_repair_from(0, "vault-b");
+  c.mutable_scrub()->add_repair_from("vault-b");
+  ExpectFieldError(Finalize(c), "scrub.repair_from[1]", "listed twice");
+}
+
 TEST(FinalizeConfig, RefusesMissingName) {
   vault::v1::VaultConfig c = MinimalConfig();
   c.clear_name();

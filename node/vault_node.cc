@@ -112,6 +112,20 @@ void ConfigureBuilder(const vault::v1::VaultConfig& config, grpc::ServerBuilder*
 
 }  // namespace
 
+std::vector<storage::ColumnFamilySpec> VaultNode::ColumnFamilies() {
+  std::vector<storage::ColumnFamilySpec> cfs = cas::Store::ColumnFamilies();
+  for (storage::ColumnFamilySpec& cf : audit::LogStore::ColumnFamilies()) {
+    cfs.push_back(std::move(cf));
+  }
+  for (storage::ColumnFamilySpec& cf : agent::AgentRuntime::ColumnFamilies()) {
+    cfs.push_back(std::move(cf));
+  }
+  for (storage::ColumnFamilySpec& cf : replication::Follower::ColumnFamilies()) {
+    cfs.push_back(std::move(cf));
+  }
+  return cfs;
+}
+
 absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::VaultConfig& config) {
   std::unique_ptr<VaultNode> node(new VaultNode());
   node->config_ = config;
@@ -130,17 +144,8 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
       .sync_writes = config.storage().sync_writes(),
       .block_cache_mb = config.storage().block_cache_mb(),
   };
-  std::vector<storage::ColumnFamilySpec> cfs = cas::Store::ColumnFamilies();
-  for (storage::ColumnFamilySpec& cf : audit::LogStore::ColumnFamilies()) {
-    cfs.push_back(std::move(cf));
-  }
-  for (storage::ColumnFamilySpec& cf : agent::AgentRuntime::ColumnFamilies()) {
-    cfs.push_back(std::move(cf));
-  }
-  for (storage::ColumnFamilySpec& cf : replication::Follower::ColumnFamilies()) {
-    cfs.push_back(std::move(cf));
-  }
-  absl::StatusOr<std::unique_ptr<storage::Database>> db = storage::Database::Open(db_options, cfs);
+  absl::StatusOr<std::unique_ptr<storage::Database>> db =
+      storage::Database::Open(db_options, ColumnFamilies());
   if (!db.ok()) {
     if (absl::StrContains(db.status().message(), "lock")) {
       return absl::FailedPreconditionError(absl::StrCat("data directory ", config.data_dir(),
@@ -333,6 +338,16 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
                                     .self_key = self_key,
                                     .members = node->members_.get()},
                                    {config.follow().begin(), config.follow().end()}));
+  // The background scrub: stored objects re-hashed at the configured rate, repaired from members.
+  if (config.scrub().bytes_per_second() > 0) {
+    VAULT_ASSIGN_OR_RETURN(node->scrubber_,
+                           replication::Scrubber::Start({.db = node->db_.get(),
+                                                         .store = node->store_.get(),
+                                                         .log = node->audit_log_.get(),
+                                                         .self_key = self_key,
+                                                         .members = node->members_.get()},
+                                                        config.scrub()));
+  }
   // Agents that were running when the vault last stopped (or was killed) run again from their
   // last checkpoints.
   VAULT_RETURN_IF_ERROR(node->agents_->ResumeAgents());
@@ -346,6 +361,7 @@ void VaultNode::Shutdown(absl::Duration drain) {
   shut_down_ = true;
   if (follower_ != nullptr) follower_->Stop();
   if (replication_follower_ != nullptr) replication_follower_->Stop();
+  if (scrubber_ != nullptr) scrubber_->Stop();
   if (store_ != nullptr) store_->Close();  // wakes Feed followers
   auto deadline = std::chrono::system_clock::now() + absl::ToChronoMilliseconds(drain);
   for (grpc::Server* s : {tcp_server_.get(), unix_server_.get()}) {

@@ -17,6 +17,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -35,6 +36,7 @@
 #include "node/migration_service.h"
 #include "replication/follower.h"
 #include "replication/member_channels.h"
+#include "replication/scrubber.h"
 #include "sandbox/linux_sandbox.h"
 #include "storage/database.h"
 #include "vault/v1/config.pb.h"
@@ -45,6 +47,8 @@ class VaultNode {
  public:
   // `config` must have passed FinalizeConfig.
   static absl::StatusOr<std::unique_ptr<VaultNode>> Start(const vault::v1::VaultConfig& config);
+  // Every column family of the vault's database (tests open a stopped vault's database).
+  static std::vector<storage::ColumnFamilySpec> ColumnFamilies();
   VaultNode(const VaultNode&) = delete;
   VaultNode& operator=(const VaultNode&) = delete;
   ~VaultNode();
@@ -85,6 +89,7 @@ class VaultNode {
   std::unique_ptr<replication::MemberChannels> members_;  // null without TLS material
   std::unique_ptr<AdminService> admin_;
   std::unique_ptr<replication::Follower> replication_follower_;
+  std::unique_ptr<replication::Scrubber> scrubber_;  // null unless scrub.bytes_per_second > 0
   std::unique_ptr<AuditService> tcp_audit_;
   std::unique_ptr<AuditService> unix_audit_;
   std::unique_ptr<AuditAdminService> audit_admin_;

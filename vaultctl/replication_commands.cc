@@ -140,6 +140,108 @@ int ReplicateCommand(const GlobalOptions& g, const std::string& peer,
   return Report(g, peer, "replicate to", *p);
 }
 
+std::string DigestText(const vault::v1::Digest& p) {
+  absl::StatusOr<cas::Digest> d = cas::Digest::FromParts(p.sha256(), p.size());
+  return d.ok() ? d->ToString() : "malformed";
+}
+
+int ReconcileReport(const GlobalOptions& g, const std::string& peer, const std::string& mode,
+                    bool dry_run, const ReplicationProgress& p) {
+  if (g.json()) {
+    Json here = Json::Array(), there = Json::Array(), refusals = Json::Array();
+    for (const vault::v1::Digest& d : p.missing_here_digests()) here.Push(DigestText(d));
+    for (const vault::v1::Digest& d : p.missing_there_digests()) there.Push(DigestText(d));
+    for (const vault::v1::Refusal& r : p.refusals()) {
+      refusals.Push(Json::Object()
+                        .Add("digest", DigestText(r.digest()))
+                        .Add("code", absl::StatusCodeToString(
+                                         static_cast<absl::StatusCode>(r.status().code())))
+                        .Add("message", r.status().message()));
+    }
+    std::printf("%s\n", Json::Object()
+                            .Add("peer", peer)
+                            .Add("mode", mode)
+                            .Add("dry_run", dry_run)
+                            .Add("ranges_compared", p.ranges_compared())
+                            .Add("ranges_listed", p.ranges_listed())
+                            .Add("round_trips", p.round_trips())
+                            .Add("compare_wire_bytes", p.compare_wire_bytes())
+                            .Add("compare_seconds", absl::StrFormat("%.3f", p.compare_seconds()))
+                            .Add("missing_here", p.missing_here())
+                            .Add("missing_here_bytes", p.missing_here_bytes())
+                            .Add("missing_there", p.missing_there())
+                            .Add("missing_there_bytes", p.missing_there_bytes())
+                            .Add("pushed", p.objects())
+                            .Add("pushed_bytes", p.bytes())
+                            .Add("already_there", p.skipped())
+                            .Add("pulled", p.pulled_objects())
+                            .Add("pulled_bytes", p.pulled_bytes())
+                            .Add("copied", p.objects() + p.pulled_objects())
+                            .Add("refused", p.refused())
+                            .Add("seconds", absl::StrFormat("%.3f", p.seconds()))
+                            .Add("missing_here_digests", here)
+                            .Add("missing_there_digests", there)
+                            .Add("refusals", refusals)
+                            .ToString()
+                            .c_str());
+  } else {
+    std::printf("compared with %s: %llu ranges in %llu round trips (%s), %.2f s\n", peer.c_str(),
+                static_cast<unsigned long long>(p.ranges_compared()),
+                static_cast<unsigned long long>(p.round_trips()),
+                HumanBytes(p.compare_wire_bytes()).c_str(), p.compare_seconds());
+    auto list = [](const char* what, uint64_t n, uint64_t bytes,
+                   const google::protobuf::RepeatedPtrField<vault::v1::Digest>& digests) {
+      std::printf("%s: %llu objects (%s)\n", what, static_cast<unsigned long long>(n),
+                  HumanBytes(bytes).c_str());
+      for (const vault::v1::Digest& d : digests) std::printf("  %s\n", DigestText(d).c_str());
+      if (n > static_cast<uint64_t>(digests.size())) {
+        std::printf("  ... and %llu more\n",
+                    static_cast<unsigned long long>(n - static_cast<uint64_t>(digests.size())));
+      }
+    };
+    list(absl::StrCat("only on ", peer, " (missing here)").c_str(), p.missing_here(),
+         p.missing_here_bytes(), p.missing_here_digests());
+    list(absl::StrCat("only here (missing on ", peer, ")").c_str(), p.missing_there(),
+         p.missing_there_bytes(), p.missing_there_digests());
+    if (dry_run) {
+      std::printf("dry run: nothing copied\n");
+    } else {
+      std::printf("pushed %llu objects (%s), fetched %llu objects (%s), %llu refused, in %.2f s\n",
+                  static_cast<unsigned long long>(p.objects()), HumanBytes(p.bytes()).c_str(),
+                  static_cast<unsigned long long>(p.pulled_objects()),
+                  HumanBytes(p.pulled_bytes()).c_str(),
+                  static_cast<unsigned long long>(p.refused()), p.seconds());
+    }
+    for (const vault::v1::Refusal& r : p.refusals()) {
+      std::printf("refused %s: %s\n", DigestText(r.digest()).c_str(), r.status().message().c_str());
+    }
+  }
+  return p.refused() > 0 ? kExitRefused : kExitOk;
+}
+
+int ReconcileCommand(const GlobalOptions& g, const std::string& peer, bool push, bool pull,
+                     bool both, bool dry_run) {
+  if (push + pull + both > 1) {
+    ReportError(absl::InvalidArgumentError("name at most one of --push, --pull, --both"), g.json());
+    return kExitUsage;
+  }
+  vault::v1::ReconcileRequest req;
+  req.set_peer(peer);
+  req.set_push(push || (!pull && !push));
+  req.set_pull(pull || (!pull && !push));
+  req.set_dry_run(dry_run);
+  const std::string mode = req.push() && req.pull() ? "both" : req.push() ? "push" : "pull";
+  absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
+  if (!conn.ok()) return ReportConnectError(conn.status(), g.json());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + kJobDeadline));
+  std::unique_ptr<grpc::ClientReader<ReplicationProgress>> reader =
+      conn->admin()->Reconcile(&ctx, req);
+  absl::StatusOr<ReplicationProgress> p = Follow(&ctx, reader.get(), "reconcile");
+  if (!p.ok()) return ReportError(p.status(), g.json());
+  return ReconcileReport(g, peer, mode, dry_run, *p);
+}
+
 }  // namespace
 
 void AddReplicationCommands(CLI::App& cas, GlobalOptions& g, Command& command) {
@@ -161,6 +263,23 @@ void AddReplicationCommands(CLI::App& cas, GlobalOptions& g, Command& command) {
   rep->callback([&] {
     command = [&g] {
       return ReplicateCommand(g, rep_peer, rep_digests, rep_all, rep_since, rep_streams);
+    };
+  });
+
+  auto* rec = cas.add_subcommand(
+      "reconcile",
+      "Find the objects this vault and a member do not share (range fingerprints, no cursors) "
+      "and copy them: both ways by default; exit 4 if any was refused");
+  static std::string rec_peer;
+  static bool rec_push = false, rec_pull = false, rec_both = false, rec_dry_run = false;
+  rec->add_option("PEER", rec_peer, "The member's name")->required();
+  rec->add_flag("--push", rec_push, "Only send the objects the peer lacks");
+  rec->add_flag("--pull", rec_pull, "Only fetch the objects this vault lacks");
+  rec->add_flag("--both", rec_both, "Both (the default)");
+  rec->add_flag("--dry-run", rec_dry_run, "Only print what differs");
+  rec->callback([&] {
+    command = [&g] {
+      return ReconcileCommand(g, rec_peer, rec_push, rec_pull, rec_both, rec_dry_run);
     };
   });
 }
