@@ -18,6 +18,7 @@
 #include "audit/log_store.h"
 #include "cas/store.h"
 #include "integration-tests/harness.h"
+#include "node/vault_node.h"
 #include "storage/database.h"
 
 namespace vault::integration {
@@ -151,9 +152,8 @@ class AuditTamperTest : public AuditTest {
 
   // Opens the stopped vault's database and runs `fn` on its log's records.
   void Tamper(const std::function<void(rocksdb::DB*, const audit::LogStore&)>& fn) {
-    std::vector<storage::ColumnFamilySpec> cfs = cas::Store::ColumnFamilies();
-    for (auto& cf : audit::LogStore::ColumnFamilies()) cfs.push_back(cf);
-    for (auto& cf : agent::AgentRuntime::ColumnFamilies()) cfs.push_back(cf);
+    // Every column family vaultd has (RocksDB refuses to open a database without all of them).
+    std::vector<storage::ColumnFamilySpec> cfs = node::VaultNode::ColumnFamilies();
     absl::StatusOr<std::unique_ptr<storage::Database>> db =
         storage::Database::Open({.path = vaultd_->vault().data_dir + "/db"}, cfs);
     ASSERT_TRUE(db.ok()) << db.status();
