@@ -126,6 +126,11 @@ absl::Status CheckAgentMayGo(const LiveAgent& live, const std::string& to_vault)
     return absl::PermissionDeniedError(
         absl::StrCat("denied: agent ", live.id, " has no migrate grant naming ", to_vault));
   }
+  if (static_cast<size_t>(r.chain().links_size()) + 1 > kMaxAgentChainLinks) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "agent ", live.id, " has made ", r.hop(), " hops: its chain (a link per hop) would exceed ",
+        kMaxAgentChainLinks, " links"));
+  }
   if (r.constraints().has_max_migrations() && r.hop() + 1 > r.constraints().max_migrations()) {
     return absl::PermissionDeniedError(
         absl::StrCat("denied: agent ", live.id, " has made ", r.hop(), " of its ",
@@ -485,8 +490,15 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::Departed(
          {"hop", absl::StrCat(p->hop())},
          {"receipt", absl::BytesToHexString(cas::Sha256::Hash(receipt.SerializeAsString()))}}));
     process = live->running && live->handle != nullptr;
-    // The frozen process ends; the exit handler (kDeparted) forgets the agent here.
-    if (process) (void)live->handle->Kill();
+  }
+  // The frozen process ends, after the answer (it can do nothing meanwhile: frozen, its calls
+  // refused, its record DEPARTED); the exit handler (kDeparted) forgets the agent here.
+  if (process) {
+    auto kill = [live] {
+      absl::MutexLock lock(&live->mu);
+      if (live->running && live->handle != nullptr) (void)live->handle->Kill();
+    };
+    if (!lifecycle_->Schedule(kill)) kill();
   }
   if (!process) {
     absl::MutexLock lock(&mu_);

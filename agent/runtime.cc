@@ -1259,6 +1259,7 @@ void AgentRuntime::Impl::WatchdogLoop() {
 capability::VerifyContext AgentRuntime::Impl::BaseContext() const {
   capability::VerifyContext ctx;
   ctx.this_vault = deps_.vault_key->public_key();
+  ctx.max_links = kMaxAgentChainLinks;
   ctx.vault_key = [this](absl::string_view name) -> std::optional<capability::PublicKey> {
     for (const vault::v1::Member& m : options_.members) {
       if (m.name() == name) {

@@ -212,5 +212,31 @@ while True:
   WaitLog("b", id, "vault=b hop=1 home=a");
 }
 
+// A chain grows by a link a hop: more hops than the verifier's old limit of 64 links.
+TEST_F(MobilityTest, AnAgentHopsMoreThanSixtyFourTimes) {
+  ASSERT_NO_FATAL_FAILURE(TrustOwnerEverywhere());
+  const std::string spec =
+      WriteAgent("frequent", R"(
+a = vault_agent.Agent.connect()
+while True:
+    m = a.receive(timeout=0.2)
+    if m is not None and m.type == "vault.checkpoint":
+        a.checkpoint(b"x")
+)",
+                 "(migrate (vaults a b c))", "(max-runtime 600) (max-migrations 100)");
+  const std::string id = Spawn("a", spec, owner_key_);
+  ASSERT_FALSE(id.empty());
+  constexpr int kHops = 70;
+  for (int hop = 1; hop <= kHops; ++hop) {
+    const std::string from = hop % 2 == 1 ? "a" : "b", to = hop % 2 == 1 ? "b" : "a";
+    RunResult r = Ctl(from, {"-o", "json", "migrate", id, "--to", to, "--checkpoint-wait", "1"});
+    ASSERT_EQ(r.exit_code, kExitOk) << "hop " << hop << ": " << r;
+    ASSERT_EQ(JsonField(r.out, "hop"), absl::StrCat(hop)) << r;
+  }
+  AgentStatus st = WaitRunning("a", id);
+  EXPECT_EQ(st.record().hop(), static_cast<uint32_t>(kHops));
+  EXPECT_EQ(st.record().chain().links_size(), kHops + 1);
+}
+
 }  // namespace
 }  // namespace vault::integration

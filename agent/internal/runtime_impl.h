@@ -300,6 +300,10 @@ class AgentRuntime::Impl {
   std::thread audit_thread_;
 };
 
+// The longest chain an agent may hold here: its SPAWN link and one MIGRATE link per hop (a chain
+// grows by a link a hop), so at most 1023 hops whatever max-migrations says.
+inline constexpr size_t kMaxAgentChainLinks = 1024;
+
 // Helpers shared by the runtime's files.
 std::string StateName(vault::v1::AgentState state);
 std::string DigestText(const vault::v1::Digest& d);
