@@ -46,8 +46,12 @@ TEST_F(MigrationTest, OperatorMovesAgentAroundTheFederationWithItsState) {
     AgentStatus dst = ExpectHop(id, from, to, hop, r);
     // The state it resumed from is the counter it had checkpointed; its first line there
     // continues from it.
+    // (The handed-over state, as the source recorded it: by now the agent may have checkpointed
+    // again on `to`, moving its record's state on.)
+    absl::StatusOr<AgentStatus> src = Get(from, id);
+    ASSERT_TRUE(src.ok()) << src.status();
     uint64_t state = 0;
-    EXPECT_TRUE(absl::SimpleAtoi(CasGet(to, dst.record().state_digest()), &state));
+    EXPECT_TRUE(absl::SimpleAtoi(CasGet(to, src->record().migration().state()), &state));
     std::vector<CounterLine> lines = WaitCounter(to, to == "a" ? a_lines_before_return : 0);
     const CounterLine& first = lines[to == "a" ? a_lines_before_return : 0];
     EXPECT_EQ(first.vault, to);
