@@ -26,6 +26,7 @@ import re
 import socket
 import struct
 import threading
+import time
 
 from google.protobuf.message import DecodeError
 
@@ -356,7 +357,20 @@ class Agent:
 
     def _call(self, name, request, want_fds=False):
         """Sends HostRequest{call_id, <name>: request}; returns the response's <name> result
-        (None for log and exit), and with want_fds (result, fds)."""
+        (None for log and exit), and with want_fds (result, fds). A call the vault refused
+        because the agent is being handed to another vault (it did not run) is sent again until
+        the hop is settled: if the agent went, this process ends meanwhile; if not, it runs."""
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return self._call_once(name, request, want_fds)
+            except HostError as e:
+                if (e.code != UNAVAILABLE or not e.message.startswith("the agent is migrating")
+                        or time.monotonic() > deadline):
+                    raise
+            time.sleep(0.02)
+
+    def _call_once(self, name, request, want_fds):
         with self._lock:
             self._last_call_id += 1
             call_id = self._last_call_id
