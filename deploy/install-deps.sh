@@ -16,6 +16,10 @@ PACKAGES=(
   python3-protobuf
   # Only the independent verifier of integration-tests/interop_test.cc (Go's sumdb note/tlog).
   golang-go golang-golang-x-mod-dev
+  # Prometheus metrics of vaultd (replaces a hand-written exposition format and HTTP server).
+  prometheus-cpp-dev
+  # Tests only: the independent Python gRPC client of CAS and Audit, and the deploy/ YAML checks.
+  python3-grpcio python3-yaml
 )
 
 missing=()
