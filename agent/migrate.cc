@@ -14,6 +14,7 @@
 #include "agent/internal/runtime_impl.h"
 #include "capability/chain.h"
 #include "capability/grant.h"
+#include "common/log_fields.h"
 #include "common/proto_util.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -396,8 +397,9 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::RunTransfer(
     } else if (!IsAmbiguous(receipt.status())) {
       commit_refused = receipt.status();
     }
-    spdlog::warn("agent {}: Commit to {} failed ({}); asking for the transfer's outcome", live->id,
-                 to_vault, receipt.status().ToString());
+    common::LogWith(spdlog::level::warn, {.agent = live->id, .transfer = TransferText(transfer_id)},
+                    "agent {}: Commit to {} failed ({}); asking for the transfer's outcome",
+                    live->id, to_vault, receipt.status().ToString());
   }
   // The outcome is unknown: ask until it is known (Status fences an uncommitted transfer off).
   absl::Duration backoff = absl::Milliseconds(100);
@@ -446,7 +448,10 @@ void AgentRuntime::Impl::ScheduleResolve(const std::shared_ptr<LiveAgent>& live)
   if (stopping_) return;  // settled at the next start
   resolvers_.emplace_back([this, live] {
     absl::StatusOr<vault::v1::MigrateAgentResponse> r = RunTransfer(live, /*background=*/true);
-    if (!r.ok()) spdlog::info("agent {}: migration settled: {}", live->id, r.status().ToString());
+    if (!r.ok()) {
+      common::LogAgent(spdlog::level::info, live->id, "agent {}: migration settled: {}", live->id,
+                       r.status().ToString());
+    }
   });
 }
 
@@ -538,7 +543,10 @@ absl::Status AgentRuntime::Impl::ResumeAfterFailedHop(const std::shared_ptr<Live
   }
   if (launch) {
     absl::Status s = Launch(live);
-    if (!s.ok()) spdlog::error("agent {}: could not resume here: {}", live->id, s.ToString());
+    if (!s.ok()) {
+      common::LogAgent(spdlog::level::err, live->id, "agent {}: could not resume here: {}",
+                       live->id, s.ToString());
+    }
   }
   return absl::OkStatus();
 }
@@ -771,14 +779,23 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
   }
   ForwardLocation(p.home_vault(), receipt, p.agent_id());
   absl::Status launched = Launch(live);
+  const std::string transfer = TransferText(last.transfer_id());
   if (!launched.ok()) {
-    spdlog::error("agent {} arrived from {} but could not start: {}", live->id, p.source_vault(),
-                  launched.ToString());
-  } else if (p.paused()) {
-    absl::MutexLock agent_lock(&live->mu);
-    if (live->handle != nullptr) {
-      absl::Status paused = live->handle->Pause();
-      if (!paused.ok()) spdlog::warn("agent {}: could not pause: {}", live->id, paused.ToString());
+    common::LogWith(spdlog::level::err, {.agent = live->id, .transfer = transfer},
+                    "agent {} arrived from {} but could not start: {}", live->id, p.source_vault(),
+                    launched.ToString());
+  } else {
+    common::LogWith(spdlog::level::info, {.agent = live->id, .transfer = transfer},
+                    "agent {} arrived from {} (transfer {})", live->id, p.source_vault(), transfer);
+    if (p.paused()) {
+      absl::MutexLock agent_lock(&live->mu);
+      if (live->handle != nullptr) {
+        absl::Status paused = live->handle->Pause();
+        if (!paused.ok()) {
+          common::LogAgent(spdlog::level::warn, live->id, "agent {}: could not pause: {}", live->id,
+                           paused.ToString());
+        }
+      }
     }
   }
   return receipt;

@@ -20,6 +20,7 @@
 #include "capability/grant.h"
 #include "cas/digest.h"
 #include "common/file_util.h"
+#include "common/log_fields.h"
 #include "common/status_macros.h"
 #include "openssl/rand.h"
 #include "spdlog/spdlog.h"
@@ -353,10 +354,13 @@ absl::Status AgentRuntime::Impl::ResumeAgents() {
     absl::Status s = Launch(live);
     absl::MutexLock lock(&live->mu);
     if (!s.ok()) {
-      spdlog::error("agent {} could not resume: {}", live->id, s.ToString());
+      common::LogAgent(spdlog::level::err, live->id, "agent {} could not resume: {}", live->id,
+                       s.ToString());
       continue;  // Launch recorded FAILED
     }
     ++resumed;
+    common::LogAgent(spdlog::level::info, live->id, "agent {} resumed (incarnation {})", live->id,
+                     live->record.incarnation());
     Audit(audit::MakeEntry(
               deps_.vault_key->public_key().ToText(), "agent.resume", live->id,
               vault::v1::AuditEntry::ALLOWED, live->record.spec().purpose(),
@@ -366,7 +370,10 @@ absl::Status AgentRuntime::Impl::ResumeAgents() {
           /*durable=*/true);
     if (was_paused && live->handle != nullptr) {
       absl::Status p = live->handle->Pause();
-      if (!p.ok()) spdlog::warn("agent {}: could not pause again: {}", live->id, p.ToString());
+      if (!p.ok()) {
+        common::LogAgent(spdlog::level::warn, live->id, "agent {}: could not pause again: {}",
+                         live->id, p.ToString());
+      }
     }
   }
   spdlog::info("resumed {} of {} agents from their last checkpoints", resumed, to_resume.size());
@@ -633,9 +640,13 @@ absl::StatusOr<std::shared_ptr<LiveAgent>> AgentRuntime::Impl::CreateAndLaunch(
   }
   absl::Status launched = Launch(live, std::move(entry));
   if (!launched.ok()) {
+    common::LogAgent(spdlog::level::warn, live->id, "agent {} could not start: {}", live->id,
+                     launched.ToString());
     return absl::Status(launched.code(),
                         absl::StrCat("agent ", live->id, " could not start: ", launched.message()));
   }
+  common::LogAgent(spdlog::level::info, live->id, "agent {} spawned by {}", live->id,
+                   live->principal);
   return live;
 }
 
@@ -826,6 +837,10 @@ absl::Status AgentRuntime::Impl::Transition(
   live.record.set_reason(reason);
   if (Ended(to)) live.record.set_ended_unix_ms(absl::ToUnixMillis(absl::Now()));
   live.record.set_updated_unix_ms(absl::ToUnixMillis(absl::Now()));
+  std::string transfer;  // a migration's, for the log line
+  for (const auto& [key, value] : details) {
+    if (key == "transfer_id") transfer = value;
+  }
   details.emplace_back("from", StateName(from));
   details.emplace_back("incarnation", absl::StrCat(live.record.incarnation()));
   vault::v1::AuditEntry e =
@@ -840,8 +855,13 @@ absl::Status AgentRuntime::Impl::Transition(
                        [&](rocksdb::WriteBatch* batch)
                            ABSL_NO_THREAD_SAFETY_ANALYSIS { store_->AddPut(batch, live.record); })
           .status();
-  if (!written.ok())
-    spdlog::error("agent {}: state change not recorded: {}", live.id, written.ToString());
+  if (!written.ok()) {
+    common::LogAgent(spdlog::level::err, live.id, "agent {}: state change not recorded: {}",
+                     live.id, written.ToString());
+    return written;
+  }
+  common::LogWith(spdlog::level::info, {.agent = live.id, .transfer = transfer},
+                  "agent {}: {} -> {}: {}", live.id, StateName(from), StateName(to), reason);
   return written;
 }
 
@@ -893,7 +913,9 @@ void AgentRuntime::Impl::AppendLog(const std::string& id, const std::string& lev
   line.set_message(std::move(message));
   line.set_incarnation(incarnation);
   absl::Status s = store_->AppendLog(id, std::move(line));
-  if (!s.ok()) spdlog::warn("agent {}: log line lost: {}", id, s.ToString());
+  if (!s.ok()) {
+    common::LogAgent(spdlog::level::warn, id, "agent {}: log line lost: {}", id, s.ToString());
+  }
 }
 
 void AgentRuntime::Impl::End(const std::shared_ptr<LiveAgent>& live, EndCause cause,
@@ -907,7 +929,9 @@ void AgentRuntime::Impl::End(const std::shared_ptr<LiveAgent>& live, EndCause ca
   }
   if (live->handle != nullptr) {
     absl::Status s = live->handle->Kill();
-    if (!s.ok()) spdlog::warn("agent {}: kill: {}", live->id, s.ToString());
+    if (!s.ok()) {
+      common::LogAgent(spdlog::level::warn, live->id, "agent {}: kill: {}", live->id, s.ToString());
+    }
   }
 }
 
@@ -1015,7 +1039,8 @@ uint64_t AgentRuntime::Impl::Register(const std::shared_ptr<LiveAgent>& live, in
   ev.events = EPOLLIN;
   ev.data.u64 = token;
   if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
-    spdlog::error("agent {}: epoll_ctl: {}", live->id, strerror(errno));
+    common::LogAgent(spdlog::level::err, live->id, "agent {}: epoll_ctl: {}", live->id,
+                     strerror(errno));
   }
   return token;
 }

@@ -55,7 +55,10 @@
 //    --clients threads at once (and once from one thread), i.e. the sandbox alone.
 //    Every agent is then terminated (Agents.Control TERMINATE, signed as vaultctl does).
 //
-// Times are printed in microseconds (ms for spawns). Percentiles are nearest-rank. At the end
+// Times are printed in microseconds (ms for spawns). Percentiles are nearest-rank. After the
+// report, one BENCH_RESULT line (bench/bench_result.h) per target, for bench/run: heartbeat p50
+// beside the baseline's, message p50 beside the fake vault's, Agents.Spawn rate beside the
+// sandbox alone, vaultd's RSS with the idle agents beside its RSS before the spawns. At the end
 // vaultd gets SIGTERM (SIGKILL after 30 s) and the temporary directory is removed (--keep keeps
 // it). Only processes this bench started are signalled, by pid. vaultd is started with a
 // parent-death signal, so it does not outlive the bench.
@@ -113,6 +116,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/bench_result.h"
 #include "capability/chain.h"
 #include "capability/principal.h"
 #include "capability/text_form.h"
@@ -1451,6 +1455,78 @@ int Main(int argc, char** argv) {
     }
   }
   printf("\nvaultd stopped: %s; load average after %.2f\n", stopped.c_str(), LoadAverage());
+
+  // Machine-readable results for bench/run; a figure that was not measured is null.
+  printf("\n");
+  auto result = [&](std::string metric, std::string label, std::string unit, double target,
+                    vault::bench::Better better) {
+    vault::bench::Result r;
+    r.bench = "agent_bench";
+    r.metric = std::move(metric);
+    r.label = std::move(label);
+    r.issue = 6;
+    r.unit = std::move(unit);
+    r.target = target;
+    r.better = better;
+    return r;
+  };
+  const char* kFailed = "not measured: see agent_bench's errors";
+  if (wanted("rtt")) {
+    vault::bench::Result r =
+        result("agent.host_call_rtt.p50", "host-call round trip (heartbeat), p50", "us",
+               kTargetRttP50Us, vault::bench::Better::kLower);
+    if (vault_rtt.count("heartbeat")) r.value = vault_rtt["heartbeat"].p50;
+    if (base_rtt.count("heartbeat")) r.baseline = base_rtt["heartbeat"].p50;
+    r.baseline_name = "same guest, echo server, no sandbox";
+    if (!r.value.has_value()) {
+      r.note = kFailed;
+    } else if (raw_rtt.n > 0) {
+      r.note = absl::StrFormat("raw socketpair echo p50 %.2f us", raw_rtt.p50);
+    }
+    vault::bench::EmitResult(r);
+  }
+  if (wanted("msg")) {
+    vault::bench::Result r =
+        result("agent.message.p50", "agent-to-agent message (round trip / 2), p50", "us",
+               kTargetMsgP50Us, vault::bench::Better::kLower);
+    if (vault_msg.count("message_half_rtt")) r.value = vault_msg["message_half_rtt"].p50;
+    if (base_msg.count("message_half_rtt")) r.baseline = base_msg["message_half_rtt"].p50;
+    r.baseline_name = "same guests, fake vault, no sandbox";
+    if (!r.value.has_value()) {
+      r.note = kFailed;
+    } else if (raw_rtt.n > 0) {
+      r.note = absl::StrFormat("raw socketpair ping-pong / 2 p50 %.2f us", raw_rtt.p50 / 2);
+    }
+    vault::bench::EmitResult(r);
+  }
+  if (wanted("spawn")) {
+    vault::bench::Result rate =
+        result("agent.spawn_rate",
+               absl::StrCat("agent spawns (Agents.Spawn, ", flags.clients, " clients, ",
+                            flags.agents, " agents)"),
+               "spawns/s", kTargetSpawnsPerS, vault::bench::Better::kHigher);
+    if (!grpc_spawn.ms.empty() && grpc_spawn.wall_s > 0) {
+      rate.value =
+          static_cast<double>(static_cast<int>(grpc_spawn.ms.size()) - grpc_spawn.failures) /
+          grpc_spawn.wall_s;
+    }
+    if (sandbox_rate.has_value()) rate.baseline = sandbox_rate->rate_parallel;
+    rate.baseline_name = absl::StrCat("LinuxSandbox alone, ", flags.clients, " threads");
+    if (!rate.value.has_value()) rate.note = kFailed;
+    vault::bench::EmitResult(rate);
+    vault::bench::Result rss =
+        result("agent.vaultd_rss", absl::StrCat("vaultd RSS with ", connected, " idle agents"),
+               "MiB", kTargetVaultdRssMiB, vault::bench::Better::kLower);
+    if (rss_idle >= 0 && connected > 0) rss.value = static_cast<double>(rss_idle) / 1024;
+    if (rss_before_spawn >= 0) rss.baseline = static_cast<double>(rss_before_spawn) / 1024;
+    rss.baseline_name = "vaultd before the spawns";
+    if (!rss.value.has_value()) {
+      rss.note = kFailed;
+    } else if (connected < 1000) {
+      rss.note = "the target is for 1,000 idle agents";
+    }
+    vault::bench::EmitResult(rss);
+  }
   if (rc != 0) {
     std::string log = Slurp(vault.log());
     if (log.size() > 4000) log = log.substr(log.size() - 4000);

@@ -24,7 +24,8 @@
 //                           the database is closed and reopened). entries/s.
 // At the end a summary table prints every rate with its ratio to raw SHA-256 and to the fdatasync
 // rate, entries per WAL sync, CPU time per entry, the load average, and PASS/BELOW for the
-// targets (>= 100,000 durable appends/s, >= 1,000,000 verified entries/s).
+// targets (>= 100,000 durable appends/s, >= 1,000,000 verified entries/s), and one BENCH_RESULT
+// line (bench/bench_result.h) per append configuration and for the verification, for bench/run.
 //
 // Temporary directories are made under $TMPDIR (or /tmp) and removed before exit.
 //
@@ -62,6 +63,7 @@
 #include "audit/merkle.h"
 #include "audit/note.h"
 #include "audit/verify.h"
+#include "bench/bench_result.h"
 #include "benchmark/benchmark.h"
 #include "capability/principal.h"
 #include "common/testing/temp_dir.h"
@@ -574,20 +576,58 @@ void PrintSummary(const SummaryReporter& rep, const std::vector<int>& threads) {
   row("SHA-256 one-shot EVP_Digest", Find(rep, "Sha256/oneshot/threads:1"), true, false, true);
   row("fdatasync (200 B append), syncs", fsync, false, true, false);
   std::vector<std::pair<std::string, double>> appends;
+  std::vector<vault::bench::Result> results;
+  auto result = [&](std::string metric, std::string label, const std::optional<Result>& r,
+                    double target) {
+    vault::bench::Result out;
+    out.bench = "audit_bench";
+    out.metric = std::move(metric);
+    out.label = std::move(label);
+    out.issue = 3;
+    if (r.has_value()) out.value = r->rate;
+    out.unit = "entries/s";
+    if (sha.has_value()) out.baseline = sha->rate;
+    out.baseline_name = absl::StrCat("raw SHA-256 of ", SerializedEntrySize(), " B");
+    out.target = target;
+    if (!r.has_value()) out.note = "not run";
+    return out;
+  };
   for (const char* kind : {"single", "batch64"}) {
     for (int t : threads) {
       const std::string key = absl::StrCat("Append/", kind, "/threads:", t);
       const std::optional<Result> r = Find(rep, key);
-      row(absl::StrCat(std::string(kind) == "single" ? "Append x1, " : "AppendMany x64, ", t,
-                       t == 1 ? " thread" : " threads"),
-          r, true, true, false);
+      const std::string label =
+          absl::StrCat(std::string(kind) == "single" ? "Append x1, " : "AppendMany x64, ", t,
+                       t == 1 ? " thread" : " threads");
+      row(label, r, true, true, false);
       if (r.has_value()) appends.emplace_back(key, r->rate);
+      vault::bench::Result out = result(absl::StrCat("audit.append.", kind, ".threads", t),
+                                        absl::StrCat("durable appends, ", label), r, 100000);
+      if (r.has_value()) {
+        out.note = absl::StrCat(Fixed(r->per_sync, 1), " entries per WAL sync");
+        if (fsync.has_value() && fsync->rate > 0) {
+          absl::StrAppend(&out.note, "; ", Fixed(r->rate / fsync->rate, 2),
+                          " x the fdatasync loop (", Num(fsync->rate), "/s)");
+        }
+      }
+      results.push_back(std::move(out));
     }
   }
   const std::optional<Result> verify =
       Find(rep, absl::StrCat("Verify/entries:", flags.verify_entries, "/threads:1"));
   row(absl::StrCat("Verify (", Num(static_cast<double>(flags.verify_entries)), " entries)"), verify,
       true, false, true);
+  {
+    vault::bench::Result out =
+        result("audit.verify",
+               absl::StrCat("log verification, ", Num(static_cast<double>(flags.verify_entries)),
+                            " entries"),
+               verify, 1000000);
+    if (verify.has_value() && verify->cpu_per_real > 0) {
+      out.note = absl::StrCat(Num(verify->rate / verify->cpu_per_real), " entries per CPU-second");
+    }
+    results.push_back(std::move(out));
+  }
   if (verify_log != nullptr) {
     std::printf("%-34s %14s %10s\n", "(verify log build: x1000, no sync)",
                 Num(verify_log->build_rate).c_str(),
@@ -614,6 +654,8 @@ void PrintSummary(const SummaryReporter& rep, const std::vector<int>& threads) {
   std::printf("  verification >= 1,000,000 entries/s: %s\n", !verify.has_value()       ? "(not run)"
                                                              : verify->rate >= 1000000 ? "PASS"
                                                                                        : "BELOW");
+  std::printf("\n");
+  for (const vault::bench::Result& r : results) vault::bench::EmitResult(r);
 }
 
 // ---- Flags --------------------------------------------------------------------------------------

@@ -15,12 +15,22 @@
 //   BM_UncachedDecision             the same against 16 grants with the cache defeated (a new
 //                                   path every call).
 //
+// After the benchmark library's own table, one BENCH_RESULT line (bench/bench_result.h) per
+// headline figure, for bench/run: uncached chains of 1, 2, 4 and 8 links against links x one
+// verify (target ratio <= 1.2), 8 links with 7 cached against one verify, and the cached decision
+// against the uncached one (target <= 100 ns). Their baselines are BM_Ed25519Verify and
+// BM_UncachedDecision of the same run.
+//
 // Thread-safety: single-threaded benchmarks.
+#include <cstdio>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "bench/bench_result.h"
 #include "benchmark/benchmark.h"
 #include "capability/chain.h"
 #include "capability/decision.h"
@@ -166,7 +176,102 @@ void BM_UncachedDecision(benchmark::State& state) {
 }
 BENCHMARK(BM_UncachedDecision);
 
+// Keeps the wall-clock seconds per iteration of every case, by name, beside the console table.
+class CollectingReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& reports) override {
+    ConsoleReporter::ReportRuns(reports);
+    for (const Run& run : reports) {
+      if (run.run_type != Run::RT_Iteration || run.error_occurred || run.iterations == 0) continue;
+      seconds_[run.benchmark_name()] =
+          run.real_accumulated_time / static_cast<double>(run.iterations);
+    }
+  }
+  std::optional<double> Seconds(const std::string& name) const {
+    auto it = seconds_.find(name);
+    if (it == seconds_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  std::map<std::string, double> seconds_;
+};
+
+std::optional<double> Scaled(std::optional<double> v, double factor) {
+  if (!v.has_value()) return std::nullopt;
+  return *v * factor;
+}
+
+void EmitResults(const CollectingReporter& rep) {
+  using vault::bench::Better;
+  using vault::bench::Result;
+  const std::optional<double> verify_us = Scaled(rep.Seconds("BM_Ed25519Verify"), 1e6);
+  // The worst uncached ratio over every chain length that ran, for the 8-link row's note.
+  std::string worst;
+  double worst_ratio = 0;
+  for (int n = 1; n <= 8; ++n) {
+    std::optional<double> us = Scaled(rep.Seconds(absl::StrCat("BM_VerifyChainUncached/", n)), 1e6);
+    if (us.has_value() && verify_us.has_value() && *us / (n * *verify_us) > worst_ratio) {
+      worst_ratio = *us / (n * *verify_us);
+      worst = absl::StrCat(n);
+    }
+  }
+  for (int n : {1, 2, 4, 8}) {
+    Result r;
+    r.bench = "capability_bench";
+    r.metric = absl::StrCat("capability.chain_uncached.links", n);
+    r.label = absl::StrCat("chain verification, ", n, n == 1 ? " link" : " links", ", uncached");
+    r.issue = 4;
+    r.value = Scaled(rep.Seconds(absl::StrCat("BM_VerifyChainUncached/", n)), 1e6);
+    r.unit = "us";
+    r.baseline = Scaled(verify_us, n);
+    r.baseline_name = n == 1 ? "one Ed25519 verify" : absl::StrCat(n, " x one Ed25519 verify");
+    r.target = 1.2;
+    r.target_on = vault::bench::TargetOn::kRatio;
+    r.better = Better::kLower;
+    if (n == 8 && !worst.empty()) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "worst ratio over 1-8 links: %.2f (%s links)", worst_ratio,
+                    worst.c_str());
+      r.note = buf;
+    }
+    vault::bench::EmitResult(r);
+  }
+  Result cached;
+  cached.bench = "capability_bench";
+  cached.metric = "capability.chain_cached_prefix.links8";
+  cached.label = "chain verification, 8 links, first 7 cached";
+  cached.issue = 4;
+  cached.value = Scaled(rep.Seconds("BM_VerifyChainCachedPrefix/8"), 1e6);
+  cached.unit = "us";
+  cached.baseline = verify_us;
+  cached.baseline_name = "one Ed25519 verify";
+  cached.better = Better::kLower;
+  vault::bench::EmitResult(cached);
+  Result decision;
+  decision.bench = "capability_bench";
+  decision.metric = "capability.cached_decision";
+  decision.label = "cached host-call decision (AgentAuthority::Allows)";
+  decision.issue = 4;
+  decision.value = Scaled(rep.Seconds("BM_CachedDecision"), 1e9);
+  decision.unit = "ns";
+  decision.baseline = Scaled(rep.Seconds("BM_UncachedDecision"), 1e9);
+  decision.baseline_name = "uncached decision, 16 grants";
+  decision.target = 100;
+  decision.better = Better::kLower;
+  vault::bench::EmitResult(decision);
+}
+
 }  // namespace
 }  // namespace vault::capability
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  vault::capability::CollectingReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  std::printf("\n");
+  vault::capability::EmitResults(reporter);
+  return 0;
+}

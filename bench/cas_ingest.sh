@@ -18,6 +18,9 @@
 #
 # Nothing is dropped from the page cache: every data set is written, synced and read once before
 # timing, so all three methods read from memory and what is compared is the work each does.
+#
+# After its tables it prints one BENCH_RESULT line (bench/bench_result.h) per target, for
+# bench/run: each data set's MB/s beside sha256sum's, 4 KiB objects/s, FindMissing p50 per case.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -98,6 +101,24 @@ start_vault() {
   vault_sock=$(sed -n 's/.*"admin_socket": "\([^"]*\)".*/\1/p' "$ready")
 }
 
+# bench_result KEY=VALUE...: prints one BENCH_RESULT line (the fields of bench/bench_result.h;
+# issue, value, baseline, ratio and target are numbers, "" is null; ratio defaults to
+# value / baseline).
+bench_result() {
+  python3 - "$@" <<'PY'
+import json, sys
+numbers = {"issue", "value", "baseline", "ratio", "target"}
+r = {"bench": "cas_ingest"}
+for arg in sys.argv[1:]:
+    k, v = arg.split("=", 1)
+    r[k] = (float(v) if v != "" else None) if k in numbers else v
+r["issue"] = int(r.get("issue") or 0)
+if r.get("ratio") is None and r.get("value") is not None and r.get("baseline"):
+    r["ratio"] = r["value"] / r["baseline"]
+print("BENCH_RESULT " + json.dumps(r, separators=(",", ":")))
+PY
+}
+
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 clk_tck=$(getconf CLK_TCK)
@@ -150,6 +171,7 @@ make_data() {
 }
 
 rows=()  # table rows: set|method|seconds|cpu seconds|bytes|files
+results=()  # BENCH_RESULT lines, printed at the end
 declare -A put_seconds=()
 notes=()
 verdicts=()
@@ -195,6 +217,25 @@ run_set() {
     v = c + e - d
     printf "%-16s CPU s vaultctl %.2f + vaultd %.2f; sha256sum/vault CPU %.2f: on %d cores", l, c, e - d, sha / v, cores
     printf " vaultctl reaches at most %.2f x sha256sum", sha / v * cores }')")
+  local mbs_put mbs_sha mbs_cp size_id=1MiB size_name="1 MiB"
+  mbs_put=$(awk -v b="$bytes" -v s="$s_put" 'BEGIN { printf "%.6g", b / s / 1e6 }')
+  mbs_sha=$(awk -v b="$bytes" -v s="$s_sha" 'BEGIN { printf "%.6g", b / s / 1e6 }')
+  mbs_cp=$(awk -v b="$bytes" -v s="$s_cp" 'BEGIN { printf "%.1f", b / s / 1e6 }')
+  if [[ $each == "$small_bytes" ]]; then size_id=4KiB size_name="4 KiB"; fi
+  results+=("$(bench_result metric="cas.ingest.$size_id" issue=2 \
+    label="vaultctl cas put, $files x $size_name" value="$mbs_put" unit=MB/s \
+    baseline="$mbs_sha" baseline_name="sha256sum, same files" target="$target_ratio" \
+    target_on=ratio better=higher \
+    note="cp -r + sync $mbs_cp MB/s; CPU s vaultctl + vaultd $c_put, sha256sum $c_sha")")
+  if [[ $each == "$small_bytes" ]]; then
+    results+=("$(bench_result metric=cas.ingest.4KiB.objects issue=2 \
+      label="vaultctl cas put, $files x 4 KiB, objects/s" \
+      value="$(awk -v n="$files" -v s="$s_put" 'BEGIN { printf "%.6g", n / s }')" \
+      unit=objects/s \
+      baseline="$(awk -v n="$files" -v s="$s_sha" 'BEGIN { printf "%.6g", n / s }')" \
+      baseline_name="sha256sum, same files" target="$target_small_objs" target_on=value \
+      better=higher)")
+  fi
   verdicts+=("$(awk -v l="$label" -v put="$s_put" -v sha="$s_sha" -v cp="$s_cp" -v n="$files" \
       -v t="$target_ratio" -v small="$([[ $each == "$small_bytes" ]] && echo 1 || echo 0)" \
       -v tobj="$target_small_objs" 'BEGIN {
@@ -264,4 +305,24 @@ for r in runs:
     print(f"FindMissing {case:<12} p50 {r['p50_ms']:6.1f} ms  p99 {r['p99_ms']:6.1f} ms  "
           f"mean {r['real_time']:6.1f} ms  vaultd CPU/call {cpu:5.1f} ms  "
           f"(target p50 <= {target:g} ms)  {'PASS' if ok else 'BELOW'}")
+PY
+echo
+for line in "${results[@]}"; do echo "$line"; done
+python3 - "$work/fm.json" "$target_fm_ms" <<'PY'
+import json, math, sys
+runs = json.load(open(sys.argv[1]))["benchmarks"]
+for r in runs:
+    if not r["name"].startswith("BM_FindMissing"):
+        continue
+    case = r["name"].split("/")[1]
+    cpu = r.get("server_cpu_ms")
+    note = f"p99 {r['p99_ms']:.1f} ms"
+    if cpu is not None and math.isfinite(cpu):
+        note += f"; vaultd CPU {cpu:.1f} ms per call"
+    print("BENCH_RESULT " + json.dumps({
+        "bench": "cas_ingest", "metric": f"cas.find_missing.{case}.p50", "issue": 2,
+        "label": f"FindMissing of 10,000 digests, {case.replace('_', ' ')}, p50",
+        "value": r["p50_ms"], "unit": "ms", "baseline": None, "baseline_name": "",
+        "ratio": None, "target": float(sys.argv[2]), "target_on": "value", "better": "lower",
+        "note": note}, separators=(",", ":")))
 PY

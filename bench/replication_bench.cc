@@ -26,7 +26,11 @@
 // Printed for each: seconds, RangeFingerprints round trips, ranges compared and listed, the
 // serialized bytes of those calls, and what differed and was copied.
 //
-// Needs vaultd and vaultctl (paths compiled in) and rsync on PATH. Only processes it started are
+// After the table, one BENCH_RESULT line (bench/bench_result.h) per data set, for bench/run: the
+// vault's MiB/s beside rsync -a's (target: ratio above 1, faster than rsync).
+//
+// Needs vaultd and vaultctl (paths compiled in), and rsync on PATH for the baselines (without it
+// the vault is still timed and the rsync columns say so). Only processes it started are
 // signalled, by pid; the vaultds get a parent-death signal.
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -56,6 +60,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/bench_result.h"
 
 #ifndef REPLICATION_BENCH_VAULTD
 #define REPLICATION_BENCH_VAULTD "vaultd"
@@ -228,6 +233,14 @@ void WriteFiles(const std::string& dir, int count, uint64_t bytes, uint64_t seed
   }
 }
 
+bool OnPath(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path != nullptr ? path : "/usr/bin:/bin", ':')) {
+    if (!dir.empty() && access(absl::StrCat(dir, "/", name).c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
 std::vector<std::string> Digests(const std::string& put_output) {
   std::vector<std::string> out;
   for (absl::string_view line : absl::StrSplit(put_output, '\n', absl::SkipEmpty())) {
@@ -240,6 +253,7 @@ struct Row {
   std::string name;
   uint64_t bytes = 0;
   double vault = 0, vault_reported = 0, rsync = 0, rsync_fsync = 0;
+  std::string set;  // "small" or "large"
 };
 
 void ReconcileBench(const Flags& f, const std::string& root, const std::string& ctl,
@@ -336,6 +350,8 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  const bool have_rsync = OnPath("rsync");
+  if (!have_rsync) std::printf("rsync is not installed: no rsync baseline\n");
   std::vector<Row> rows;
   uint64_t since = 0;
   struct Set {
@@ -387,11 +403,14 @@ int main(int argc, char** argv) {
     double reported = 0;
     (void)absl::SimpleAtod(JsonField(r.out, "seconds"), &reported);
     row.vault_reported = reported;
-    row.rsync =
-        MustRun({"rsync", "-a", src + "/", absl::StrCat(root, "/rsync-", set.name, "/")}).seconds;
-    row.rsync_fsync = MustRun({"rsync", "-a", "--fsync", src + "/",
-                               absl::StrCat(root, "/rsync-fsync-", set.name, "/")})
-                          .seconds;
+    row.set = set.name;
+    if (have_rsync) {
+      row.rsync =
+          MustRun({"rsync", "-a", src + "/", absl::StrCat(root, "/rsync-", set.name, "/")}).seconds;
+      row.rsync_fsync = MustRun({"rsync", "-a", "--fsync", src + "/",
+                                 absl::StrCat(root, "/rsync-fsync-", set.name, "/")})
+                            .seconds;
+    }
     rows.push_back(row);
   }
   a.Stop();
@@ -401,13 +420,40 @@ int main(int argc, char** argv) {
   std::printf("%-18s %10s %10s %10s %12s %9s %14s\n", "data set", "vault s", "(in vaultd)",
               "rsync -a s", "vault MiB/s", "rsync/vault", "rsync --fsync s");
   for (const Row& r : rows) {
-    std::printf("%-18s %10.3f %10.3f %10.3f %12.1f %9.2fx %14.3f\n", r.name.c_str(), r.vault,
-                r.vault_reported, r.rsync, mibs(r.bytes, r.vault), r.rsync / r.vault,
-                r.rsync_fsync);
+    if (have_rsync) {
+      std::printf("%-18s %10.3f %10.3f %10.3f %12.1f %9.2fx %14.3f\n", r.name.c_str(), r.vault,
+                  r.vault_reported, r.rsync, mibs(r.bytes, r.vault), r.rsync / r.vault,
+                  r.rsync_fsync);
+    } else {
+      std::printf("%-18s %10.3f %10.3f %10s %12.1f %10s %14s\n", r.name.c_str(), r.vault,
+                  r.vault_reported, "-", mibs(r.bytes, r.vault), "-", "-");
+    }
   }
-  bool faster = true;
-  for (const Row& r : rows) faster = faster && r.vault < r.rsync;
-  std::printf("target (faster than rsync -a in both): %s\n", faster ? "met" : "NOT met");
+  if (have_rsync) {
+    bool faster = true;
+    for (const Row& r : rows) faster = faster && r.vault < r.rsync;
+    std::printf("target (faster than rsync -a in both): %s\n", faster ? "met" : "NOT met");
+  }
+  std::printf("\n");
+  for (const Row& r : rows) {
+    vault::bench::Result res;
+    res.bench = "replication_bench";
+    res.metric = absl::StrCat("replication.push.", r.set);
+    res.label = absl::StrCat("replication a -> b (mTLS), ", r.name);
+    res.issue = 8;
+    res.value = mibs(r.bytes, r.vault);
+    res.unit = "MiB/s";
+    if (have_rsync) res.baseline = mibs(r.bytes, r.rsync);
+    res.baseline_name = have_rsync ? "rsync -a" : "rsync -a (not installed)";
+    res.target = 1.0;
+    res.target_on = vault::bench::TargetOn::kRatio;
+    res.note = absl::StrFormat("vault %.3f s", r.vault);
+    if (have_rsync) {
+      absl::StrAppend(&res.note, absl::StrFormat("; rsync -a %.3f s, rsync -a --fsync %.3f s",
+                                                 r.rsync, r.rsync_fsync));
+    }
+    vault::bench::EmitResult(res);
+  }
   if (!f.keep)
     std::filesystem::remove_all(root);
   else

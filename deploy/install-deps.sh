@@ -10,6 +10,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libspdlog-dev
   python3 iproute2 procps coreutils hyperfine
+  # Only the baselines of bench/migration_bench and bench/replication_bench.
+  rsync
   # Only the comparison run of bench/sandbox_bench (a sandbox launcher to measure against).
   bubblewrap
   # The Python agent SDK (sdk/python) and Python agents inside the sandbox.
@@ -19,7 +21,7 @@ PACKAGES=(
   # Prometheus metrics of vaultd (replaces a hand-written exposition format and HTTP server).
   prometheus-cpp-dev
   # Tests only: the independent Python gRPC client of CAS and Audit, and the deploy/ YAML checks.
-  python3-grpcio python3-yaml
+  python3-grpcio python3-yaml python3-cryptography
 )
 
 missing=()

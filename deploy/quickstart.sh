@@ -1,26 +1,37 @@
 #!/usr/bin/env bash
 # Builds the vault (installing Debian packages when missing) and runs a local federation of
-# vaults on loopback, each with its own RocksDB and mutual TLS between them.
+# vaults on loopback: each its own vaultd with its own RocksDB, mutual TLS between them, every
+# vault a member of the others and mirroring their audit logs. Then it shows a mobile agent at
+# work (the RFC's pattern 4): it gathers a shopping list at home (vault-a), visits every other
+# vault to price it there, and comes home with the report; you watch its journey as it happens.
 #
-#   deploy/quickstart.sh [up|down|status] [--dir DIR] [--vaults N] [--reset] [--output json]
+#   deploy/quickstart.sh [up|down|status] [--dir DIR] [--vaults N] [--base-port P] [--reset]
+#                        [--no-demo] [--output json]
 #
-#   up      create what is missing, start every vaultd not running (default)
+#   up      create what is missing, start every vaultd not running, run the demo (default)
 #   down    stop them (SIGTERM: calls in flight drain)
-#   status  show each vault: name, running, admin socket, gRPC address, config
-#   --dir     where the federation lives (default: <checkout>/run/quickstart)
-#   --vaults  how many vaults, 1..9 (default 1); vault-a, vault-b, ... on 127.0.0.1:7701, 7702, ...
-#   --reset   with up: stop and wipe DIR first
+#   status  each vault: name, running, admin socket, gRPC address, config, administrator key
+#   --dir        where the federation lives (default: <checkout>/run/quickstart)
+#   --vaults     how many vaults, 1..9 (default 3); vault-a, vault-b, ... (fixed by the first up)
+#   --base-port  vault-a's port; the others follow (default 7701; fixed by the first up)
+#   --reset      with up: stop and wipe DIR first
+#   --no-demo    with up: do not run the mobile agent
+#   --output json  up and status: print the vaults as JSON on stdout (the demo talks on stderr)
+#
+# Re-running up is safe: it starts what is stopped and runs the demo again with a new agent.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-action=up dir="$root/run/quickstart" vaults="" reset=0 output=text
+action=up dir="$root/run/quickstart" vaults="" base_port="" reset=0 output=text demo=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     up|down|status) action=$1 ;;
     --dir) dir=$2; shift ;;
     --vaults) vaults=$2; shift ;;
+    --base-port) base_port=$2; shift ;;
     --reset) reset=1 ;;
+    --no-demo) demo=0 ;;
     --output) output=$2; shift ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "quickstart: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -30,12 +41,36 @@ dir=$(cd "$dir" && pwd)
 build=${VAULT_BUILD_DIR:-$root/build}
 vaultctl="$build/vaultctl/vaultctl"
 vaultd="$build/node/vaultd"
-if [[ -z "$vaults" ]]; then
-  vaults=$(cat "$dir/vaults" 2>/dev/null || echo 1)
+if [[ $reset == 1 && $action == up ]]; then
+  :  # the counts of the wiped federation do not carry over
+elif [[ -f "$dir/vaults" ]]; then
+  kept=$(cat "$dir/vaults")
+  if [[ -n "$vaults" && "$vaults" != "$kept" && $action == up ]]; then
+    echo "quickstart: $dir holds $kept vaults; use --reset to make $vaults" >&2; exit 2
+  fi
+  vaults=$kept
 fi
+if [[ -f "$dir/base-port" && ! ($reset == 1 && $action == up) ]]; then
+  kept=$(cat "$dir/base-port")
+  if [[ -n "$base_port" && "$base_port" != "$kept" && $action == up ]]; then
+    echo "quickstart: $dir uses base port $kept; use --reset to change it" >&2; exit 2
+  fi
+  base_port=$kept
+fi
+vaults=${vaults:-3}
+base_port=${base_port:-7701}
 [[ "$vaults" =~ ^[1-9]$ ]] || { echo "quickstart: --vaults must be 1..9" >&2; exit 2; }
+[[ "$base_port" =~ ^[0-9]+$ && $base_port -ge 1024 && $base_port -le 65526 ]] ||
+  { echo "quickstart: --base-port must be 1024..65526" >&2; exit 2; }
+[[ $output == text || $output == json ]] || { echo "quickstart: --output is text or json" >&2; exit 2; }
 names=()
 for i in $(seq 1 "$vaults"); do names+=("vault-$(printf "\\x$(printf %x $((96 + i)))")"); done
+
+metrics_of() {  # the metrics address of a running vaultd for vault dir $1, or nothing
+  local ready="$1/data/vaultd.ready"
+  [[ -f "$ready" ]] && sed -n 's/.*"metrics_address": *"\([^"]*\)".*/\1/p' "$ready"
+  return 0
+}
 
 pid_of() {  # prints the pid of a running vaultd for vault dir $1, or nothing
   local ready="$1/data/vaultd.ready" pid
@@ -61,16 +96,22 @@ status() {
   [[ $output == json ]] && printf '['
   for i in "${!names[@]}"; do
     n=${names[$i]} v="$dir/${names[$i]}" pid=$(pid_of "$dir/${names[$i]}")
-    port=$((7701 + i))
+    port=$((base_port + i))
     if [[ $output == json ]]; then
       [[ $first == 1 ]] || printf ','
       first=0
-      printf '{"name":"%s","running":%s,"pid":%s,"admin_socket":"%s","grpc_address":"127.0.0.1:%s","config":"%s","vault_key":"%s"}' \
+      metrics=""
+      [[ -n $pid ]] && metrics=$(metrics_of "$v")
+      printf '{"name":"%s","running":%s,"pid":%s,"admin_socket":"%s","grpc_address":"127.0.0.1:%s","metrics_url":%s,"config":"%s","vault_key":"%s","admin_key":"%s","log":"%s"}' \
         "$n" "$([[ -n $pid ]] && echo true || echo false)" "${pid:-null}" "$v/data/vault.sock" "$port" \
-        "$v/vault.conf" "$v/vault.key"
+        "$([[ -n $metrics ]] && echo "\"http://$metrics/metrics\"" || echo null)" \
+        "$v/vault.conf" "$v/vault.key" "$v/admin.key" "$v/vaultd.log"
     else
-      printf '%-8s %-8s admin %s  grpc 127.0.0.1:%s  config %s\n' "$n" \
-        "$([[ -n $pid ]] && echo running || echo stopped)" "$v/data/vault.sock" "$port" "$v/vault.conf"
+      metrics=""
+      [[ -n $pid ]] && metrics=$(metrics_of "$v")
+      printf '%-8s %-8s admin %s  grpc 127.0.0.1:%s  metrics %s  config %s\n' "$n" \
+        "$([[ -n $pid ]] && echo running || echo stopped)" "$v/data/vault.sock" "$port" \
+        "${metrics:+http://$metrics/metrics}" "$v/vault.conf"
     fi
   done
   [[ $output == json ]] && printf ']\n'
@@ -84,17 +125,20 @@ esac
 
 if [[ $reset == 1 ]]; then
   stop_all
-  rm -rf "${dir:?}"/vault-* "$dir/ca" "$dir/vaults"
+  rm -rf "${dir:?}"/vault-* "$dir/ca" "$dir/vaults" "$dir/base-port" "$dir/demo"
 fi
-"$root/deploy/build.sh" >&2
+# VAULT_QUICKSTART_NO_BUILD=1: use the binaries already in VAULT_BUILD_DIR (the tests do).
+[[ ${VAULT_QUICKSTART_NO_BUILD:-0} == 1 ]] || "$root/deploy/build.sh" >&2
+[[ -x $vaultd && -x $vaultctl ]] || { echo "quickstart: no vaultd/vaultctl in $build" >&2; exit 1; }
 echo "$vaults" > "$dir/vaults"
+echo "$base_port" > "$dir/base-port"
 
 # The federation: one CA, every vault a member of every other.
 [[ -f "$dir/ca/ca.crt" ]] || "$vaultctl" federation create-ca --dir "$dir/ca" --name quickstart >&2
 for i in "${!names[@]}"; do
   v="$dir/${names[$i]}"
   [[ -f "$v/vault.conf" ]] || "$vaultctl" init --name "${names[$i]}" --dir "$v" --ca "$dir/ca" \
-      --listen "127.0.0.1:$((7701 + i))" >&2
+      --listen "127.0.0.1:$((base_port + i))" >&2
 done
 for a in "${names[@]}"; do
   for b in "${names[@]}"; do
@@ -105,23 +149,38 @@ done
 for n in "${names[@]}"; do
   v="$dir/$n"
   [[ -n $(pid_of "$v") ]] && continue
-  "$vaultd" --config "$v/vault.conf" >>"$v/vaultd.log" 2>&1 </dev/null &
+  # Prometheus metrics on a port the kernel picks (status shows it).
+  "$vaultd" --config "$v/vault.conf" --metrics-listen 127.0.0.1:0 >>"$v/vaultd.log" 2>&1 </dev/null &
   disown
   for _ in $(seq 1 100); do [[ -n $(pid_of "$v") ]] && break; sleep 0.1; done
   [[ -n $(pid_of "$v") ]] || { echo "quickstart: $n did not start; see $v/vaultd.log" >&2; tail -5 "$v/vaultd.log" >&2; exit 1; }
 done
 
+if [[ $output == json ]]; then
+  status
+  [[ $demo == 1 ]] && { "$root/deploy/quickstart-demo.sh" --dir "$dir" --vaults "$vaults" >&2 || exit $?; }
+  exit 0
+fi
 status
-[[ $output == json ]] && exit 0
+if [[ $demo == 1 ]]; then
+  echo
+  "$root/deploy/quickstart-demo.sh" --dir "$dir" --vaults "$vaults" || exit $?
+fi
 a="$dir/${names[0]}"
 cat <<MSG
 
-The federation is up. Drive it with vaultctl ($vaultctl):
+The federation is up. Drive it with vaultctl ($vaultctl), here as vault-a's operator:
   export VAULT_ADDR=$a/data/vault.sock
-  vaultctl status
-  vaultctl cas put README.md          # prints sha256:<hex>/<size>  README.md
-  vaultctl cas ls
-  vaultctl cas get sha256:<hex>/<size> -o copy
-Over mutual TLS, as a member:  vaultctl --config $a/vault.conf --vault 127.0.0.1:7701 cas ls
+  vaultctl status                               # this vault: key, listener, objects, members
+  vaultctl federation status                    # every member: reachable, lags, agents hosted
+  vaultctl cas put README.md                    # prints sha256:<hex>/<size>  README.md
+  vaultctl cas get sha256:<hex>/<size> -o copy  # verified against the digest
+  vaultctl cas replicate --to vault-b --all     # copy what a member lacks
+  vaultctl agent ls                             # the agents here
+  vaultctl migrate <agent id> --to vault-b      # hand an agent to a member
+  vaultctl agent where <agent id>               # where it runs now, asked of the federation
+  vaultctl audit verify --all                   # this vault's log and every mirrored log
+  vaultctl --vault $dir/vault-b/data/vault.sock status   # another vault's operator socket
+Every command has --help and --output json. Administrator keys: $dir/vault-*/admin.key
 Stop it:  deploy/quickstart.sh down --dir $dir      Wipe it:  deploy/quickstart.sh up --reset --dir $dir
 MSG

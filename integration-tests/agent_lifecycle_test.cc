@@ -535,6 +535,54 @@ TEST_F(DurableAgentTest, ResumesAfterSigterm) { RunRestart(/*kill=*/false); }
 
 TEST_F(DurableAgentTest, ResumesAfterSigkillAndNeverRunsTwice) { RunRestart(/*kill=*/true); }
 
+// After a restore from a backup (docs/operations.md), `vaultd --hold-agents` starts the vault
+// without resuming any agent: the operator terminates those that run elsewhere now, and the
+// next plain start resumes none of them.
+TEST_F(DurableAgentTest, HoldAgentsResumesNoneAndTerminatedStayEnded) {
+  StartVault();
+  if (IsSkipped() || HasFatalFailure()) return;
+  std::string spec = SexprAgent("counter", absl::StrCat(kPrelude, kCounterAgent),
+                                "(capabilities (read (path \"/vault/pub\")) "
+                                "(write (path \"/vault/pub\")))");
+  std::string id = Spawn(spec);
+  ASSERT_FALSE(id.empty());
+  WaitFor(
+      id, [](const vault::v1::AgentStatus& s) { return s.record().counters().checkpoints() >= 2; },
+      absl::Seconds(20), "checkpointed twice");
+  std::optional<int> code = vaultd_->Stop();
+  ASSERT_TRUE(code.has_value());
+  ASSERT_EQ(*code, 0);
+  const VaultDir vault = vaultd_->vault();
+
+  absl::StatusOr<Vaultd*> held = StartVaultd(vault, {"--listen", "127.0.0.1:0", "--hold-agents"});
+  ASSERT_TRUE(held.ok()) << held.status();
+  vaultd_ = *held;
+  agents_ = vault::v1::Agents::NewStub(UnixChannel(sock()));
+  absl::SleepFor(absl::Seconds(2));  // what a resume would take, and more
+  EXPECT_TRUE(AgentPids(id).empty()) << "agent " << id << " runs under --hold-agents";
+  RunResult st = Vaultctl({"--vault", sock(), "-o", "json", "agent", "status", id});
+  ASSERT_EQ(st.exit_code, kExitOk) << st;
+  EXPECT_EQ(JsonField(st.out, "state"), "running") << st.out;  // as recorded
+  EXPECT_EQ(JsonField(st.out, "incarnation"), "1") << st.out;
+  EXPECT_TRUE(FindAudit("vault.hold_agents", vault.name).has_value());
+
+  RunResult term = Vaultctl({"--vault", sock(), "agent", "terminate", id, "--as", admin_key_});
+  ASSERT_EQ(term.exit_code, kExitOk) << term;
+  code = vaultd_->Stop();
+  ASSERT_TRUE(code.has_value());
+  ASSERT_EQ(*code, 0);
+
+  absl::StatusOr<Vaultd*> plain = StartVaultd(vault, {"--listen", "127.0.0.1:0"});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  vaultd_ = *plain;
+  absl::SleepFor(absl::Seconds(2));
+  EXPECT_TRUE(AgentPids(id).empty()) << "terminated agent " << id << " resumed";
+  st = Vaultctl({"--vault", sock(), "-o", "json", "agent", "status", id});
+  ASSERT_EQ(st.exit_code, kExitOk) << st;
+  EXPECT_EQ(JsonField(st.out, "state"), "terminated") << st.out;
+  EXPECT_EQ(JsonField(st.out, "incarnation"), "1") << st.out;
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. Hostile channels.
 

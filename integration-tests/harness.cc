@@ -233,6 +233,7 @@ absl::Status Vaultd::Start(absl::Duration timeout) {
   unlink(ready_path.c_str());  // a SIGKILLed vaultd leaves its ready file behind
   std::vector<std::string> argv = {VaultdPath(), "--config", vault_.config};
   argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
+  argv.insert(argv.begin(), command_prefix_.begin(), command_prefix_.end());
   {
     std::ofstream log(log_path_, std::ios::app);
     log << "=== " << absl::StrJoin(argv, " ") << "\n";
@@ -502,6 +503,17 @@ std::unique_ptr<vault::v1::Cas::Stub> CasStub(const std::string& socket) {
 
 void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+absl::StatusOr<Vaultd*> VaultTest::StartVaultdWithPrefix(const VaultDir& vault,
+                                                         std::vector<std::string> prefix,
+                                                         std::vector<std::string> extra_args) {
+  std::string log = absl::StrCat(root_, "/", vault.name, ".vaultd.log");
+  daemons_.push_back(std::make_unique<Vaultd>(vault, log, std::move(extra_args)));
+  Vaultd* d = daemons_.back().get();
+  d->set_command_prefix(std::move(prefix));
+  if (absl::Status s = d->Start(); !s.ok()) return s;
+  return d;
 }
 
 }  // namespace vault::integration

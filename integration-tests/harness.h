@@ -126,10 +126,17 @@ class Vaultd {
   const std::string& listen_address() const { return listen_address_; }
   const std::string& log_path() const { return log_path_; }
 
+  // Runs vaultd through `prefix` (the argv before vaultd's own: e.g. `deploy/netns/netns.sh exec
+  // --name NAME HOST`, which enters a network namespace). The prefix must exec vaultd, so that
+  // the child's pid is vaultd's (vaultd.ready names it; Kill signals it). Takes effect at the
+  // next Start.
+  void set_command_prefix(std::vector<std::string> prefix) { command_prefix_ = std::move(prefix); }
+
  private:
   const VaultDir vault_;
   const std::string log_path_;
   const std::vector<std::string> extra_args_;
+  std::vector<std::string> command_prefix_;
   std::unique_ptr<ChildProcess> process_;
   std::string listen_address_;
 };
@@ -157,6 +164,10 @@ class VaultTest : public ::testing::Test {
   // A vault with a CA of its own, for tests that use only its admin socket: vaultctl init, then
   // vaultd --listen 127.0.0.1:0 (the kernel picks the port; vaultd.ready reports it).
   absl::StatusOr<Vaultd*> StartStandaloneVault(const std::string& name);
+  // As StartVaultd, with vaultd run through `prefix` (Vaultd::set_command_prefix).
+  absl::StatusOr<Vaultd*> StartVaultdWithPrefix(const VaultDir& vault,
+                                                std::vector<std::string> prefix,
+                                                std::vector<std::string> extra_args = {});
   // A random 64-bit seed, printed so a failure can be replayed with VAULT_IT_SEED.
   uint64_t Seed();
 

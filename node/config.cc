@@ -1,5 +1,6 @@
 #include "node/config.h"
 
+#include <arpa/inet.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -56,6 +57,28 @@ absl::Status ValidateHostPort(absl::string_view source, absl::string_view field,
     return FieldError(
         source, field,
         absl::StrCat("\"", value, "\" has no port in ", allow_port_zero ? 0 : 1, "..65535"));
+  }
+  return absl::OkStatus();
+}
+
+// ip:port with a numeric host (IPv4, or IPv6 in brackets) and a port in 0..65535: the metrics
+// listener binds exactly this (its HTTP server resolves no names).
+absl::Status ValidateNumericHostPort(absl::string_view source, absl::string_view field,
+                                     absl::string_view value) {
+  VAULT_RETURN_IF_ERROR(ValidateHostPort(source, field, value, /*allow_port_zero=*/true));
+  std::string host(value.substr(0, value.rfind(':')));
+  unsigned char addr[16];
+  bool numeric = false;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    numeric = inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), addr) == 1;
+  } else {
+    numeric = inet_pton(AF_INET, host.c_str(), addr) == 1;
+  }
+  if (!numeric) {
+    return FieldError(source, field,
+                      absl::StrCat("\"", value,
+                                   "\" does not start with a numeric address (e.g. "
+                                   "127.0.0.1:9701 or [::1]:9701)"));
   }
   return absl::OkStatus();
 }
@@ -133,6 +156,7 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
     c->set_admin_socket(absl::StrCat(c->data_dir(), "/vault.sock"));
   }
   if (c->log_level().empty()) c->set_log_level("info");
+  if (c->log_format().empty()) c->set_log_format("text");
   auto* st = c->mutable_storage();
   if (!st->has_sync_writes()) st->set_sync_writes(true);
   if (st->block_cache_mb() == 0) st->set_block_cache_mb(256);
@@ -205,6 +229,13 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
     return FieldError(source, "log_level",
                       absl::StrCat("\"", c->log_level(),
                                    "\" is not one of trace, debug, info, warn, error, off"));
+  }
+  if (c->log_format() != "text" && c->log_format() != "json") {
+    return FieldError(source, "log_format",
+                      absl::StrCat("\"", c->log_format(), "\" is not one of text, json"));
+  }
+  if (!c->metrics_listen().empty()) {
+    VAULT_RETURN_IF_ERROR(ValidateNumericHostPort(source, "metrics_listen", c->metrics_listen()));
   }
   if (!c->listen_address().empty()) {
     VAULT_RETURN_IF_ERROR(ValidateHostPort(source, "listen_address", c->listen_address(),

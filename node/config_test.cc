@@ -155,6 +155,7 @@ TEST(FinalizeConfig, FillsEveryDefault) {
   ASSERT_TRUE(FinalizeConfig(kSource, &c, /*check_files=*/false).ok());
   EXPECT_EQ(c.admin_socket(), "/var/lib/vault/a/vault.sock");
   EXPECT_EQ(c.log_level(), "info");
+  EXPECT_EQ(c.log_format(), "text");
   EXPECT_TRUE(c.storage().has_sync_writes());
   EXPECT_TRUE(c.storage().sync_writes());
   EXPECT_EQ(c.storage().block_cache_mb(), 256u);
@@ -182,6 +183,7 @@ TEST(FinalizeConfig, FillsEveryDefault) {
   EXPECT_EQ(c.sandbox().cgroup_folder(), "vault-sandbox");
   // Fields without a default stay empty.
   EXPECT_EQ(c.listen_address(), "");
+  EXPECT_EQ(c.metrics_listen(), "");
   EXPECT_EQ(c.members_size(), 0);
 }
 
@@ -189,6 +191,8 @@ TEST(FinalizeConfig, KeepsExplicitValues) {
   vault::v1::VaultConfig c = MinimalConfig();
   c.set_admin_socket("/run/vault-a.sock");
   c.set_log_level("warn");
+  c.set_log_format("json");
+  c.set_metrics_listen("127.0.0.1:9701");
   c.mutable_storage()->set_sync_writes(false);
   c.mutable_storage()->set_block_cache_mb(16);
   c.mutable_cas()->set_max_object_bytes(1 << 30);
@@ -509,6 +513,36 @@ TEST(FinalizeConfig, RefusesBadLogLevel) {
   }
   for (const char* good : {"trace", "debug", "info", "warn", "error", "off"}) {
     c.set_log_level(good);
+    EXPECT_TRUE(Finalize(c).ok()) << good;
+  }
+}
+
+TEST(FinalizeConfig, RefusesBadLogFormat) {
+  vault::v1::VaultConfig c = MinimalConfig();
+  for (const char* bad : {"JSON", "logfmt", " text"}) {
+    c.set_log_format(bad);
+    ExpectFieldError(Finalize(c), "log_format",
+                     absl::StrCat("\"", bad, "\" is not one of text, json"));
+  }
+  for (const char* good : {"text", "json"}) {
+    c.set_log_format(good);
+    EXPECT_TRUE(Finalize(c).ok()) << good;
+  }
+}
+
+TEST(FinalizeConfig, MetricsListenNeedsANumericHostAndAPort) {
+  vault::v1::VaultConfig c = MinimalConfig();
+  for (const char* bad : {"9701", ":9701", "127.0.0.1", "127.0.0.1:65536", "127.0.0.1:x"}) {
+    c.set_metrics_listen(bad);
+    ExpectFieldError(Finalize(c), "metrics_listen", absl::StrCat("\"", bad, "\""));
+  }
+  for (const char* name : {"localhost:9701", "metrics.example:9701", "[localhost]:9701",
+                           "127.0.0.256:9701", "[::1:9701"}) {
+    c.set_metrics_listen(name);
+    ExpectFieldError(Finalize(c), "metrics_listen", "does not start with a numeric address");
+  }
+  for (const char* good : {"127.0.0.1:9701", "0.0.0.0:9701", "[::1]:9701", "127.0.0.1:0"}) {
+    c.set_metrics_listen(good);
     EXPECT_TRUE(Finalize(c).ok()) << good;
   }
 }

@@ -126,9 +126,11 @@ std::vector<storage::ColumnFamilySpec> VaultNode::ColumnFamilies() {
   return cfs;
 }
 
-absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::VaultConfig& config) {
+absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::VaultConfig& config,
+                                                            StartOptions options) {
   std::unique_ptr<VaultNode> node(new VaultNode());
   node->config_ = config;
+  node->started_unix_ms_ = absl::ToUnixMillis(absl::Now());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
@@ -173,6 +175,29 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
            .checkpoint_interval = absl::Milliseconds(config.audit().checkpoint_interval_ms())}));
   const std::string self_key = node->key_->public_key().ToText();
   node->auditor_ = std::make_unique<Auditor>(node->audit_log_.get(), config, self_key);
+  // Metrics read the components at scrape time; scrapes begin once Start is done with them.
+  node->metrics_ = std::make_unique<Metrics>();
+  {
+    VaultNode* n = node.get();
+    node->metrics_->SetSources(
+        {.cas_totals = [n] { return n->store_->totals(); },
+         .audit_log = n->audit_log_.get(),
+         .mirrors =
+             [n] {
+               return n->follower_ != nullptr ? n->follower_->Statuses()
+                                              : std::vector<vault::v1::MirrorStatus>();
+             },
+         .follows =
+             [n] {
+               return n->replication_follower_ != nullptr
+                          ? n->replication_follower_->Statuses()
+                          : std::vector<replication::FollowStatus>();
+             },
+         .agents = [n]() -> absl::StatusOr<std::vector<vault::v1::AgentRecord>> {
+           if (n->agents_ == nullptr) return std::vector<vault::v1::AgentRecord>();
+           return n->agents_->store()->LoadAll();
+         }});
+  }
   // The agents' sandbox: probe the kernel once and say plainly what is active. A missing fence
   // that the config requires disables agents; it does not stop the vault.
   {
@@ -220,7 +245,8 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
     deps.cas = node->store_.get();
     deps.log = node->audit_log_.get();
     deps.vault_key = node->key_.get();
-    deps.sandbox = node->sandbox_.get();
+    node->counted_sandbox_ = node->metrics_->CountSpawns(node->sandbox_.get());
+    deps.sandbox = node->counted_sandbox_.get();
     deps.agents_enabled = node->sandbox_state_.agents_enabled;
     deps.disabled_reason = node->sandbox_state_.disabled_reason;
     VAULT_ASSIGN_OR_RETURN(node->agents_,
@@ -279,6 +305,7 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
                            MemberCredentials(config, on_refused));
     grpc::ServerBuilder b;
     ConfigureBuilder(config, &b);
+    b.experimental().SetInterceptorCreators(node->metrics_->RpcInterceptors("federation"));
     // Without this gRPC sets SO_REUSEPORT, and a second vault on the same port would silently
     // share its connections.
     b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -289,6 +316,9 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
     node->migration_service_ =
         std::make_unique<MigrationService>(node->agents_.get(), node->tcp_executor_.get());
     b.RegisterService(node->migration_service_.get());
+    node->tcp_federation_ = std::make_unique<FederationService>(
+        node->FederationDeps(node->tcp_executor_.get()), /*admin=*/false);
+    b.RegisterService(node->tcp_federation_.get());
     node->tcp_server_ = b.BuildAndStart();
     if (node->tcp_server_ == nullptr || port == 0) {
       return absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen_address(),
@@ -313,6 +343,7 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
       node->sandbox_state_, node->auditor_.get(), node->members_.get());
   grpc::ServerBuilder b;
   ConfigureBuilder(config, &b);
+  b.experimental().SetInterceptorCreators(node->metrics_->RpcInterceptors("admin"));
   mode_t old_umask = umask(0177);  // the socket is created 0600
   b.AddListeningPort(absl::StrCat("unix:", sock), grpc::InsecureServerCredentials());
   b.RegisterService(node->unix_cas_.get());
@@ -322,6 +353,9 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
   node->agent_service_ = std::make_unique<AgentService>(
       node->agents_.get(), node->unix_executor_.get(), node->auditor_.get());
   b.RegisterService(node->agent_service_.get());
+  node->unix_federation_ = std::make_unique<FederationService>(
+      node->FederationDeps(node->unix_executor_.get()), /*admin=*/true);
+  b.RegisterService(node->unix_federation_.get());
   node->unix_server_ = b.BuildAndStart();
   umask(old_umask);
   if (node->unix_server_ == nullptr) {
@@ -348,10 +382,38 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
                                                          .members = node->members_.get()},
                                                         config.scrub()));
   }
+  // Prometheus metrics over HTTP; every source is in place from here on.
+  if (!config.metrics_listen().empty()) {
+    VAULT_RETURN_IF_ERROR(node->metrics_->Serve(config.metrics_listen()));
+  }
   // Agents that were running when the vault last stopped (or was killed) run again from their
   // last checkpoints.
-  VAULT_RETURN_IF_ERROR(node->agents_->ResumeAgents());
+  if (options.hold_agents) {
+    size_t held = node->agents_->List({}).agents_size();
+    spdlog::warn(
+        "--hold-agents: no agent resumes ({} agent records); `vaultctl agent ls` lists "
+        "them, `agent where` finds them in the federation",
+        held);
+    VAULT_RETURN_IF_ERROR(node->auditor_->Record(Auditor::Entry(
+        self_key, "vault.hold_agents", config.name(), vault::v1::AuditEntry::ALLOWED,
+        "started with --hold-agents: agents recorded as running do not resume", {})));
+  } else {
+    VAULT_RETURN_IF_ERROR(node->agents_->ResumeAgents());
+  }
   return node;
+}
+
+FederationService::Deps VaultNode::FederationDeps(common::Executor* executor) {
+  return {.config = &config_,
+          .public_key = key_->public_key().ToText(),
+          .started_unix_ms = started_unix_ms_,
+          .store = store_.get(),
+          .log = audit_log_.get(),
+          .agents = agents_.get(),
+          .mirrors = follower_.get(),
+          .db = db_.get(),
+          .members = members_.get(),
+          .executor = executor};
 }
 
 VaultNode::~VaultNode() { Shutdown(absl::ZeroDuration()); }
@@ -359,6 +421,8 @@ VaultNode::~VaultNode() { Shutdown(absl::ZeroDuration()); }
 void VaultNode::Shutdown(absl::Duration drain) {
   if (shut_down_) return;
   shut_down_ = true;
+  // No scrape reads a component past this point (a scrape in progress finishes first).
+  if (metrics_ != nullptr) metrics_->StopServing();
   if (follower_ != nullptr) follower_->Stop();
   if (replication_follower_ != nullptr) replication_follower_->Stop();
   if (scrubber_ != nullptr) scrubber_->Stop();

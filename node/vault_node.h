@@ -33,6 +33,8 @@
 #include "node/audit_service.h"
 #include "node/auditor.h"
 #include "node/cas_service.h"
+#include "node/federation_service.h"
+#include "node/metrics.h"
 #include "node/migration_service.h"
 #include "replication/follower.h"
 #include "replication/member_channels.h"
@@ -45,8 +47,17 @@ namespace vault::node {
 
 class VaultNode {
  public:
+  struct StartOptions {
+    // Resume no agent recorded as running (after a restore from a backup, until the operator
+    // has checked with the federation which of them run elsewhere now: docs/operations.md).
+    bool hold_agents = false;
+  };
   // `config` must have passed FinalizeConfig.
-  static absl::StatusOr<std::unique_ptr<VaultNode>> Start(const vault::v1::VaultConfig& config);
+  static absl::StatusOr<std::unique_ptr<VaultNode>> Start(const vault::v1::VaultConfig& config,
+                                                          StartOptions options);
+  static absl::StatusOr<std::unique_ptr<VaultNode>> Start(const vault::v1::VaultConfig& config) {
+    return Start(config, StartOptions());
+  }
   // Every column family of the vault's database (tests open a stopped vault's database).
   static std::vector<storage::ColumnFamilySpec> ColumnFamilies();
   VaultNode(const VaultNode&) = delete;
@@ -60,6 +71,8 @@ class VaultNode {
   // The TCP address actually bound ("" without a listener); resolves port 0.
   const std::string& listen_address() const { return listen_address_; }
   const std::string& admin_socket() const { return config_.admin_socket(); }
+  // The metrics listener's address, port 0 resolved ("" without one).
+  const std::string& metrics_address() const { return metrics_->address(); }
   cas::Store* store() const { return store_.get(); }
   audit::AuditLog* audit_log() const { return audit_log_.get(); }
   agent::AgentRuntime* agents() const { return agents_.get(); }
@@ -67,19 +80,28 @@ class VaultNode {
  private:
   VaultNode() = default;
 
+  // What both Federation services are made of (`executor`: the listener's work queue).
+  FederationService::Deps FederationDeps(common::Executor* executor);
+
   vault::v1::VaultConfig config_;
+  int64_t started_unix_ms_ = 0;
   std::string listen_address_;
   std::unique_ptr<capability::PrivateKey> key_;
   std::unique_ptr<storage::Database> db_;
   std::unique_ptr<cas::Store> store_;
   std::unique_ptr<audit::AuditLog> audit_log_;
   std::unique_ptr<Auditor> auditor_;
+  // Before everything it counts (servers' interceptors, the counted sandbox): it outlives them.
+  std::unique_ptr<Metrics> metrics_;
   // The agents' sandbox (issue 6 runs agents in it); null when even its base fences are missing.
   std::unique_ptr<sandbox::LinuxSandbox> sandbox_;
+  std::unique_ptr<sandbox::Sandbox> counted_sandbox_;  // sandbox_, its spawns counted
   AdminService::SandboxState sandbox_state_;
   std::unique_ptr<migration::GrpcTransport> transport_;  // before agents_: it outlives them
   std::unique_ptr<agent::AgentRuntime> agents_;
   std::unique_ptr<MigrationService> migration_service_;
+  std::unique_ptr<FederationService> tcp_federation_;
+  std::unique_ptr<FederationService> unix_federation_;
   std::unique_ptr<AgentService> agent_service_;
   std::unique_ptr<AuditFollower> follower_;
   std::unique_ptr<common::Executor> tcp_executor_;

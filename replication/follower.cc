@@ -58,6 +58,10 @@ class Follower::Peer {
   void Start() {
     thread_ = std::thread([this] { Loop(); });
   }
+  FollowStatus Status() const {
+    absl::MutexLock lock(&status_mu_);
+    return status_;
+  }
   void Stop() {
     {
       absl::MutexLock lock(&mu_);
@@ -100,6 +104,7 @@ class Follower::Peer {
   // One page of the feed. True when the page was full and fully done (more may follow).
   absl::StatusOr<bool> Round() {
     VAULT_ASSIGN_OR_RETURN(const uint64_t cursor, LoadCursor(deps_.db, config_.peer()));
+    SetCursor(cursor);
     std::vector<std::pair<uint64_t, cas::Digest>> entries;
     {
       vault::v1::FeedRequest req;
@@ -111,6 +116,10 @@ class Follower::Peer {
       vault::v1::FeedResponse page;
       uint64_t expect = cursor;
       while (reader->Read(&page)) {
+        {
+          absl::MutexLock lock(&status_mu_);
+          status_.peer_last_seq = page.last_seq();
+        }
         for (const vault::v1::FeedEntry& e : page.entries()) {
           absl::StatusOr<cas::Digest> d = internal::FromProto(e.digest());
           if (!d.ok() || e.seq() <= expect) {
@@ -188,9 +197,15 @@ class Follower::Peer {
       wb.Put(deps_.db->Handle(kColumnFamily), CursorKey(config_.peer()),
              storage::BigEndian64(next));
       VAULT_RETURN_IF_ERROR(deps_.db->Write(&wb));
+      SetCursor(next);
     }
     VAULT_RETURN_IF_ERROR(transfer);
     return entries.size() == kFeedPage && failed.empty();
+  }
+
+  void SetCursor(uint64_t cursor) {
+    absl::MutexLock lock(&status_mu_);
+    status_.cursor = cursor;
   }
 
   const FollowerDeps deps_;
@@ -201,6 +216,8 @@ class Follower::Peer {
   std::thread thread_;
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  mutable absl::Mutex status_mu_;
+  FollowStatus status_ ABSL_GUARDED_BY(status_mu_){.peer = config_.peer()};
 };
 
 absl::StatusOr<std::unique_ptr<Follower>> Follower::Start(
@@ -221,6 +238,13 @@ Follower::~Follower() { Stop(); }
 
 void Follower::Stop() {
   for (auto& p : peers_) p->Stop();
+}
+
+std::vector<FollowStatus> Follower::Statuses() const {
+  std::vector<FollowStatus> out;
+  out.reserve(peers_.size());
+  for (const auto& p : peers_) out.push_back(p->Status());
+  return out;
 }
 
 }  // namespace vault::replication

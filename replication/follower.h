@@ -15,7 +15,7 @@
 //   ...
 //   follower->Stop();
 //
-// Thread-safety: Start/Stop from one thread; status() is thread-safe.
+// Thread-safety: Start/Stop from one thread; Statuses() is thread-safe.
 #ifndef VAULT_REPLICATION_FOLLOWER_H_
 #define VAULT_REPLICATION_FOLLOWER_H_
 
@@ -34,6 +34,14 @@
 #include "vault/v1/config.pb.h"
 
 namespace vault::replication {
+
+// Where a follower stands (for metrics): its cursor and the peer's newest feed number as last
+// seen, so the peer's entries not yet passed are peer_last_seq - cursor.
+struct FollowStatus {
+  std::string peer;
+  uint64_t cursor = 0;         // the persisted cursor (0 before the first round)
+  uint64_t peer_last_seq = 0;  // the peer's newest seq in its last Feed answer (0: none yet)
+};
 
 struct FollowerDeps {
   storage::Database* db = nullptr;
@@ -55,6 +63,9 @@ class Follower {
 
   // The persisted cursor for `peer` (0 before the first round).
   static absl::StatusOr<uint64_t> LoadCursor(storage::Database* db, const std::string& peer);
+
+  // One per followed peer, in config order.
+  std::vector<FollowStatus> Statuses() const;
 
  private:
   class Peer;

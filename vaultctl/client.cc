@@ -78,6 +78,7 @@ absl::StatusOr<Connection> Connection::Connect(const ConnectOptions& in) {
   c.agents_ = vault::v1::Agents::NewStub(c.channel_);
   c.audit_ = vault::v1::Audit::NewStub(c.channel_);
   c.audit_admin_ = vault::v1::AuditAdmin::NewStub(c.channel_);
+  c.federation_ = vault::v1::Federation::NewStub(c.channel_);
   return c;
 }
 

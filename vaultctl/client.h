@@ -20,6 +20,7 @@
 #include "vault/v1/agent.grpc.pb.h"
 #include "vault/v1/audit.grpc.pb.h"
 #include "vault/v1/cas.grpc.pb.h"
+#include "vault/v1/federation.grpc.pb.h"
 
 namespace vault::vaultctl {
 
@@ -43,7 +44,10 @@ class Connection {
   vault::v1::Agents::Stub* agents() const { return agents_.get(); }
   vault::v1::Audit::Stub* audit() const { return audit_.get(); }
   vault::v1::AuditAdmin::Stub* audit_admin() const { return audit_admin_.get(); }
+  vault::v1::Federation::Stub* federation() const { return federation_.get(); }
   const std::string& target() const { return target_; }
+  // The channel itself, for calls without a stub here (vaultctl health).
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
   absl::Duration timeout() const { return timeout_; }
   // A context whose deadline is now + the call timeout.
   std::unique_ptr<grpc::ClientContext> Context() const;
@@ -59,6 +63,7 @@ class Connection {
   std::shared_ptr<vault::v1::Agents::Stub> agents_;
   std::shared_ptr<vault::v1::Audit::Stub> audit_;
   std::shared_ptr<vault::v1::AuditAdmin::Stub> audit_admin_;
+  std::shared_ptr<vault::v1::Federation::Stub> federation_;
 };
 
 }  // namespace vault::vaultctl

@@ -42,6 +42,8 @@ void AddKeyCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddCapCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddAuditCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddStatusCommand(CLI::App& app, GlobalOptions& global, Command& command);
+// federation status, on the `federation` subcommand (federation_commands.cc).
+void AddFederationStatusCommand(CLI::App* federation, GlobalOptions& global, Command& command);
 void AddSandboxCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddAgentCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddPolicyCommands(CLI::App& app, GlobalOptions& global, Command& command);

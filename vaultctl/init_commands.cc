@@ -247,6 +247,7 @@ void AddInitCommands(CLI::App& app, GlobalOptions& g, Command& command) {
   // vaultctl federation ...
   auto* fed = app.add_subcommand("federation", "Federation membership and TLS material");
   fed->require_subcommand(1);
+  AddFederationStatusCommand(fed, g, command);
   auto* create_ca = fed->add_subcommand("create-ca", "Create a federation CA (ca.key, ca.crt)");
   static std::string ca_out, fed_name = "vault-federation";
   create_ca->add_option("--dir", ca_out, "Directory for ca.key and ca.crt")->required();

@@ -11,6 +11,7 @@
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
 #include "vaultctl/commands.h"
+#include "vaultctl/health_command.h"
 #include "vaultctl/output.h"
 
 int main(int argc, char** argv) {
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
   Command command;
   AddInitCommands(app, g, command);
   AddStatusCommand(app, g, command);
+  AddHealthCommand(app, g, command);
   AddCasCommands(app, g, command);
   AddAuditCommands(app, g, command);
   AddKeyCommands(app, g, command);

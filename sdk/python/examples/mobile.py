@@ -18,7 +18,9 @@ made ("hop"). migrate() returns only on failure (it raises); on success the proc
 the agent goes on over there. Each phase can safely run again: after a vault restart the agent
 resumes from the state it arrived with.
 
-The initial state names the remote vault: {"remote": "vault-b"}. The vaults must trust the
+The initial state names the remote vault, {"remote": "vault-b"}, or several to visit in turn,
+{"remotes": ["vault-b", "vault-c"]}: the agent prices the list at each, and the report it brings
+home has a section per vault and, with more than one, the cheapest. The vaults must trust the
 principal that spawns it (vaultctl policy trust) with a ceiling that keeps the spec's grants,
 "migrate:vault-a,vault-b" and "cas-write" included: a vault narrows the grants to its ceiling,
 and the agent comes home with what it held on the remote vault.
@@ -73,20 +75,36 @@ def main():
     agent.log(f"phase {phase} on {here['vault']} (hop {here['hop']})")
     try:
         if phase == "gather":  # at home: take the list along, remember the way back
-            state = {"phase": "price", "home": here["vault"], "remote": state["remote"],
-                     "list": agent.read_file(LIST).decode()}
-            agent.migrate(state["remote"], json.dumps(state).encode())  # goes, or raises
-        elif phase == "price" and here["vault"] == state["remote"]:
+            remotes = state["remotes"] if "remotes" in state else [state["remote"]]
+            if not remotes or not all(isinstance(r, str) for r in remotes):
+                raise ValueError("the initial state names no remote vault")
+            state = {"phase": "price", "home": here["vault"], "remotes": remotes,
+                     "list": agent.read_file(LIST).decode(), "reports": []}
+            agent.migrate(remotes[0], json.dumps(state).encode())  # goes, or raises
+        elif phase == "price" and here["vault"] == state["remotes"][len(state["reports"])]:
             report = price(state["list"], agent.read_file(PRICES).decode(), here["vault"])
-            state = dict(state, phase="report", report=report)
-            agent.migrate(state["home"], json.dumps(state).encode())
+            state = dict(state, reports=state["reports"] + [report])
+            done = len(state["reports"]) == len(state["remotes"])
+            if done:
+                state["phase"] = "report"
+            agent.migrate(state["home"] if done else state["remotes"][len(state["reports"])],
+                          json.dumps(state).encode())
         elif phase == "report" and here["vault"] == state["home"]:
-            result = agent.cas_put(state["report"].encode())
+            result = agent.cas_put(summarize(state["remotes"], state["reports"]).encode())
             agent.exit(0, message=f"home after {here['hop']} hops", result=result)
         else:
             raise ValueError(f"phase {phase!r} does not belong on {here['vault']}")
-    except (HostError, KeyError, ValueError) as e:  # a denial, a failed hop, bad data
+    except (HostError, KeyError, IndexError, ValueError) as e:  # a denial, a failed hop, bad data
         agent.exit(1, message=f"phase {phase} on {here['vault']}: {e}")
+
+
+def summarize(remotes, reports):
+    """The reports one after the other; with more than one, the vault with the lowest total."""
+    if len(reports) == 1:
+        return reports[0]
+    totals = [int(r.rsplit("total ", 1)[1].split()[0]) for r in reports]
+    best = min(range(len(totals)), key=lambda i: totals[i])
+    return "".join(reports) + f"cheapest at {remotes[best]}: {totals[best]}\n"
 
 
 if __name__ == "__main__":

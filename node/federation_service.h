@@ -1,0 +1,61 @@
+// node: the gRPC `Federation` service: a vault's summary of itself (Summary, on both listeners)
+// and, on the admin socket only, the federation as this vault sees it (Status: every member's
+// summary beside this vault's mirror of its log and its follow cursor of its CAS feed).
+//
+// Status asks every member at once, each call with its own deadline, on a thread of its own, so a
+// member that does not answer costs the caller one timeout, not one per member. An unreachable
+// member is listed with the error; it does not fail the call.
+//
+// Thread-safety: thread-safe; every pointer in Deps must outlive the service.
+#ifndef VAULT_NODE_FEDERATION_SERVICE_H_
+#define VAULT_NODE_FEDERATION_SERVICE_H_
+
+#include <string>
+
+#include "agent/runtime.h"
+#include "audit/log.h"
+#include "cas/store.h"
+#include "common/executor.h"
+#include "node/audit_follower.h"
+#include "replication/member_channels.h"
+#include "storage/database.h"
+#include "vault/v1/config.pb.h"
+#include "vault/v1/federation.grpc.pb.h"
+
+namespace vault::node {
+
+class FederationService final : public vault::v1::Federation::CallbackService {
+ public:
+  struct Deps {
+    const vault::v1::VaultConfig* config = nullptr;
+    std::string public_key;
+    int64_t started_unix_ms = 0;
+    cas::Store* store = nullptr;
+    audit::AuditLog* log = nullptr;
+    agent::AgentRuntime* agents = nullptr;
+    AuditFollower* mirrors = nullptr;
+    storage::Database* db = nullptr;
+    replication::MemberChannels* members = nullptr;  // null: members cannot be reached
+    common::Executor* executor = nullptr;
+  };
+  // `admin`: served on the admin socket (Status allowed); otherwise on the members' listener.
+  FederationService(Deps deps, bool admin) : deps_(std::move(deps)), admin_(admin) {}
+
+  grpc::ServerUnaryReactor* Summary(grpc::CallbackServerContext* ctx,
+                                    const vault::v1::SummaryRequest* req,
+                                    vault::v1::VaultSummary* resp) override;
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
+                                   const vault::v1::FederationStatusRequest* req,
+                                   vault::v1::FederationStatusResponse* resp) override;
+
+  // This vault's summary, now.
+  vault::v1::VaultSummary Summarize() const;
+
+ private:
+  const Deps deps_;
+  const bool admin_;
+};
+
+}  // namespace vault::node
+
+#endif  // VAULT_NODE_FEDERATION_SERVICE_H_

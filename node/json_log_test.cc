@@ -1,0 +1,145 @@
+#include "node/json_log.h"
+
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/log_fields.h"
+#include "gtest/gtest.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
+
+namespace vault::node {
+namespace {
+
+// The default logger writes JSON lines into `out` for the test's lifetime.
+class JsonLogTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    previous_ = spdlog::default_logger();
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
+    auto logger = std::make_shared<spdlog::logger>("json_log_test", sink);
+    logger->set_formatter(NewJsonLogFormatter("vault-a"));
+    logger->set_level(spdlog::level::trace);
+    spdlog::set_default_logger(logger);
+  }
+  void TearDown() override { spdlog::set_default_logger(previous_); }
+
+  // The lines written, each checked for its time member, which is then cut off: what follows
+  // "time" is compared exactly.
+  std::vector<std::string> Lines() {
+    std::vector<std::string> out;
+    static const std::regex kTime(R"(^\{"time":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z",)");
+    for (absl::string_view line : absl::StrSplit(out_.str(), '\n', absl::SkipEmpty())) {
+      std::string l(line);
+      std::smatch m;
+      EXPECT_TRUE(std::regex_search(l, m, kTime)) << l;
+      out.push_back(m.empty() ? l : l.substr(m.length()));
+    }
+    return out;
+  }
+
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+TEST_F(JsonLogTest, AgentLinesCarryTheAgentField) {
+  common::LogAgent(spdlog::level::warn, "a-0123456789abcdef", "agent {}: kill: {}",
+                   "a-0123456789abcdef", "no such process");
+  spdlog::info("resumed {} of {} agents", 1, 2);
+  common::LogWith(spdlog::level::err, {.agent = "a-01", .transfer = "7f00aa"},
+                  "agent {}: commit failed", "a-01");
+  std::vector<std::string> lines = Lines();
+  ASSERT_EQ(lines.size(), 3u) << out_.str();
+  EXPECT_EQ(
+      lines[0],
+      R"("level":"warn","vault":"vault-a","message":"agent a-0123456789abcdef: kill: no such )"
+      R"(process","agent":"a-0123456789abcdef"})");
+  // The fields were of that line only.
+  EXPECT_EQ(lines[1], R"("level":"info","vault":"vault-a","message":"resumed 1 of 2 agents"})");
+  EXPECT_EQ(lines[2], R"("level":"error","vault":"vault-a","message":"agent a-01: commit failed",)"
+                      R"("agent":"a-01","transfer":"7f00aa"})");
+}
+
+TEST_F(JsonLogTest, EveryLevelHasItsName) {
+  spdlog::trace("t");
+  spdlog::debug("d");
+  spdlog::info("i");
+  spdlog::warn("w");
+  spdlog::error("e");
+  spdlog::critical("c");
+  std::vector<std::string> lines = Lines();
+  ASSERT_EQ(lines.size(), 6u);
+  const char* names[] = {"trace", "debug", "info", "warn", "error", "critical"};
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(lines[i].substr(0, lines[i].find(',')), absl::StrCat("\"level\":\"", names[i], "\""));
+  }
+}
+
+TEST_F(JsonLogTest, AMessageWithNewlinesStaysOnOneLine) {
+  spdlog::error("first\nsecond \"quoted\"\r\n");
+  std::vector<std::string> lines = Lines();
+  ASSERT_EQ(lines.size(), 1u) << out_.str();
+  EXPECT_EQ(lines[0],
+            R"("level":"error","vault":"vault-a","message":"first\nsecond \"quoted\"\r\n"})");
+}
+
+TEST_F(JsonLogTest, LinesBelowTheLevelAreNotFormatted) {
+  spdlog::default_logger()->set_level(spdlog::level::warn);
+  common::LogAgent(spdlog::level::info, "a-01", "agent {} spawned", "a-01");
+  EXPECT_EQ(out_.str(), "");
+}
+
+TEST(ScopedLogFields, NestAndRestore) {
+  EXPECT_EQ(common::CurrentLogFields(), nullptr);
+  common::LogFields outer{.agent = "a-1"};
+  {
+    common::ScopedLogFields a(outer);
+    ASSERT_NE(common::CurrentLogFields(), nullptr);
+    EXPECT_EQ(common::CurrentLogFields()->agent, "a-1");
+    common::LogFields inner{.transfer = "ff"};
+    {
+      common::ScopedLogFields b(inner);
+      EXPECT_EQ(common::CurrentLogFields()->agent, "");
+      EXPECT_EQ(common::CurrentLogFields()->transfer, "ff");
+    }
+    EXPECT_EQ(common::CurrentLogFields()->agent, "a-1");
+  }
+  EXPECT_EQ(common::CurrentLogFields(), nullptr);
+}
+
+std::string Json(absl::string_view text) {
+  std::string out;
+  AppendJsonString(text, &out);
+  return out;
+}
+
+TEST(AppendJsonString, EscapesQuotesBackslashesAndControlCharacters) {
+  EXPECT_EQ(Json(""), R"("")");
+  EXPECT_EQ(Json("a\"b\\c"), R"("a\"b\\c")");
+  EXPECT_EQ(Json("\t\n\r"), R"("\t\n\r")");
+  EXPECT_EQ(Json(std::string("\x01\x1f\x00z", 4)), R"("\u0001\u001f\u0000z")");
+  EXPECT_EQ(Json("\x7f/"), "\"\x7f/\"");
+}
+
+TEST(AppendJsonString, KeepsUtf8AndReplacesWhatIsNotUtf8) {
+  // é (2 bytes), € (3), 𝄞 (4) pass as they are.
+  EXPECT_EQ(Json("\xC3\xA9 \xE2\x82\xAC \xF0\x9D\x84\x9E"),
+            "\"\xC3\xA9 \xE2\x82\xAC \xF0\x9D\x84\x9E\"");
+  const std::string kReplacement = "\xEF\xBF\xBD";
+  // A lone continuation byte, a truncated sequence, an overlong '/', a surrogate, past U+10FFFF.
+  EXPECT_EQ(Json("\x80"), "\"" + kReplacement + "\"");
+  EXPECT_EQ(Json("\xE2\x82"), "\"" + kReplacement + kReplacement + "\"");
+  EXPECT_EQ(Json("\xC0\xAF"), "\"" + kReplacement + kReplacement + "\"");
+  EXPECT_EQ(Json("\xED\xA0\x80"), "\"" + kReplacement + kReplacement + kReplacement + "\"");
+  EXPECT_EQ(Json("\xF4\x90\x80\x80"),
+            "\"" + kReplacement + kReplacement + kReplacement + kReplacement + "\"");
+  EXPECT_EQ(Json("ok\xFFok"), "\"ok" + kReplacement + "ok\"");
+}
+
+}  // namespace
+}  // namespace vault::node
