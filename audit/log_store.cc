@@ -39,9 +39,10 @@ std::vector<storage::ColumnFamilySpec> LogStore::ColumnFamilies() {
       // Entries and nodes are read by range (verification, GetEntries) and by key, but only
       // keys that exist are ever looked up (proofs, frontier loads, GetEntries below the head):
       // bloom filters would never save a read, and the memtable's costs a cache miss per put
-      // on the group commit's serial path.
+      // on the group commit's serial path. Nodes are SHA-256 outputs, which never compress:
+      // compressing their blocks would only cost CPU on every flush, compaction and scan.
       {.name = kEntries, .point_lookups = false},
-      {.name = kNodes, .point_lookups = false},
+      {.name = kNodes, .point_lookups = false, .compress = false},
       {.name = kMeta},
   };
 }

@@ -1,13 +1,18 @@
+// SHA256_Init/Update/Final are deprecated in OpenSSL 3 in favour of EVP, but EVP's per-digest
+// bookkeeping (EVP_DigestInit_ex2 alone runs ~550 instructions, even on a reused context) is a
+// large share of the small digests a Merkle tree computes: a leaf and, amortized, one node per
+// entry. They remain in OpenSSL 3 and run the same SHA-256 code (SHA-NI where available).
+#define OPENSSL_SUPPRESS_DEPRECATED 1
+
 #include "audit/merkle.h"
 
-#include <openssl/evp.h>
+#include <openssl/sha.h>
 
 #include <algorithm>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <memory>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -16,32 +21,13 @@
 namespace vault::audit {
 namespace {
 
-const EVP_MD* Sha256Md() {
-  // Fetched once: an implicit fetch on every EVP_Digest call would cost a provider lookup per
-  // node hash, and appends and proofs hash a lot of small inputs.
-  static const EVP_MD* md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
-  return md;
-}
-
-// One digest context per thread, reused: EVP_Digest allocates, initializes, cleanses and frees
-// an EVP_MD_CTX (and takes and drops a reference on the EVP_MD) on every call, and every entry
-// costs two small digests (its leaf and, amortized, one node).
-EVP_MD_CTX* ThreadDigestContext() {
-  thread_local const std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(),
-                                                                            &EVP_MD_CTX_free);
-  return ctx.get();
-}
-
 // SHA-256(a || b), without concatenating them first.
 Hash Digest2(const void* a, size_t a_size, const void* b, size_t b_size) {
   Hash out;
-  unsigned int len = 0;
-  EVP_MD_CTX* ctx = ThreadDigestContext();
-  if (ctx == nullptr || Sha256Md() == nullptr ||
-      EVP_DigestInit_ex2(ctx, Sha256Md(), nullptr) != 1 || EVP_DigestUpdate(ctx, a, a_size) != 1 ||
-      EVP_DigestUpdate(ctx, b, b_size) != 1 || EVP_DigestFinal_ex(ctx, out.data(), &len) != 1 ||
-      len != kHashSize) {
-    std::abort();  // OpenSSL without SHA-256 is broken beyond recovery.
+  SHA256_CTX ctx;
+  if (SHA256_Init(&ctx) != 1 || SHA256_Update(&ctx, a, a_size) != 1 ||
+      SHA256_Update(&ctx, b, b_size) != 1 || SHA256_Final(out.data(), &ctx) != 1) {
+    std::abort();  // cannot fail for SHA-256 in memory
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "audit/internal/entry_fields.h"
 #include "audit/log.h"
 #include "vault/v1/audit.pb.h"
 
@@ -18,27 +19,33 @@ struct Failure {
 };
 
 // The checks of one entry record that need nothing but the record and the stored leaf hash of
-// the record before it: they run on a worker thread, batch by batch, while the calling thread
-// scans the next batch and rebuilds the tree in order. `prev_leaf` is the previous record's
-// *stored* leaf hash; since every record's stored hash is checked against its bytes, and the
-// first failure in sequence order wins, this is the same check as against the recomputed one.
+// the record before it. They run on a worker thread, batch by batch (which then grows the tree
+// from the batch and checks the stored nodes it completes), while the calling thread scans the
+// next batch out of RocksDB. `prev_leaf` is the previous record's *stored* leaf hash; since
+// every record's stored hash is checked against its bytes, and the first failure in sequence
+// order wins, this is the same check as against the recomputed one.
 std::optional<std::string> CheckRecord(uint64_t seq, absl::string_view stored_leaf,
                                        absl::string_view bytes, absl::string_view prev_leaf,
                                        absl::string_view vault_name, vault::v1::AuditEntry& entry,
                                        Hash* leaf) {
   if (stored_leaf.empty()) return absl::StrCat("entry ", seq, ": record is truncated");
-  if (!entry.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-    return absl::StrCat("entry ", seq, " does not parse");
+  // The plain form Append writes is read in place; anything else goes through protobuf.
+  std::optional<internal::EntryFields> fields = internal::ReadPlainEntry(bytes);
+  if (!fields.has_value()) {
+    if (!entry.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+      return absl::StrCat("entry ", seq, " does not parse");
+    }
+    fields = internal::EntryFields{entry.sequence(), entry.vault(), entry.prev_hash()};
   }
-  if (entry.sequence() != seq) {
-    return absl::StrCat("entry ", seq, " holds sequence number ", entry.sequence(),
+  if (fields->sequence != seq) {
+    return absl::StrCat("entry ", seq, " holds sequence number ", fields->sequence,
                         " (moved or reordered)");
   }
-  if (entry.vault() != vault_name) {
-    return absl::StrCat("entry ", seq, " names vault \"", entry.vault(), "\", not \"", vault_name,
+  if (fields->vault != vault_name) {
+    return absl::StrCat("entry ", seq, " names vault \"", fields->vault, "\", not \"", vault_name,
                         "\"");
   }
-  if (entry.prev_hash() != prev_leaf) {
+  if (fields->prev_hash != prev_leaf) {
     return absl::StrCat("entry ", seq,
                         ": prev_hash is not the hash of the entry before it (hash chain broken)");
   }
@@ -48,6 +55,37 @@ std::optional<std::string> CheckRecord(uint64_t seq, absl::string_view stored_le
   }
   return std::nullopt;
 }
+
+// Walks the stored interior nodes in step with the rebuilt tree, one cursor per level: the tree
+// completes the nodes of each level in index order, so each stored node is read once, in key
+// order. Used by one thread at a time (batches grow the tree one after another).
+class NodeChecker {
+ public:
+  explicit NodeChecker(const LogStore& store) : store_(store) {}
+
+  // Whether the stored node `id` (level >= 1) exists and is `h`.
+  std::optional<Failure> Check(NodeId id, const Hash& h) {
+    std::unique_ptr<LogStore::NodeCursor>& c = cursors_[id.level];
+    if (c == nullptr) c = std::make_unique<LogStore::NodeCursor>(store_.Nodes(id.level));
+    const uint64_t first = id.index << id.level;
+    const uint64_t last = first + (uint64_t{1} << id.level) - 1;
+    if (!c->Valid() || c->index() != id.index) {
+      if (!c->status().ok()) return Failure{first, std::string(c->status().message())};
+      return Failure{first,
+                     absl::StrCat("tree node over entries ", first, "..", last, " is missing")};
+    }
+    if (c->hash() != AsBytes(h)) {
+      return Failure{first, absl::StrCat("tree node over entries ", first, "..", last,
+                                         " does not match the entries")};
+    }
+    c->Next();
+    return std::nullopt;
+  }
+
+ private:
+  const LogStore& store_;
+  std::unique_ptr<LogStore::NodeCursor> cursors_[64];
+};
 
 // A batch of consecutive records, copied out of the scan.
 struct Batch {
@@ -64,22 +102,18 @@ struct Batch {
   // Filled by Check:
   std::vector<Hash> leaves;
   std::optional<std::pair<size_t, std::string>> failure;  // the first failing record
-  struct EmittedNode {
-    size_t record;  // the record whose leaf completed it
-    NodeId id;
-    Hash hash;
-  };
-  std::vector<EmittedNode> nodes;       // interior nodes the batch's leaves completed, in order
-  std::optional<size_t> root_mismatch;  // the record at the checkpoint's size, if its root is wrong
-  size_t appended = 0;                  // leaves appended to the tree
+  // Filled by Grow:
+  size_t appended = 0;  // leading records whose leaves and completed nodes all checked out
+  std::optional<Failure> node_failure;  // a stored node completed by record `appended`
+  bool root_mismatch = false;  // the root at record `appended` (the checkpoint's size) is wrong
 
   void Clear() {
     data.clear();
     records.clear();
     failure.reset();
-    nodes.clear();
-    root_mismatch.reset();
     appended = 0;
+    node_failure.reset();
+    root_mismatch = false;
   }
   absl::string_view leaf(const Record& r) const {
     return absl::string_view(data).substr(r.offset, r.leaf_size);
@@ -102,19 +136,22 @@ struct Batch {
     }
   }
   // Appends the checked leaves to `tree` (batches are appended strictly in order, one at a time),
-  // recording the interior nodes they complete and a root that differs from the checkpoint's.
-  void Grow(Frontier* tree, const std::optional<Checkpoint>& signed_cp) {
+  // checking every interior node they complete against the stored one, and the root at the
+  // checkpoint's size. Stops at the first record that fails either.
+  void Grow(Frontier* tree, NodeChecker* stored, const std::optional<Checkpoint>& signed_cp) {
     const size_t good = failure.has_value() ? failure->first : records.size();
     for (size_t i = 0; i < good; ++i) {
       tree->Append(leaves[i], [&](NodeId id, const Hash& h) {
-        if (id.level > 0) nodes.push_back({i, id, h});
+        if (id.level == 0 || node_failure.has_value()) return;
+        node_failure = stored->Check(id, h);
       });
-      appended = i + 1;
+      if (node_failure.has_value()) return;
       if (signed_cp.has_value() && tree->size() == signed_cp->size &&
           tree->Root() != signed_cp->root) {
-        root_mismatch = i;
+        root_mismatch = true;
         return;
       }
+      appended = i + 1;
     }
   }
 };
@@ -180,31 +217,8 @@ VerifyReport VerifyStoredLog(const LogStore& store, absl::string_view vault_name
   }
   const uint64_t limit = head->size();
 
-  // One cursor per tree level, walked in step with the rebuilt tree.
-  std::vector<std::unique_ptr<LogStore::NodeCursor>> cursors(64);
-  auto check_node = [&](NodeId id, const Hash& h) {
-    if (id.level == 0 || failure.has_value()) return;
-    auto& c = cursors[id.level];
-    if (c == nullptr) c = std::make_unique<LogStore::NodeCursor>(store.Nodes(id.level));
-    const uint64_t first = id.index << id.level;
-    const uint64_t last = first + (uint64_t{1} << id.level) - 1;
-    if (!c->Valid() || c->index() != id.index) {
-      if (!c->status().ok()) {
-        fail(first, std::string(c->status().message()));
-      } else {
-        fail(first, absl::StrCat("tree node over entries ", first, "..", last, " is missing"));
-      }
-      return;
-    }
-    if (c->hash() != AsBytes(h)) {
-      fail(first, absl::StrCat("tree node over entries ", first, "..", last,
-                               " does not match the entries"));
-      return;
-    }
-    c->Next();
-  };
-
   Frontier tree;
+  NodeChecker stored_nodes(store);
   Hash prev{};
   uint64_t expected = 0;
   // Two batches: the worker checks one while this thread fills the other; then this thread
@@ -213,23 +227,21 @@ VerifyReport VerifyStoredLog(const LogStore& store, absl::string_view vault_name
   int filling = 0;
   std::future<void> checking;  // of batches[1 - filling]
   bool have_checked = false;
-  // Takes a checked batch's results in order: the stored nodes its leaves completed must match,
-  // the root at the checkpoint's size, then the first failing record. False once something failed.
+  // Takes a checked batch's results in order: its good records, then the first failure (a
+  // stored node, the root at the checkpoint's size, or the record itself). False once something
+  // failed.
   auto consume = [&](Batch& b) {
-    size_t n = 0;
-    for (size_t i = 0; i < b.appended; ++i) {
-      for (; n < b.nodes.size() && b.nodes[n].record == i; ++n) {
-        check_node(b.nodes[n].id, b.nodes[n].hash);
-      }
-      if (failure.has_value()) return false;
-      if (b.root_mismatch == i) {
-        return fail(std::nullopt,
-                    absl::StrCat("the first ", report.entries_checked + 1,
-                                 " entries do not hash to the signed checkpoint's root (the "
-                                 "log was rewritten)"));
-      }
-      prev = b.leaves[i];
-      ++report.entries_checked;
+    if (failure.has_value()) return false;
+    if (b.appended > 0) prev = b.leaves[b.appended - 1];
+    report.entries_checked += b.appended;
+    if (b.node_failure.has_value()) {
+      return fail(b.node_failure->seq, std::move(b.node_failure->error));
+    }
+    if (b.root_mismatch) {
+      return fail(std::nullopt,
+                  absl::StrCat("the first ", report.entries_checked + 1,
+                               " entries do not hash to the signed checkpoint's root (the "
+                               "log was rewritten)"));
     }
     if (b.failure.has_value()) {
       return fail(b.records[b.failure->first].seq, std::move(b.failure->second));
@@ -250,10 +262,11 @@ VerifyReport VerifyStoredLog(const LogStore& store, absl::string_view vault_name
     Batch& full = batches[filling];
     Batch& previous = batches[1 - filling];
     const bool consume_previous = have_checked;
-    checking = std::async(std::launch::async, [&full, &tree, &signed_cp, vault_name] {
-      full.Check(vault_name);
-      full.Grow(&tree, signed_cp);
-    });
+    checking =
+        std::async(std::launch::async, [&full, &tree, &stored_nodes, &signed_cp, vault_name] {
+          full.Check(vault_name);
+          full.Grow(&tree, &stored_nodes, signed_cp);
+        });
     have_checked = true;
     const bool ok = !consume_previous || consume(previous);
     filling = 1 - filling;
@@ -285,7 +298,7 @@ VerifyReport VerifyStoredLog(const LogStore& store, absl::string_view vault_name
   // The rest, in order: the batch being checked, then the partial one.
   if (drain() && !batches[filling].records.empty()) {
     batches[filling].Check(vault_name);
-    batches[filling].Grow(&tree, signed_cp);
+    batches[filling].Grow(&tree, &stored_nodes, signed_cp);
     consume(batches[filling]);
   }
   if (gap && !failure.has_value()) {

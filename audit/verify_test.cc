@@ -3,7 +3,9 @@
 // the exact first bad sequence number and say what is wrong.
 #include "audit/verify.h"
 
+#include <algorithm>
 #include <atomic>
+#include <random>
 #include <thread>
 
 #include "absl/strings/escaping.h"
@@ -465,6 +467,102 @@ TEST_F(VerifyTest, RewriteByAnotherKeyUnderTheSameNameIsCaught) {
   ASSERT_EQ(forged_v.status(), absl::OkStatus());
   VerifyReport forged = VerifyStoredLog(*store_, kVault, *forged_v);
   EXPECT_TRUE(forged.ok) << forged.error;
+}
+
+// ---- Logs of many verification batches --------------------------------------------------------
+
+// VerifyStoredLog checks a long log batch by batch on two threads (4096 records a batch); these
+// pin the exact first bad sequence number at and around batch boundaries.
+class VerifyManyBatchesTest : public AuditLogTest {
+ protected:
+  static constexpr uint64_t kSize = 3 * 4096 + 17;
+
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(AuditLogTest::SetUp());
+    ASSERT_NO_FATAL_FAILURE(OpenLog());
+    for (uint64_t i = 0; i < kSize; i += 1000) {
+      ASSERT_EQ(AppendManyOk(i, std::min<uint64_t>(1000, kSize - i)), i);
+    }
+    absl::StatusOr<StoredCheckpoint> cp = log_->IssueCheckpoint();
+    ASSERT_EQ(cp.status(), absl::OkStatus());
+    ASSERT_EQ(cp->size(), kSize);
+    log_->Close();
+    log_.reset();
+    store_.emplace(db_.get(), kVault);
+  }
+
+  VerifyReport Verify() const { return VerifyStoredLog(*store_, kVault, *verifier_); }
+  std::string RawEntry(uint64_t seq) const {
+    return GetRaw(db_.get(), store_->entries_handle(), store_->EntryKey(seq));
+  }
+  void PutEntry(uint64_t seq, absl::string_view value) {
+    PutRaw(db_.get(), store_->entries_handle(), store_->EntryKey(seq), value);
+  }
+
+  std::optional<LogStore> store_;
+};
+
+TEST_F(VerifyManyBatchesTest, UntouchedLogVerifies) {
+  VerifyReport r = Verify();
+  EXPECT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.entries_checked, kSize);
+  EXPECT_EQ(r.checkpoint_size, kSize);
+}
+
+TEST_F(VerifyManyBatchesTest, FlippedByteIsFoundAtItsExactSequenceNumber) {
+  std::mt19937_64 rng(7);
+  std::vector<uint64_t> at = {0, 1, 4095, 4096, 4097, 8191, 8192, kSize - 1};
+  for (int i = 0; i < 4; ++i) at.push_back(rng() % kSize);
+  for (uint64_t seq : at) {
+    SCOPED_TRACE(seq);
+    const std::string original = RawEntry(seq);
+    std::string raw = original;
+    const size_t offset = raw.find(absl::StrCat("test.action.", seq), kHashSize);
+    ASSERT_NE(offset, std::string::npos);
+    raw[offset] ^= 0x20;  // still parses, no longer matches its leaf hash
+    PutEntry(seq, raw);
+    VerifyReport r = Verify();
+    EXPECT_FALSE(r.ok);
+    EXPECT_EQ(r.first_bad, seq);
+    EXPECT_EQ(r.entries_checked, seq);
+    EXPECT_THAT(r.error, HasSubstr(absl::StrCat("entry ", seq, ": its bytes do not match")));
+    PutEntry(seq, original);
+  }
+  EXPECT_TRUE(Verify().ok);
+}
+
+TEST_F(VerifyManyBatchesTest, SwapAcrossABatchBoundaryBreaksAtTheFirst) {
+  const std::string a = RawEntry(4095);
+  const std::string b = RawEntry(4096);
+  PutEntry(4095, b);
+  PutEntry(4096, a);
+  VerifyReport r = Verify();
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.first_bad, 4095u);
+  EXPECT_THAT(r.error, HasSubstr("entry 4095 holds sequence number 4096"));
+}
+
+TEST_F(VerifyManyBatchesTest, UnparsableEntryInALaterBatch) {
+  std::string raw = RawEntry(9000);
+  raw[kHashSize] = 0x0f;  // field 1 with wire type 7
+  PutEntry(9000, raw);
+  VerifyReport r = Verify();
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.first_bad, 9000u);
+  EXPECT_THAT(r.error, HasSubstr("entry 9000 does not parse"));
+}
+
+TEST_F(VerifyManyBatchesTest, ChangedNodeSpanningBatches) {
+  // Level 13, index 0: the subtree over entries 0..8191, completed in the second batch.
+  const NodeId id{13, 0};
+  std::string node = GetRaw(db_.get(), store_->nodes_handle(), store_->NodeKey(id));
+  ASSERT_EQ(node.size(), kHashSize);
+  node[5] ^= 1;
+  PutRaw(db_.get(), store_->nodes_handle(), store_->NodeKey(id), node);
+  VerifyReport r = Verify();
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.first_bad, 0u);
+  EXPECT_THAT(r.error, HasSubstr("tree node over entries 0..8191 does not match"));
 }
 
 // ---- Alongside appends -------------------------------------------------------------------------

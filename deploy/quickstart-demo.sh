@@ -41,11 +41,21 @@ ctl() {  # ctl VAULT args...: vaultctl on VAULT's admin socket
   local v=$1; shift
   "$vaultctl" --vault "$dir/$v/data/vault.sock" "$@"
 }
-field() {  # field NAME < json: a top-level field of a JSON object ("" when absent)
-  python3 -c 'import json,sys; v=json.load(sys.stdin).get(sys.argv[1], ""); print(str(v).lower() if isinstance(v, bool) else v)' "$1"
+field() {  # field NAME < json: a top-level field of a JSON object ("" when absent or not JSON)
+  python3 -c '
+import json, sys
+try:
+    v = json.load(sys.stdin).get(sys.argv[1], "")
+except (ValueError, AttributeError):
+    v = ""
+print(str(v).lower() if isinstance(v, bool) else v)' "$1"
 }
 
-enabled=$(ctl "$home" -o json status | field agents_enabled)
+enabled=$(ctl "$home" -o json status 2>/dev/null | field agents_enabled)
+if [[ -z $enabled ]]; then
+  echo "demo: $home does not answer on $dir/$home/data/vault.sock" >&2
+  exit 1
+fi
 if [[ $enabled != true ]]; then
   echo "demo: skipped, agents are disabled on this machine: $(ctl "$home" -o json status | field agents_disabled_reason)"
   echo "      (the federation is up; docs/sandbox.md says what the sandbox needs)"
@@ -111,6 +121,10 @@ if [[ $final != completed ]]; then
   exit 1
 fi
 result=$(field result <<<"$status")
+if [[ -z $result ]]; then
+  echo "demo: the agent completed without a result" >&2
+  exit 1
+fi
 ctl "$home" cas get "$result" -o "$demo/report.txt" >/dev/null
 echo
 echo "demo: home after $(field hop <<<"$status") hops; the report ($result in $home's CAS):"

@@ -72,23 +72,34 @@ metrics_of() {  # the metrics address of a running vaultd for vault dir $1, or n
   return 0
 }
 
-pid_of() {  # prints the pid of a running vaultd for vault dir $1, or nothing
-  local ready="$1/data/vaultd.ready" pid
+pid_of() {  # prints the pid of the running vaultd of vault dir $1, or nothing
+  local ready="$1/data/vaultd.ready" pid cmdline
   [[ -f "$ready" ]] || return 0
   pid=$(sed -n 's/.*"pid": \([0-9]*\).*/\1/p' "$ready")
-  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null && echo "$pid"
-  return 0
+  [[ -n "$pid" ]] || return 0
+  # A ready file left by a killed vaultd may name a pid reused since: only a vaultd started with
+  # this vault's config counts.
+  cmdline=$(tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null) || return 0
+  grep -qxF "$1/vault.conf" <<<"$cmdline" || return 0
+  echo "$pid"
 }
 
-stop_all() {
+stop_all() {  # SIGTERM to each running vaultd, then wait until it is gone (exit 1 if one stays)
+  local left=0
   for v in "$dir"/vault-*; do
     [[ -d "$v" ]] || continue
     pid=$(pid_of "$v")
     [[ -n "$pid" ]] || continue
-    kill -TERM "$pid"
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    echo "stopped $(basename "$v") (pid $pid)" >&2
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 1200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "quickstart: $(basename "$v") (pid $pid) is still stopping after 120 s; see $v/vaultd.log" >&2
+      left=1
+    else
+      echo "stopped $(basename "$v") (pid $pid)" >&2
+    fi
   done
+  return $left
 }
 
 status() {
@@ -119,12 +130,12 @@ status() {
 }
 
 case "$action" in
-  down) stop_all; exit 0 ;;
+  down) stop_all; exit $? ;;
   status) status; exit 0 ;;
 esac
 
 if [[ $reset == 1 ]]; then
-  stop_all
+  stop_all || { echo "quickstart: not wiping $dir while a vault still runs" >&2; exit 1; }
   rm -rf "${dir:?}"/vault-* "$dir/ca" "$dir/vaults" "$dir/base-port" "$dir/demo"
 fi
 # VAULT_QUICKSTART_NO_BUILD=1: use the binaries already in VAULT_BUILD_DIR (the tests do).
@@ -170,7 +181,7 @@ a="$dir/${names[0]}"
 cat <<MSG
 
 The federation is up. Drive it with vaultctl ($vaultctl), here as vault-a's operator:
-  export VAULT_ADDR=$a/data/vault.sock
+  export VAULT_ADDR='$a/data/vault.sock'
   vaultctl status                               # this vault: key, listener, objects, members
   vaultctl federation status                    # every member: reachable, lags, agents hosted
   vaultctl cas put README.md                    # prints sha256:<hex>/<size>  README.md

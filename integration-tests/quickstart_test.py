@@ -8,6 +8,8 @@ Run by ctest (label integration) with VAULT_BUILD_DIR set to the build; the quic
 binaries there (VAULT_QUICKSTART_NO_BUILD=1).
 """
 import json
+import signal
+import time
 import os
 import socket
 import subprocess
@@ -177,6 +179,31 @@ class QuickstartTest(unittest.TestCase):
         text = self.ctl("vault-a", "federation", "status", "--member-timeout-ms", "1500")
         self.assertEqual(text.returncode, 5)
         self.assertRegex(text.stdout, r"vault-c\s+127\.0\.0\.1:\d+\s+NO")
+
+        # A member that hangs (SIGSTOP: its socket accepts, nothing answers) holds a status call
+        # up to the member deadline, but not vault-a's shutdown: SIGTERM cancels the call.
+        pids = {v["name"]: v["pid"] for v in json.loads(again.stdout)}
+        os.kill(pids["vault-b"], signal.SIGSTOP)
+        try:
+            sock = os.path.join(self.dir, "vault-a", "data", "vault.sock")
+            waiting = subprocess.Popen([VAULTCTL, "--vault", sock, "-o", "json", "federation",
+                                        "status", "--member-timeout-ms", "60000"],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(1.5)
+            self.assertIsNone(waiting.poll(), "status returned before vault-b's deadline")
+            start = time.monotonic()
+            os.kill(pids["vault-a"], signal.SIGTERM)
+            out, err = waiting.communicate(timeout=60)
+            self.assertLess(time.monotonic() - start, 15, "the status call outlived the drain")
+            while time.monotonic() - start < 60:
+                try:
+                    os.kill(pids["vault-a"], 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.1)
+            self.assertLess(time.monotonic() - start, 45, "vault-a took its time to stop")
+        finally:
+            os.kill(pids["vault-b"], signal.SIGCONT)
         self.assertEqual(self.quickstart("down").returncode, 0)
 
 

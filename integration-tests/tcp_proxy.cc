@@ -180,6 +180,23 @@ size_t TcpProxy::Admit(Direction direction, size_t n, bool* cut_now) {
   return allowed;
 }
 
+void TcpProxy::Flip(Direction direction, std::string& data) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t every = corrupt_every_[direction];
+  if (every == 0) return;
+  uint64_t& seen = corrupt_seen_[direction];
+  uint64_t& next = corrupt_next_[direction];
+  std::mt19937_64& rng = corrupt_rng_[direction];
+  while (next < seen + data.size()) {
+    const auto mask = static_cast<unsigned char>(1 + rng() % 255);
+    data[next - seen] = static_cast<char>(static_cast<unsigned char>(data[next - seen]) ^ mask);
+    flipped_[direction].fetch_add(1);
+    // The next run starts where this one ends.
+    next = next - next % every + every + rng() % every;
+  }
+  seen += data.size();
+}
+
 void TcpProxy::ReadLoop(Connection* c, Pipe* p) {
   std::string buffer(64 << 10, '\0');
   for (;;) {
@@ -203,8 +220,10 @@ void TcpProxy::ReadLoop(Connection* c, Pipe* p) {
       absl::MutexLock lock(&mu_);
       delay = delay_[p->direction];
     }
+    std::string data = buffer.substr(0, allowed);
+    Flip(p->direction, data);
     absl::MutexLock lock(&p->mu);
-    p->queue.push_back(Chunk{absl::Now() + delay, buffer.substr(0, allowed), cut_now});
+    p->queue.push_back(Chunk{absl::Now() + delay, std::move(data), cut_now});
   }
   c->finished.fetch_add(1);
 }
@@ -281,6 +300,7 @@ void TcpProxy::Heal() {
   absl::MutexLock lock(&mu_);
   cut_ = false;
   budget_[kUp] = budget_[kDown] = -1;
+  corrupt_every_[kUp] = corrupt_every_[kDown] = 0;
 }
 
 bool TcpProxy::cut() const {
@@ -291,6 +311,14 @@ bool TcpProxy::cut() const {
 void TcpProxy::CutAfter(Direction direction, uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   budget_[direction] = static_cast<int64_t>(bytes);
+}
+
+void TcpProxy::Corrupt(Direction direction, uint64_t every, uint64_t seed) {
+  absl::MutexLock lock(&mu_);
+  corrupt_every_[direction] = every;
+  corrupt_seen_[direction] = 0;
+  corrupt_rng_[direction].seed(seed);
+  corrupt_next_[direction] = every == 0 ? 0 : corrupt_rng_[direction]() % every;
 }
 
 void TcpProxy::SetDelay(Direction direction, absl::Duration delay) {

@@ -2,8 +2,8 @@
 // It listens on 127.0.0.1 (a port the kernel picks) and forwards every connection to one
 // upstream address; the test can cut the link (every connection is reset, new ones are reset as
 // soon as they are accepted), heal it, land the cut in the middle of a stream (after the next N
-// bytes from the client), and delay the bytes of either direction (so that a cut can catch a
-// message while the proxy still holds it).
+// bytes from the client), delay the bytes of either direction (so that a cut can catch a
+// message while the proxy still holds it), and corrupt a direction: flip one byte in every N.
 //
 //   absl::StatusOr<std::unique_ptr<TcpProxy>> p = TcpProxy::Start(b.address);
 //   // write (*p)->address() as b's member address in a's vault.conf, start a's vaultd
@@ -11,6 +11,7 @@
 //   (*p)->Heal();      // a reconnects
 //   (*p)->CutAfter(TcpProxy::kUp, 1 << 20);  // the next MiB from a reaches b, then the cut
 //   (*p)->SetDelay(TcpProxy::kDown, absl::Seconds(1));  // b's answers arrive a second late
+//   (*p)->Corrupt(TcpProxy::kUp, 1 << 20, seed);  // one byte of every MiB from a is altered
 //
 // Data held back by a delay when the link is cut is dropped, never delivered.
 //
@@ -24,6 +25,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,13 +56,19 @@ class TcpProxy {
   // Resets every connection (data held back is dropped); until Heal, every new connection is
   // reset as soon as it is accepted.
   void Cut();
-  // New connections are forwarded again (and CutAfter, if armed, is disarmed).
+  // New connections are forwarded again (CutAfter and Corrupt, if armed, are disarmed).
   void Heal();
   bool cut() const;
   // Forwards `bytes` more bytes in `direction` (over all connections), then cuts.
   void CutAfter(Direction direction, uint64_t bytes);
   // Holds the bytes of `direction` back for `delay` before they are forwarded.
   void SetDelay(Direction direction, absl::Duration delay);
+  // From now on, in each run of `every` bytes of `direction` (counted over all connections, in
+  // the order the proxy reads them), one byte is XORed with a non-zero mask; the byte's place in
+  // the run and the mask are drawn from `seed`, so a run can be replayed. every == 0 disarms.
+  void Corrupt(Direction direction, uint64_t every, uint64_t seed);
+  // Bytes flipped so far in `direction`.
+  uint64_t flipped(Direction direction) const { return flipped_[direction].load(); }
 
   // Bytes forwarded so far in `direction`, and connections accepted so far.
   uint64_t forwarded(Direction direction) const { return forwarded_[direction].load(); }
@@ -104,6 +112,8 @@ class TcpProxy {
   // Counts `n` bytes read in `direction`; returns how many of them may be forwarded before an
   // armed CutAfter fires (then *cut_now is set).
   size_t Admit(Direction direction, size_t n, bool* cut_now);
+  // Flips the bytes of `data` (the next bytes read in `direction`) that Corrupt picks.
+  void Flip(Direction direction, std::string& data);
   // Joins the threads of connections that are over.
   void Reap() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -116,6 +126,7 @@ class TcpProxy {
   std::atomic<uint64_t> forwarded_[2] = {0, 0};
   std::atomic<uint64_t> accepted_{0};
   std::atomic<uint64_t> resets_{0};
+  std::atomic<uint64_t> flipped_[2] = {0, 0};
 
   mutable absl::Mutex mu_;
   bool cut_ ABSL_GUARDED_BY(mu_) = false;
@@ -124,6 +135,12 @@ class TcpProxy {
   // Bytes still allowed in a direction before the cut; -1: not armed.
   int64_t budget_[2] ABSL_GUARDED_BY(mu_) = {-1, -1};
   std::vector<std::unique_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
+  // Corrupt: per direction, the run length (0: off), the bytes read since it was armed, the
+  // position (in those bytes) of the next byte to flip, and the generator of places and masks.
+  uint64_t corrupt_every_[2] ABSL_GUARDED_BY(mu_) = {0, 0};
+  uint64_t corrupt_seen_[2] ABSL_GUARDED_BY(mu_) = {0, 0};
+  uint64_t corrupt_next_[2] ABSL_GUARDED_BY(mu_) = {0, 0};
+  std::mt19937_64 corrupt_rng_[2] ABSL_GUARDED_BY(mu_);
 
   std::thread acceptor_;  // started last in Start, joined first in the destructor
 };

@@ -343,6 +343,8 @@ grpc::ServerWriteReactor<ReplicationProgress>* AdminService::Reconcile(
   options.pull = req->pull() || !req->push();
   options.push = req->push() || !req->pull();
   options.dry_run = req->dry_run();
+  options.min_bytes = req->min_bytes();
+  options.max_bytes = req->max_bytes();
   auto reconciler =
       std::make_shared<replication::Reconciler>(store_, *channel, req->peer(), options);
   const std::string actor = auditor_->Actor(ctx);

@@ -12,6 +12,9 @@
 
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "agent/runtime.h"
 #include "audit/log.h"
 #include "cas/store.h"
@@ -37,6 +40,7 @@ class FederationService final : public vault::v1::Federation::CallbackService {
     storage::Database* db = nullptr;
     replication::MemberChannels* members = nullptr;  // null: members cannot be reached
     common::Executor* executor = nullptr;
+    bool hold_agents = false;  // vaultd --hold-agents: recorded agents are held, not run
   };
   // `admin`: served on the admin socket (Status allowed); otherwise on the members' listener.
   FederationService(Deps deps, bool admin) : deps_(std::move(deps)), admin_(admin) {}
@@ -48,12 +52,27 @@ class FederationService final : public vault::v1::Federation::CallbackService {
                                    const vault::v1::FederationStatusRequest* req,
                                    vault::v1::FederationStatusResponse* resp) override;
 
-  // This vault's summary, now.
+  // This vault's summary, now. On the members' listener, at most one per second is computed
+  // (members asking in a loop get the same answer), without mirrors' errors and notes.
   vault::v1::VaultSummary Summarize() const;
 
+  // Cancels every Status call in flight (its members' calls end at once) and refuses new ones.
+  // Called before the server shuts down, so no call outlives the drain.
+  void Shutdown();
+
  private:
+  class StatusCall;
+  void Forget(StatusCall* call);
+  vault::v1::VaultSummary Compute() const;
+
   const Deps deps_;
   const bool admin_;
+  absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_set<StatusCall*> calls_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Mutex cache_mu_;
+  mutable vault::v1::VaultSummary cached_ ABSL_GUARDED_BY(cache_mu_);
+  mutable absl::Time cached_at_ ABSL_GUARDED_BY(cache_mu_) = absl::InfinitePast();
 };
 
 }  // namespace vault::node

@@ -131,6 +131,7 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
   std::unique_ptr<VaultNode> node(new VaultNode());
   node->config_ = config;
   node->started_unix_ms_ = absl::ToUnixMillis(absl::Now());
+  node->hold_agents_ = options.hold_agents;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
@@ -413,7 +414,8 @@ FederationService::Deps VaultNode::FederationDeps(common::Executor* executor) {
           .mirrors = follower_.get(),
           .db = db_.get(),
           .members = members_.get(),
-          .executor = executor};
+          .executor = executor,
+          .hold_agents = hold_agents_};
 }
 
 VaultNode::~VaultNode() { Shutdown(absl::ZeroDuration()); }
@@ -421,13 +423,17 @@ VaultNode::~VaultNode() { Shutdown(absl::ZeroDuration()); }
 void VaultNode::Shutdown(absl::Duration drain) {
   if (shut_down_) return;
   shut_down_ = true;
+  // The drain starts now: stopping the followers below waits out their calls in flight.
+  auto deadline = std::chrono::system_clock::now() + absl::ToChronoMilliseconds(drain);
   // No scrape reads a component past this point (a scrape in progress finishes first).
   if (metrics_ != nullptr) metrics_->StopServing();
+  // Federation status calls waiting on members end now rather than at their deadlines.
+  if (unix_federation_ != nullptr) unix_federation_->Shutdown();
+  if (tcp_federation_ != nullptr) tcp_federation_->Shutdown();
   if (follower_ != nullptr) follower_->Stop();
   if (replication_follower_ != nullptr) replication_follower_->Stop();
   if (scrubber_ != nullptr) scrubber_->Stop();
   if (store_ != nullptr) store_->Close();  // wakes Feed followers
-  auto deadline = std::chrono::system_clock::now() + absl::ToChronoMilliseconds(drain);
   for (grpc::Server* s : {tcp_server_.get(), unix_server_.get()}) {
     if (s != nullptr && s->GetHealthCheckService() != nullptr)
       s->GetHealthCheckService()->Shutdown();

@@ -85,6 +85,7 @@ class VaultNode {
 
   vault::v1::VaultConfig config_;
   int64_t started_unix_ms_ = 0;
+  bool hold_agents_ = false;
   std::string listen_address_;
   std::unique_ptr<capability::PrivateKey> key_;
   std::unique_ptr<storage::Database> db_;

@@ -58,6 +58,11 @@ absl::StatusOr<ReconcileStats> Reconciler::Compare() {
 }
 
 absl::Status Reconciler::CompareInto(ReconcileStats* stats) {
+  if (options_.max_bytes != 0 && options_.min_bytes > options_.max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the selection's min_bytes (",
+                                                   options_.min_bytes, ") is above its max_bytes (",
+                                                   options_.max_bytes, ")"));
+  }
   const absl::Time start = absl::Now();
   internal::RetryPolicy retry{.window = options_.retry_window,
                               .stopped = [this] { return stopped(); }};
@@ -177,10 +182,18 @@ absl::Status Reconciler::CompareInto(ReconcileStats* stats) {
         }
         ListDifference diff = DiffSorted(ours[i].digests, t.digests);
         for (cas::Digest& d : diff.only_ours) {
+          if (!Selected(d)) {
+            ++stats->not_selected;
+            continue;
+          }
           stats->missing_there_bytes += d.size();
           stats->missing_there.push_back(std::move(d));
         }
         for (cas::Digest& d : diff.only_theirs) {
+          if (!Selected(d)) {
+            ++stats->not_selected;
+            continue;
+          }
           stats->missing_here_bytes += d.size();
           stats->missing_here.push_back(std::move(d));
         }

@@ -41,6 +41,11 @@ struct ReconcileOptions {
   bool pull = true;  // fetch what only the peer holds
   bool push = true;  // send what only this vault holds
   bool dry_run = false;
+  // The selection, as a follow's: only differing objects of min_bytes to max_bytes bytes (0: no
+  // upper bound) are reported and copied. The comparison still covers every object (a range's
+  // fingerprint cannot leave objects out); ReconcileStats::not_selected counts the others.
+  uint64_t min_bytes = 0;
+  uint64_t max_bytes = 0;
   // A differing range the peer holds at most this many objects of is listed, not split.
   uint32_t list_below = 64;
   // A differing range is split into parts of about this many objects (at most max_fanout parts).
@@ -63,6 +68,7 @@ struct ReconcileStats {
   std::vector<cas::Digest> missing_there;  // this vault holds them, the peer does not
   uint64_t missing_here_bytes = 0;
   uint64_t missing_there_bytes = 0;
+  uint64_t not_selected = 0;  // differing objects outside the selection: not reported, not copied
   double compare_seconds = 0;
   // The copy (empty with dry_run).
   PushStats pushed;
@@ -82,7 +88,8 @@ class Reconciler {
              ReconcileOptions options);
   ~Reconciler();
 
-  // Only the comparison: stats with the differences, nothing copied.
+  // Only the comparison: stats with the differences, nothing copied. INVALID_ARGUMENT when
+  // min_bytes is above a non-zero max_bytes.
   absl::StatusOr<ReconcileStats> Compare();
   // Compares, then copies what differs (as the options say). `progress` may be null.
   absl::StatusOr<ReconcileStats> Run(const ReconcileProgressFn& progress);
@@ -93,6 +100,10 @@ class Reconciler {
   absl::Status CompareInto(ReconcileStats* stats);
   absl::Status Pull(ReconcileStats* stats, const ReconcileProgressFn& progress);
   bool stopped() const { return stopped_.load(); }
+  bool Selected(const cas::Digest& d) const {
+    return d.size() >= options_.min_bytes &&
+           (options_.max_bytes == 0 || d.size() <= options_.max_bytes);
+  }
 
   cas::Store* const store_;
   const std::shared_ptr<grpc::Channel> channel_;

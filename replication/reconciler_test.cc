@@ -205,5 +205,75 @@ TEST_F(ReconcilerTest, OneSidedModesCopyOnlyThatWay) {
   EXPECT_EQ(peer_.All().size(), 40u);
 }
 
+// With a size selection (as a follow's), only the differing objects within it are reported and
+// copied, both ways; the bounds are inclusive; the rest are counted as not selected.
+TEST_F(ReconcilerTest, SelectionCopiesOnlyObjectsWithinTheSizeRange) {
+  std::vector<std::string> only_local = Objects(80), only_peer = Objects(70);
+  // Objects at the bounds and just outside them, on each side.
+  for (size_t size : {49, 50, 120, 121}) {
+    only_local.push_back(absl::StrCat("local edge ", size, " "));
+    only_local.back().resize(size, 'l');
+    only_peer.push_back(absl::StrCat("peer edge ", size, " "));
+    only_peer.back().resize(size, 'p');
+  }
+  const std::vector<std::string> shared = Objects(500);
+  PutAll(local_.store.get(), shared);
+  PutAll(peer_.store.get(), shared);
+  PutAll(local_.store.get(), only_local);
+  PutAll(peer_.store.get(), only_peer);
+  auto selected = [](const std::vector<std::string>& objects) {
+    std::vector<std::string> out;
+    for (const std::string& o : objects) {
+      if (o.size() >= 50 && o.size() <= 120) out.push_back(o);
+    }
+    return out;
+  };
+  const std::vector<std::string> local_selected = selected(only_local),
+                                 peer_selected = selected(only_peer);
+  ASSERT_GT(local_selected.size(), 2u);
+  ASSERT_LT(local_selected.size(), only_local.size() - 2);
+  ASSERT_GT(peer_selected.size(), 2u);
+  ASSERT_LT(peer_selected.size(), only_peer.size() - 2);
+
+  Reconciler dry(local_.store.get(), channel_, "peer",
+                 ReconcileOptions{.dry_run = true, .min_bytes = 50, .max_bytes = 120});
+  absl::StatusOr<ReconcileStats> stats = dry.Run(nullptr);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(SortedDigests(stats->missing_there), Sorted(local_selected));
+  EXPECT_EQ(SortedDigests(stats->missing_here), Sorted(peer_selected));
+  EXPECT_EQ(stats->not_selected,
+            only_local.size() + only_peer.size() - local_selected.size() - peer_selected.size());
+
+  Reconciler r(local_.store.get(), channel_, "peer",
+               ReconcileOptions{.min_bytes = 50, .max_bytes = 120});
+  stats = r.Run(nullptr);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->pushed.objects, local_selected.size());
+  EXPECT_EQ(stats->pulled_objects, peer_selected.size());
+  std::vector<std::string> want_local = shared, want_peer = shared;
+  want_local.insert(want_local.end(), only_local.begin(), only_local.end());
+  want_local.insert(want_local.end(), peer_selected.begin(), peer_selected.end());
+  want_peer.insert(want_peer.end(), only_peer.begin(), only_peer.end());
+  want_peer.insert(want_peer.end(), local_selected.begin(), local_selected.end());
+  EXPECT_EQ(local_.All(), Sorted(want_local));
+  EXPECT_EQ(peer_.All(), Sorted(want_peer));
+
+  // A lower bound alone (max_bytes 0: no upper bound) takes the rest above it.
+  Reconciler above(local_.store.get(), channel_, "peer",
+                   ReconcileOptions{.dry_run = true, .min_bytes = 121});
+  stats = above.Run(nullptr);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  for (const cas::Digest& d : stats->missing_here) EXPECT_GE(d.size(), 121u);
+  for (const cas::Digest& d : stats->missing_there) EXPECT_GE(d.size(), 121u);
+  EXPECT_FALSE(stats->missing_here.empty());
+  EXPECT_FALSE(stats->missing_there.empty());
+
+  // An empty range is refused before anything is compared.
+  Reconciler bad(local_.store.get(), channel_, "peer",
+                 ReconcileOptions{.min_bytes = 121, .max_bytes = 120});
+  stats = bad.Run(nullptr);
+  EXPECT_EQ(stats.status().code(), absl::StatusCode::kInvalidArgument) << stats.status();
+}
+
 }  // namespace
 }  // namespace vault::replication

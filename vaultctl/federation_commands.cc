@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "node/grpc_status.h"
 #include "vaultctl/commands.h"
 
@@ -60,6 +62,7 @@ Json SummaryJson(const VaultSummary& s) {
       .Add("audit_size", s.audit_size())
       .Add("checkpoint_size", s.checkpoint_size())
       .Add("agents_hosted", s.agents_hosted())
+      .Add("agents_held", s.agents_held())
       .Add("agents", AgentsJson(s))
       .Add("mirrors", mirrors)
       .Add("follows", follows);
@@ -96,23 +99,28 @@ void PrintText(const FederationStatusResponse& r) {
   std::cout << "this vault: " << self.name() << "  objects " << self.object_count() << " ("
             << HumanBytes(self.stored_bytes()) << ")  audit " << self.audit_size()
             << " entries (signed " << self.checkpoint_size() << ")  agents hosted "
-            << self.agents_hosted() << "\n\n";
+            << self.agents_hosted();
+  if (self.agents_held() > 0) std::cout << "  HELD " << self.agents_held() << " (--hold-agents)";
+  std::cout << "\n\n";
   std::vector<std::vector<std::string>> rows = {{"MEMBER", "ADDRESS", "REACHABLE", "OBJECTS",
                                                  "AUDIT", "MIRROR", "MIRROR-LAG", "THEIR-LAG",
                                                  "AGENTS", "REPL-LAG"}};
   for (const MemberView& m : r.members()) {
     std::string mirror = m.has_mirror() ? absl::StrCat(MirrorStateName(m.mirror().state()), " ",
-                                                       m.mirror().checkpoint_size())
+                                                       m.mirror().entries())
                                         : "-";
     std::string repl = m.followed() ? Opt(m.has_replication_lag(), m.replication_lag())
                                     : std::string("not followed");
     if (m.reachable()) {
-      rows.push_back({m.name(), m.address(), absl::StrCat("yes (", m.round_trip_ms(), " ms)"),
-                      absl::StrCat(m.summary().object_count()),
-                      absl::StrCat(m.summary().checkpoint_size()), mirror,
-                      Opt(m.has_mirror_lag(), m.mirror_lag()),
-                      Opt(m.has_their_mirror_lag(), m.their_mirror_lag()),
-                      absl::StrCat(m.summary().agents_hosted()), repl});
+      rows.push_back(
+          {m.name(), m.address(), absl::StrCat("yes (", m.round_trip_ms(), " ms)"),
+           absl::StrCat(m.summary().object_count()), absl::StrCat(m.summary().checkpoint_size()),
+           mirror, Opt(m.has_mirror_lag(), m.mirror_lag()),
+           Opt(m.has_their_mirror_lag(), m.their_mirror_lag()),
+           m.summary().agents_held() > 0 ? absl::StrCat(m.summary().agents_hosted(), " (held ",
+                                                        m.summary().agents_held(), ")")
+                                         : absl::StrCat(m.summary().agents_hosted()),
+           repl});
     } else {
       rows.push_back({m.name(), m.address(), "NO", "-", "-", mirror, "-", "-", "-", repl});
     }
@@ -145,8 +153,14 @@ void AddFederationStatusCommand(CLI::App* federation, GlobalOptions& g, Command&
       vault::v1::FederationStatusRequest req;
       req.set_timeout_ms(timeout_ms);
       FederationStatusResponse resp;
-      absl::Status s =
-          node::FromGrpc(conn->federation()->Status(conn->Context().get(), req, &resp));
+      // The call waits for the slowest member: its deadline is at least the members' plus a
+      // margin for this vault's own work.
+      std::unique_ptr<grpc::ClientContext> ctx = conn->Context();
+      absl::Time at_least = absl::Now() + absl::Milliseconds(timeout_ms) + absl::Seconds(2);
+      if (absl::FromChrono(ctx->deadline()) < at_least) {
+        ctx->set_deadline(absl::ToChronoTime(at_least));
+      }
+      absl::Status s = node::FromGrpc(conn->federation()->Status(ctx.get(), req, &resp));
       if (!s.ok()) {
         if (absl::IsUnimplemented(s) || absl::IsPermissionDenied(s)) {
           s = absl::FailedPreconditionError(absl::StrCat(

@@ -220,9 +220,13 @@ int ReconcileReport(const GlobalOptions& g, const std::string& peer, const std::
 }
 
 int ReconcileCommand(const GlobalOptions& g, const std::string& peer, bool push, bool pull,
-                     bool both, bool dry_run) {
+                     bool both, bool dry_run, uint64_t min_bytes, uint64_t max_bytes) {
   if (push + pull + both > 1) {
     ReportError(absl::InvalidArgumentError("name at most one of --push, --pull, --both"), g.json());
+    return kExitUsage;
+  }
+  if (max_bytes != 0 && min_bytes > max_bytes) {
+    ReportError(absl::InvalidArgumentError("--min-bytes is above --max-bytes"), g.json());
     return kExitUsage;
   }
   vault::v1::ReconcileRequest req;
@@ -230,6 +234,8 @@ int ReconcileCommand(const GlobalOptions& g, const std::string& peer, bool push,
   req.set_push(push || (!pull && !push));
   req.set_pull(pull || (!pull && !push));
   req.set_dry_run(dry_run);
+  req.set_min_bytes(min_bytes);
+  req.set_max_bytes(max_bytes);
   const std::string mode = req.push() && req.pull() ? "both" : req.push() ? "push" : "pull";
   absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
   if (!conn.ok()) return ReportConnectError(conn.status(), g.json());
@@ -272,14 +278,19 @@ void AddReplicationCommands(CLI::App& cas, GlobalOptions& g, Command& command) {
       "and copy them: both ways by default; exit 4 if any was refused");
   static std::string rec_peer;
   static bool rec_push = false, rec_pull = false, rec_both = false, rec_dry_run = false;
+  static uint64_t rec_min_bytes = 0, rec_max_bytes = 0;
   rec->add_option("PEER", rec_peer, "The member's name")->required();
   rec->add_flag("--push", rec_push, "Only send the objects the peer lacks");
   rec->add_flag("--pull", rec_pull, "Only fetch the objects this vault lacks");
   rec->add_flag("--both", rec_both, "Both (the default)");
   rec->add_flag("--dry-run", rec_dry_run, "Only print what differs");
+  rec->add_option("--min-bytes", rec_min_bytes,
+                  "Only objects of at least this many bytes (the comparison covers all)");
+  rec->add_option("--max-bytes", rec_max_bytes, "Only objects of at most this many bytes (0: any)");
   rec->callback([&] {
     command = [&g] {
-      return ReconcileCommand(g, rec_peer, rec_push, rec_pull, rec_both, rec_dry_run);
+      return ReconcileCommand(g, rec_peer, rec_push, rec_pull, rec_both, rec_dry_run, rec_min_bytes,
+                              rec_max_bytes);
     };
   });
 }
