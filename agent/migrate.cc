@@ -507,7 +507,7 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::Departed(
   }
   if (!process) {
     absl::MutexLock lock(&mu_);
-    agents_.erase(live->id);
+    ForgetLocked(live);
   }
   return out;
 }
@@ -680,8 +680,16 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
   std::optional<vault::v1::TrustEntry> trust = policy_->Lookup(*v->root);
   if (!trust.has_value()) return absl::PermissionDeniedError("the root principal is not trusted");
   // Never two: an agent may arrive only where it is not (or where it departed from).
+  // An agent that departed from here and whose frozen process is still being ended is not here:
+  // its entry is forgotten now, so that its end neither persists its old record over the new
+  // one nor removes the new entry.
   if (std::shared_ptr<LiveAgent> here = Find(p.agent_id()); here != nullptr) {
-    return absl::AlreadyExistsError(absl::StrCat("agent ", p.agent_id(), " is already here"));
+    absl::MutexLock lock(&here->mu);
+    if (here->record.state() != vault::v1::DEPARTED) {
+      return absl::AlreadyExistsError(absl::StrCat("agent ", p.agent_id(), " is already here"));
+    }
+    absl::MutexLock agents_lock(&mu_);
+    ForgetLocked(here);
   }
   absl::StatusOr<AgentRecord> stored = store_->Get(p.agent_id());
   if (stored.ok() && stored->state() != vault::v1::DEPARTED) {

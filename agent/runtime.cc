@@ -348,7 +348,7 @@ absl::Status AgentRuntime::Impl::ResumeAgents() {
     }
     if (!revoked.empty()) {
       absl::MutexLock agents_lock(&mu_);
-      agents_.erase(live->id);
+      ForgetLocked(live);
       continue;
     }
     absl::Status s = Launch(live);
@@ -677,7 +677,7 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live,
     (void)persist();
     {
       absl::MutexLock agents_lock(&mu_);
-      agents_.erase(live->id);
+      ForgetLocked(live);
     }
     return s;
   };
@@ -972,9 +972,14 @@ void AgentRuntime::Impl::OnExit(const std::shared_ptr<LiveAgent>& live,
       (void)PersistLocked(*live);  // stays RUNNING/PAUSED: resumed at the next start
       return;
     case EndCause::kDeparted: {
-      (void)PersistLocked(*live);  // DEPARTED already; the counters of this last run
+      // DEPARTED already; the counters of this last run are kept, unless the agent has come
+      // back since (its new record must not be overwritten by this old one).
       absl::MutexLock agents_lock(&mu_);
-      agents_.erase(live->id);
+      auto it = agents_.find(live->id);
+      if (it != agents_.end() && it->second == live) {
+        (void)PersistLocked(*live);
+        agents_.erase(it);
+      }
       return;
     }
     case EndCause::kTerminated:
@@ -1014,7 +1019,7 @@ void AgentRuntime::Impl::OnExit(const std::shared_ptr<LiveAgent>& live,
   (void)Transition(*live, to, reason, high);
   {
     absl::MutexLock agents_lock(&mu_);
-    agents_.erase(live->id);
+    ForgetLocked(live);
     for (auto& [id, q] : queries_) {
       if (q->agent == live->id && !q->answered) {
         q->answered = true;
@@ -1521,7 +1526,7 @@ absl::StatusOr<vault::v1::ControlResponse> AgentRuntime::Impl::Control(
           live->end_cause = EndCause::kTerminated;
           VAULT_RETURN_IF_ERROR(Transition(*live, vault::v1::TERMINATED, reason, false));
           absl::MutexLock agents_lock(&mu_);
-          agents_.erase(live->id);
+          ForgetLocked(live);
           response.set_state(vault::v1::TERMINATED);
           return response;
         }

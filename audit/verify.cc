@@ -19,11 +19,11 @@ struct Failure {
 };
 
 // The checks of one entry record that need nothing but the record and the stored leaf hash of
-// the record before it. They run on a worker thread, batch by batch (which then grows the tree
-// from the batch and checks the stored nodes it completes), while the calling thread scans the
-// next batch out of RocksDB. `prev_leaf` is the previous record's *stored* leaf hash; since
-// every record's stored hash is checked against its bytes, and the first failure in sequence
-// order wins, this is the same check as against the recomputed one.
+// the record before it. They run on a worker thread, batch by batch (the worker then grows the
+// tree from the batch's leaves), while the calling thread scans the next batch out of RocksDB.
+// `prev_leaf` is the previous record's *stored* leaf hash; since every record's stored hash is
+// checked against its bytes, and the first failure in sequence order wins, this is the same
+// check as against the recomputed one.
 std::optional<std::string> CheckRecord(uint64_t seq, absl::string_view stored_leaf,
                                        absl::string_view bytes, absl::string_view prev_leaf,
                                        absl::string_view vault_name, vault::v1::AuditEntry& entry,
@@ -58,7 +58,8 @@ std::optional<std::string> CheckRecord(uint64_t seq, absl::string_view stored_le
 
 // Walks the stored interior nodes in step with the rebuilt tree, one cursor per level: the tree
 // completes the nodes of each level in index order, so each stored node is read once, in key
-// order. Used by one thread at a time (batches grow the tree one after another).
+// order. Not thread-safe: the worker checks levels 2 and up with one (batches grow the tree one
+// after another), the calling thread level 1 with another, so that the two share the reads.
 class NodeChecker {
  public:
   explicit NodeChecker(const LogStore& store) : store_(store) {}
@@ -102,18 +103,25 @@ struct Batch {
   // Filled by Check:
   std::vector<Hash> leaves;
   std::optional<std::pair<size_t, std::string>> failure;  // the first failing record
-  // Filled by Grow:
-  size_t appended = 0;  // leading records whose leaves and completed nodes all checked out
-  std::optional<Failure> node_failure;  // a stored node completed by record `appended`
-  bool root_mismatch = false;  // the root at record `appended` (the checkpoint's size) is wrong
+  struct EmittedNode {
+    size_t record;  // the record whose leaf completed it
+    NodeId id;
+    Hash hash;
+  };
+  std::vector<EmittedNode> nodes;  // level-1 nodes the batch's leaves completed, in order
+  // The first node above level 1 that does not match the stored one, and the record completing it.
+  std::optional<std::pair<size_t, Failure>> node_failure;
+  std::optional<size_t> root_mismatch;  // the record at the checkpoint's size, if its root is wrong
+  size_t appended = 0;                  // leaves appended to the tree
 
   void Clear() {
     data.clear();
     records.clear();
     failure.reset();
-    appended = 0;
+    nodes.clear();
     node_failure.reset();
-    root_mismatch = false;
+    root_mismatch.reset();
+    appended = 0;
   }
   absl::string_view leaf(const Record& r) const {
     return absl::string_view(data).substr(r.offset, r.leaf_size);
@@ -135,23 +143,28 @@ struct Batch {
       prev = leaf(records[i]);
     }
   }
-  // Appends the checked leaves to `tree` (batches are appended strictly in order, one at a time),
-  // checking every interior node they complete against the stored one, and the root at the
-  // checkpoint's size. Stops at the first record that fails either.
-  void Grow(Frontier* tree, NodeChecker* stored, const std::optional<Checkpoint>& signed_cp) {
+  // Appends the checked leaves to `tree` (batches are appended strictly in order, one at a time).
+  // Checks the nodes they complete above level 1 against the stored ones through `upper`, and
+  // records the level-1 nodes (half of all) for the calling thread to check; stops at the first
+  // mismatch, or at a root that differs from the checkpoint's.
+  void Grow(Frontier* tree, NodeChecker* upper, const std::optional<Checkpoint>& signed_cp) {
     const size_t good = failure.has_value() ? failure->first : records.size();
     for (size_t i = 0; i < good; ++i) {
       tree->Append(leaves[i], [&](NodeId id, const Hash& h) {
-        if (id.level == 0 || node_failure.has_value()) return;
-        node_failure = stored->Check(id, h);
+        if (id.level == 1) {
+          nodes.push_back({i, id, h});
+        } else if (id.level > 1 && !node_failure.has_value()) {
+          std::optional<Failure> f = upper->Check(id, h);
+          if (f.has_value()) node_failure.emplace(i, std::move(*f));
+        }
       });
+      appended = i + 1;
       if (node_failure.has_value()) return;
       if (signed_cp.has_value() && tree->size() == signed_cp->size &&
           tree->Root() != signed_cp->root) {
-        root_mismatch = true;
+        root_mismatch = i;
         return;
       }
-      appended = i + 1;
     }
   }
 };
@@ -217,8 +230,16 @@ VerifyReport VerifyStoredLog(const LogStore& store, absl::string_view vault_name
   }
   const uint64_t limit = head->size();
 
+  // Level 1 is checked here, the levels above by the worker as it grows the tree.
+  NodeChecker level_one(store);
+  NodeChecker upper_levels(store);
+  auto check_node = [&](NodeId id, const Hash& h) {
+    if (failure.has_value()) return;
+    std::optional<Failure> f = level_one.Check(id, h);
+    if (f.has_value()) fail(f->seq, std::move(f->error));
+  };
+
   Frontier tree;
-  NodeChecker stored_nodes(store);
   Hash prev{};
   uint64_t expected = 0;
   // Two batches: the worker checks one while this thread fills the other; then this thread
@@ -227,21 +248,26 @@ VerifyReport VerifyStoredLog(const LogStore& store, absl::string_view vault_name
   int filling = 0;
   std::future<void> checking;  // of batches[1 - filling]
   bool have_checked = false;
-  // Takes a checked batch's results in order: its good records, then the first failure (a
-  // stored node, the root at the checkpoint's size, or the record itself). False once something
-  // failed.
+  // Takes a checked batch's results in order: the stored nodes its leaves completed must match,
+  // the root at the checkpoint's size, then the first failing record. False once something failed.
   auto consume = [&](Batch& b) {
-    if (failure.has_value()) return false;
-    if (b.appended > 0) prev = b.leaves[b.appended - 1];
-    report.entries_checked += b.appended;
-    if (b.node_failure.has_value()) {
-      return fail(b.node_failure->seq, std::move(b.node_failure->error));
-    }
-    if (b.root_mismatch) {
-      return fail(std::nullopt,
-                  absl::StrCat("the first ", report.entries_checked + 1,
-                               " entries do not hash to the signed checkpoint's root (the "
-                               "log was rewritten)"));
+    size_t n = 0;
+    for (size_t i = 0; i < b.appended; ++i) {
+      for (; n < b.nodes.size() && b.nodes[n].record == i; ++n) {
+        check_node(b.nodes[n].id, b.nodes[n].hash);
+      }
+      if (failure.has_value()) return false;
+      if (b.node_failure.has_value() && b.node_failure->first == i) {
+        return fail(b.node_failure->second.seq, std::move(b.node_failure->second.error));
+      }
+      if (b.root_mismatch == i) {
+        return fail(std::nullopt,
+                    absl::StrCat("the first ", report.entries_checked + 1,
+                                 " entries do not hash to the signed checkpoint's root (the "
+                                 "log was rewritten)"));
+      }
+      prev = b.leaves[i];
+      ++report.entries_checked;
     }
     if (b.failure.has_value()) {
       return fail(b.records[b.failure->first].seq, std::move(b.failure->second));
@@ -263,9 +289,9 @@ VerifyReport VerifyStoredLog(const LogStore& store, absl::string_view vault_name
     Batch& previous = batches[1 - filling];
     const bool consume_previous = have_checked;
     checking =
-        std::async(std::launch::async, [&full, &tree, &stored_nodes, &signed_cp, vault_name] {
+        std::async(std::launch::async, [&full, &tree, &upper_levels, &signed_cp, vault_name] {
           full.Check(vault_name);
-          full.Grow(&tree, &stored_nodes, signed_cp);
+          full.Grow(&tree, &upper_levels, signed_cp);
         });
     have_checked = true;
     const bool ok = !consume_previous || consume(previous);
@@ -298,7 +324,7 @@ VerifyReport VerifyStoredLog(const LogStore& store, absl::string_view vault_name
   // The rest, in order: the batch being checked, then the partial one.
   if (drain() && !batches[filling].records.empty()) {
     batches[filling].Check(vault_name);
-    batches[filling].Grow(&tree, &stored_nodes, signed_cp);
+    batches[filling].Grow(&tree, &upper_levels, signed_cp);
     consume(batches[filling]);
   }
   if (gap && !failure.has_value()) {

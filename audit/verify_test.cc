@@ -290,6 +290,35 @@ TEST_F(VerifyTest, ChangedInteriorNode) {
   EXPECT_THAT(r.error, HasSubstr("tree node over entries 20..23 does not match the entries"));
 }
 
+// Level-1 nodes and the levels above are checked on different threads; the report still names
+// the node the rebuilt tree completes first (by entry, then lowest level first).
+TEST_F(VerifyTest, TwoChangedNodesReportTheOneCompletedFirst) {
+  auto flip = [&](NodeId id) {
+    std::string node = RawNode(id);
+    ASSERT_EQ(node.size(), kHashSize);
+    node[3] ^= 0x01;
+    PutNode(id, node);
+  };
+  // Both completed by entry 23: the level-1 node (22..23) comes before the level-2 one (20..23).
+  ASSERT_NO_FATAL_FAILURE(flip({.level = 2, .index = 5}));
+  ASSERT_NO_FATAL_FAILURE(flip({.level = 1, .index = 11}));
+  VerifyReport r = Verify();
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.first_bad, 22u);
+  EXPECT_THAT(r.error, HasSubstr("tree node over entries 22..23 does not match the entries"));
+  EXPECT_EQ(r.entries_checked, 23u);
+  // A level-1 node completed later (entry 41) does not hide the level-3 one over 8..15.
+  ASSERT_NO_FATAL_FAILURE(flip({.level = 1, .index = 11}));  // restored
+  ASSERT_NO_FATAL_FAILURE(flip({.level = 2, .index = 5}));   // restored
+  ASSERT_NO_FATAL_FAILURE(flip({.level = 1, .index = 20}));
+  ASSERT_NO_FATAL_FAILURE(flip({.level = 3, .index = 1}));
+  r = Verify();
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.first_bad, 8u);
+  EXPECT_THAT(r.error, HasSubstr("tree node over entries 8..15 does not match the entries"));
+  EXPECT_EQ(r.entries_checked, 15u);
+}
+
 TEST_F(VerifyTest, ChangedTopNode) {
   std::string node = RawNode({.level = 6, .index = 0});  // entries 0..63
   node[0] ^= 0x80;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/file_util.h"
+#include "common/member_channel.h"
 #include "common/status_macros.h"
 
 namespace vault::migration {
@@ -48,15 +49,7 @@ absl::StatusOr<GrpcTransport::Peer*> GrpcTransport::PeerOf(const std::string& va
   if (it != peers_.end()) return it->second.get();
   for (const vault::v1::Member& m : config_.members()) {
     if (m.name() != vault || m.name() == config_.name()) continue;
-    grpc::ChannelArguments args;
-    args.SetSslTargetNameOverride(m.name());
-    args.SetMaxReceiveMessageSize(static_cast<int>(config_.server().max_message_bytes()));
-    args.SetMaxSendMessageSize(static_cast<int>(config_.server().max_message_bytes()));
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    // (gRPC's minimum time for one connection attempt, TLS handshake included: a slow link
-    // needs more than the backoff between attempts.)
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    grpc::ChannelArguments args = common::MemberChannelArgs(config_, m);
     auto peer = std::make_unique<Peer>();
     peer->channel = grpc::CreateCustomChannel(m.address(), grpc::SslCredentials(ssl_), args);
     peer->migration = vault::v1::Migration::NewStub(peer->channel);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "audit/note.h"
 #include "common/file_util.h"
+#include "common/member_channel.h"
 #include "common/status_macros.h"
 #include "node/grpc_status.h"
 #include "vault/v1/audit.grpc.pb.h"
@@ -124,9 +125,8 @@ absl::StatusOr<std::unique_ptr<AuditFollower>> AuditFollower::Start(
         });
     VAULT_RETURN_IF_ERROR(peer->mirror->Load());
     if (can_reach) {
-      grpc::ChannelArguments args;
-      args.SetSslTargetNameOverride(m.name());
-      args.SetMaxReceiveMessageSize(static_cast<int>(config.server().max_message_bytes()));
+      // Its own connection: a mirror's page fetches do not queue behind replication's streams.
+      grpc::ChannelArguments args = common::MemberChannelArgs(config, m, {.own_connection = true});
       peer->client = std::make_unique<GrpcPeerLog>(
           grpc::CreateCustomChannel(m.address(), grpc::SslCredentials(ssl), args),
           absl::Milliseconds(config.audit().mirror_rpc_timeout_ms()));

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "common/member_channel.h"
 #include "common/status_macros.h"
 
 namespace vault::replication {
@@ -27,21 +28,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MemberChannels::Get(const std::st
   if (it != channels_.end()) return it->second;
   for (const vault::v1::Member& m : config_.members()) {
     if (m.name() != name || m.name() == config_.name()) continue;
-    grpc::ChannelArguments args;
-    args.SetSslTargetNameOverride(m.name());
-    args.SetMaxReceiveMessageSize(static_cast<int>(config_.server().max_message_bytes()));
-    args.SetMaxSendMessageSize(static_cast<int>(config_.server().max_message_bytes()));
-    // A restarted peer is reached again within a second.
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    // (gRPC's minimum time for one connection attempt, TLS handshake included: a slow link
-    // needs more than the backoff between attempts.)
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    // A connection of its own, not shared with other channels to the same address (agent
-    // migration's), so replication's bulk streams do not queue behind them.
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+    // A connection of its own: replication's bulk streams do not queue in front of migration.
+    grpc::ChannelArguments args = common::MemberChannelArgs(config_, m, {.own_connection = true});
     std::shared_ptr<grpc::Channel> channel =
         grpc::CreateCustomChannel(m.address(), grpc::SslCredentials(ssl_), args);
     channels_[name] = channel;

@@ -132,6 +132,12 @@ class AgentRuntime::Impl {
                           const std::string& action = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
   absl::Status PersistLocked(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
   std::shared_ptr<LiveAgent> Find(const std::string& id);
+  // Removes `live` from agents_ if it is still the entry of its id (an agent that departed and
+  // came back has a new entry, which the old one's end must not remove).
+  void ForgetLocked(const std::shared_ptr<LiveAgent>& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = agents_.find(live->id);
+    if (it != agents_.end() && it->second == live) agents_.erase(it);
+  }
   // Live (not ended) agents of `principal`.
   size_t CountLive(const std::string& principal);
   // The principal's storage quota (bytes its agents wrote here, CAS puts and files, since it was
