@@ -70,7 +70,15 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(storage::Database* db,
         absl::StrCat("chunking threshold ", options.chunking_threshold,
                      " is below the largest chunk (", chunker.max_size, ")"));
   }
+  if (!options.pack_dir.empty() && options.pack_min_bytes <= kPackRefBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pack_min_bytes ", options.pack_min_bytes, " must be above ", kPackRefBytes));
+  }
   std::unique_ptr<Store> store(new Store(db, options, chunker));
+  if (!options.pack_dir.empty()) {
+    VAULT_ASSIGN_OR_RETURN(store->packs_, PackStore::Open({.dir = options.pack_dir,
+                                                           .sync = db->options().sync_writes}));
+  }
   VAULT_RETURN_IF_ERROR(store->Recover());
   return store;
 }
@@ -176,6 +184,42 @@ std::vector<absl::StatusOr<PutOutcome>> Store::PutMany(absl::Span<const PutItem>
     op_index.push_back(i);
   }
   if (ops.empty()) return results;
+  // Large values go to a pack file first (one sync for all of them); RocksDB gets their refs.
+  // Objects already stored are left out, so a repeated put adds no garbage to the packs.
+  std::vector<std::string> refs(ops.size());
+  std::vector<std::string> pack_keys;
+  std::vector<size_t> pack_ops;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    if (ShouldPack(ops[k].data.size())) {
+      pack_keys.push_back(ops[k].digest->Key());
+      pack_ops.push_back(k);
+    }
+  }
+  if (!pack_ops.empty()) {
+    std::vector<rocksdb::PinnableSlice> values;
+    std::vector<rocksdb::Status> statuses;
+    LookupMeta(pack_keys, &values, &statuses);
+    uint64_t ticket = 0;
+    absl::Status packed = absl::OkStatus();
+    for (size_t j = 0; j < pack_ops.size() && packed.ok(); ++j) {
+      if (!statuses[j].IsNotFound()) continue;  // stored (or unreadable: the commit says)
+      CommitOp& op = ops[pack_ops[j]];
+      absl::StatusOr<PackRef> ref = packs_->Append(op.data, &ticket);
+      if (!ref.ok()) {
+        packed = ref.status();
+        break;
+      }
+      refs[pack_ops[j]] = EncodePackRef(*ref);
+    }
+    if (packed.ok() && ticket != 0) packed = packs_->Sync(ticket);
+    if (!packed.ok()) {
+      for (size_t i : op_index) results[i] = packed;
+      return results;
+    }
+    for (size_t k = 0; k < ops.size(); ++k) {
+      if (!refs[k].empty()) ops[k].data = refs[k];
+    }
+  }
   std::vector<CommitOp*> ptrs;
   ptrs.reserve(ops.size());
   for (CommitOp& op : ops) ptrs.push_back(&op);
@@ -390,10 +434,32 @@ absl::StatusOr<std::string> Store::ReadChunk(absl::string_view sha256, uint32_t 
       db_->db()->Get(rocksdb::ReadOptions(), chunks_, storage::ToSlice(sha256), &value);
   if (s.IsNotFound()) return absl::NotFoundError("chunk is not stored here");
   VAULT_RETURN_IF_ERROR(storage::ToStatus(s, "read chunk"));
-  if (value.size() != size || Sha256::Hash(value) != sha256) {
+  absl::StatusOr<std::string> bytes = Resolve(std::move(value), size);
+  if (!bytes.ok()) return bytes.status();
+  if (bytes->size() != size || Sha256::Hash(*bytes) != sha256) {
     return absl::DataLossError("stored bytes of a chunk do not match its hash (corrupt storage)");
   }
-  return value;
+  return bytes;
+}
+
+absl::StatusOr<std::string> Store::PackNow(absl::string_view bytes) {
+  uint64_t ticket = 0;
+  VAULT_ASSIGN_OR_RETURN(PackRef ref, packs_->Append(bytes, &ticket));
+  VAULT_RETURN_IF_ERROR(packs_->Sync(ticket));
+  return EncodePackRef(ref);
+}
+
+absl::StatusOr<std::string> Store::Resolve(std::string value, uint64_t expected_size) const {
+  std::optional<PackRef> ref = DecodePackRef(value, expected_size);
+  if (!ref.has_value()) return value;
+  if (ref->size != expected_size) {
+    return absl::DataLossError(absl::StrCat("a pack reference names ", ref->size, " bytes where ",
+                                            expected_size, " are stored (corrupt storage)"));
+  }
+  if (packs_ == nullptr) {
+    return absl::DataLossError("a value is in a pack file but this store has no pack directory");
+  }
+  return packs_->Read(*ref);
 }
 
 absl::StatusOr<RangeSummary> Store::RangeFingerprint(absl::string_view start, absl::string_view end,

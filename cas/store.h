@@ -42,6 +42,8 @@
 #include "absl/types/span.h"
 #include "cas/chunker.h"
 #include "cas/digest.h"
+#include "cas/pack.h"
+#include "rocksdb/write_batch.h"
 #include "storage/database.h"
 #include "storage/group_commit.h"
 #include "vault/v1/cas_records.pb.h"
@@ -56,6 +58,13 @@ struct StoreOptions {
   // Bytes that unfinished uploads of inline objects may buffer at once (RESOURCE_EXHAUSTED past
   // it).
   uint64_t max_upload_buffer_bytes = uint64_t{256} << 20;
+  // Pack files (cas/pack.h) for values of at least pack_min_bytes: inline objects and chunks.
+  // Empty: every value stays in RocksDB.
+  std::string pack_dir;
+  uint64_t pack_min_bytes = 64 << 10;
+  // An upload makes its chunks durable (one pack sync, one RocksDB write) per this many bytes,
+  // and at Finish; the resume point moves by the same steps.
+  uint64_t pack_sync_bytes = 8 << 20;
 };
 
 struct PutOutcome {
@@ -151,6 +160,8 @@ class Upload {
   friend class Store;
   Upload(Store* store, Digest digest);
   absl::Status FlushChunks(bool eof);
+  // Makes the chunks taken since the last call durable and records them for a resume.
+  absl::Status WritePending();
 
   Store* const store_;
   const Digest digest_;
@@ -164,7 +175,13 @@ class Upload {
   std::vector<std::pair<std::string, uint32_t>> chunks_;  // (sha256, size) in order
   Sha256 hash_;
   uint64_t committed_offset_ = 0;  // durable bytes (chunk boundaries)
-  uint32_t chunk_count_ = 0;
+  uint32_t chunk_count_ = 0;       // chunks taken (durable or pending)
+  // Chunks taken but not yet durable: their RocksDB records, the pack ticket of their bytes,
+  // and the offset they end at.
+  std::unique_ptr<rocksdb::WriteBatch> pending_;
+  uint64_t pending_bytes_ = 0;
+  uint64_t pending_ticket_ = 0;
+  uint64_t pending_offset_ = 0;
   int64_t started_unix_ms_ = 0;
   bool finished_ = false;
   uint64_t reserved_ = 0;    // bytes of the store's upload buffer budget held
@@ -271,9 +288,19 @@ class Store {
   void LookupMeta(const std::vector<std::string>& keys, std::vector<rocksdb::PinnableSlice>* values,
                   std::vector<rocksdb::Status>* statuses) const;
   void DeleteUploadRecords(const std::string& key, rocksdb::WriteBatch* batch) const;
-  // Stores one chunk (once per content) and appends it to the upload's chunk list.
+  // Stores one chunk (once per content) and appends it to the upload's chunk list: its bytes go
+  // to a pack file now (raising *ticket), its records into `batch`, which the caller writes
+  // once the pack is synced up to *ticket.
   absl::Status PersistChunk(const std::string& upload_key, uint32_t index, absl::string_view chunk,
-                            const std::string& chunk_hash, const vault::v1::UploadRecord& rec);
+                            const std::string& chunk_hash, const vault::v1::UploadRecord& rec,
+                            rocksdb::WriteBatch* batch, uint64_t* ticket);
+  bool ShouldPack(size_t bytes) const {
+    return packs_ != nullptr && bytes >= options_.pack_min_bytes;
+  }
+  // Writes `bytes` to a pack file and makes them durable; the ref to store in their place.
+  absl::StatusOr<std::string> PackNow(absl::string_view bytes);
+  // A stored value of `expected_size` bytes: `value` itself, or the pack bytes it refers to.
+  absl::StatusOr<std::string> Resolve(std::string value, uint64_t expected_size) const;
   absl::StatusOr<std::string> GetValue(rocksdb::ColumnFamilyHandle* cf, const std::string& key,
                                        absl::string_view what) const;
   void ReleaseUpload(const std::string& key, uint64_t generation, uint64_t reserved);
@@ -289,6 +316,7 @@ class Store {
   rocksdb::ColumnFamilyHandle* const chunk_index_;
   rocksdb::ColumnFamilyHandle* const uploads_;
   rocksdb::ColumnFamilyHandle* const feed_;
+  std::unique_ptr<PackStore> packs_;  // null without StoreOptions::pack_dir
 
   // Owned by whichever thread is the group-commit leader (serial by construction).
   uint64_t next_seq_ = 1;

@@ -29,7 +29,15 @@ absl::Status VerifyBytes(absl::string_view bytes, absl::string_view sha256, uint
 Upload::Upload(Store* store, Digest digest)
     : store_(store), digest_(std::move(digest)), key_(digest_.Key()) {}
 
-Upload::~Upload() { store_->ReleaseUpload(key_, generation_, reserved_); }
+Upload::~Upload() {
+  // Keep what arrived for a resume, unless a newer upload took the object over (its records
+  // would be overwritten) or this one ended.
+  if (!finished_ && pending_ != nullptr && pending_->Count() > 0 &&
+      store_->CheckCurrentUpload(key_, generation_).ok()) {
+    WritePending().IgnoreError();  // best effort: only the resume point is at stake
+  }
+  store_->ReleaseUpload(key_, generation_, reserved_);
+}
 
 void Store::ReleaseUpload(const std::string& key, uint64_t generation, uint64_t reserved) {
   absl::MutexLock lock(&mu_);
@@ -116,12 +124,13 @@ absl::StatusOr<std::unique_ptr<Upload>> Store::StartUpload(const Digest& digest,
                            GetValue(uploads_, absl::StrCat(key, BigEndian32(i)), "read upload"));
     vault::v1::ChunkRef ref;
     if (!ref.ParseFromString(ref_value)) return absl::DataLossError("upload chunk ref is corrupt");
-    VAULT_ASSIGN_OR_RETURN(std::string chunk, GetValue(chunks_, ref.sha256(), "read chunk"));
+    VAULT_ASSIGN_OR_RETURN(std::string value, GetValue(chunks_, ref.sha256(), "read chunk"));
+    VAULT_ASSIGN_OR_RETURN(std::string chunk, Resolve(std::move(value), ref.size()));
     VAULT_RETURN_IF_ERROR(VerifyBytes(chunk, ref.sha256(), ref.size(), "an uploaded chunk"));
     up->hash_.Update(chunk);
     up->chunks_.emplace_back(ref.sha256(), ref.size());
   }
-  up->offset_ = up->committed_offset_ = rec.committed_offset();
+  up->offset_ = up->committed_offset_ = up->pending_offset_ = rec.committed_offset();
   up->chunk_count_ = rec.chunk_count();
   up->started_unix_ms_ = rec.started_unix_ms();
   return up;
@@ -129,23 +138,27 @@ absl::StatusOr<std::unique_ptr<Upload>> Store::StartUpload(const Digest& digest,
 
 absl::Status Store::PersistChunk(const std::string& upload_key, uint32_t index,
                                  absl::string_view chunk, const std::string& chunk_hash,
-                                 const vault::v1::UploadRecord& rec) {
-  rocksdb::WriteBatch batch;
+                                 const vault::v1::UploadRecord& rec, rocksdb::WriteBatch* batch,
+                                 uint64_t* ticket) {
   std::string present;
   rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), chunk_index_, chunk_hash, &present);
   if (s.IsNotFound()) {
-    batch.Put(chunks_, chunk_hash, rocksdb::Slice(chunk.data(), chunk.size()));
-    batch.Put(chunk_index_, chunk_hash, BigEndian32(static_cast<uint32_t>(chunk.size())));
+    if (ShouldPack(chunk.size())) {
+      VAULT_ASSIGN_OR_RETURN(PackRef ref, packs_->Append(chunk, ticket));
+      batch->Put(chunks_, chunk_hash, EncodePackRef(ref));
+    } else {
+      batch->Put(chunks_, chunk_hash, rocksdb::Slice(chunk.data(), chunk.size()));
+    }
+    batch->Put(chunk_index_, chunk_hash, BigEndian32(static_cast<uint32_t>(chunk.size())));
   } else if (!s.ok()) {
     return storage::ToStatus(s, "look up chunk");
   }
   vault::v1::ChunkRef ref;
   ref.set_sha256(chunk_hash);
   ref.set_size(static_cast<uint32_t>(chunk.size()));
-  batch.Put(uploads_, absl::StrCat(upload_key, BigEndian32(index)), ref.SerializeAsString());
-  batch.Put(uploads_, upload_key, rec.SerializeAsString());
-  // Unsynced: the object's own commit syncs the WAL, which holds these writes before it.
-  return db_->WriteUnsynced(&batch);
+  batch->Put(uploads_, absl::StrCat(upload_key, BigEndian32(index)), ref.SerializeAsString());
+  batch->Put(uploads_, upload_key, rec.SerializeAsString());
+  return absl::OkStatus();
 }
 
 absl::Status Upload::Append(absl::string_view data) {
@@ -181,15 +194,36 @@ absl::Status Upload::FlushChunks(bool eof) {
   while (std::optional<std::string> chunk = chunker_->Next(eof)) {
     std::string hash = Sha256::Hash(*chunk);
     vault::v1::UploadRecord rec;
-    rec.set_committed_offset(committed_offset_ + chunk->size());
+    rec.set_committed_offset(pending_offset_ + chunk->size());
     rec.set_chunk_count(chunk_count_ + 1);
     rec.set_started_unix_ms(started_unix_ms_);
     rec.set_updated_unix_ms(NowMs());
-    VAULT_RETURN_IF_ERROR(store_->PersistChunk(key_, chunk_count_, *chunk, hash, rec));
-    committed_offset_ += chunk->size();
+    if (pending_ == nullptr) pending_ = std::make_unique<rocksdb::WriteBatch>();
+    VAULT_RETURN_IF_ERROR(store_->PersistChunk(key_, chunk_count_, *chunk, hash, rec,
+                                               pending_.get(), &pending_ticket_));
+    pending_offset_ += chunk->size();
+    pending_bytes_ += chunk->size();
     ++chunk_count_;
     chunks_.emplace_back(std::move(hash), static_cast<uint32_t>(chunk->size()));
+    // Without packs every chunk is written at once, as its own RocksDB write.
+    if (store_->packs_ == nullptr || pending_bytes_ >= store_->options_.pack_sync_bytes) {
+      VAULT_RETURN_IF_ERROR(WritePending());
+    }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Upload::WritePending() {
+  if (pending_ == nullptr || pending_->Count() == 0) return absl::OkStatus();
+  // The pack bytes first: once RocksDB holds a chunk's index entry, FindMissingChunks reports
+  // it present and nobody sends it again, so its bytes must already be durable.
+  if (pending_ticket_ != 0) VAULT_RETURN_IF_ERROR(store_->packs_->Sync(pending_ticket_));
+  // Unsynced: the object's own commit syncs the WAL, which holds these writes before it.
+  VAULT_RETURN_IF_ERROR(store_->db_->WriteUnsynced(pending_.get()));
+  pending_->Clear();
+  pending_bytes_ = 0;
+  pending_ticket_ = 0;
+  committed_offset_ = pending_offset_;
   return absl::OkStatus();
 }
 
@@ -201,6 +235,7 @@ absl::StatusOr<PutOutcome> Upload::Finish() {
     return present_outcome_;
   }
   if (offset_ != digest_.size()) {
+    VAULT_RETURN_IF_ERROR(WritePending());
     return absl::FailedPreconditionError(absl::StrCat(
         "upload of ", digest_.ToString(), " ended after ", offset_, " of ", digest_.size(),
         " bytes; ", committed_offset_, " bytes are durable and the upload can resume there"));
@@ -208,6 +243,7 @@ absl::StatusOr<PutOutcome> Upload::Finish() {
   finished_ = true;
   std::string actual = hash_.Finish();
   if (actual != digest_.sha256()) {
+    if (pending_ != nullptr) pending_->Clear();
     if (chunked_) {
       rocksdb::WriteBatch batch;
       store_->DeleteUploadRecords(key_, &batch);
@@ -222,6 +258,7 @@ absl::StatusOr<PutOutcome> Upload::Finish() {
   std::string manifest_bytes;
   if (chunked_) {
     VAULT_RETURN_IF_ERROR(FlushChunks(/*eof=*/true));
+    VAULT_RETURN_IF_ERROR(WritePending());
     vault::v1::Manifest manifest;
     for (const auto& [hash, size] : chunks_) {
       vault::v1::ChunkRef* ref = manifest.add_chunks();
@@ -233,6 +270,9 @@ absl::StatusOr<PutOutcome> Upload::Finish() {
     op.chunked = true;
     op.chunk_count = chunk_count_;
     op.from_upload = true;
+  } else if (store_->ShouldPack(inline_data_.size())) {
+    VAULT_ASSIGN_OR_RETURN(manifest_bytes, store_->PackNow(inline_data_));  // the ref
+    op.data = manifest_bytes;
   } else {
     op.data = inline_data_;
   }
@@ -265,8 +305,9 @@ absl::StatusOr<std::unique_ptr<ObjectReader>> Store::OpenReader(const Digest& di
   }
   if (!value.ok()) return value.status();
   if (!rec.chunked()) {
-    VAULT_RETURN_IF_ERROR(VerifyBytes(*value, digest.sha256(), digest.size(), digest.ToString()));
-    reader->inline_bytes_ = *std::move(value);
+    VAULT_ASSIGN_OR_RETURN(std::string bytes, Resolve(*std::move(value), digest.size()));
+    VAULT_RETURN_IF_ERROR(VerifyBytes(bytes, digest.sha256(), digest.size(), digest.ToString()));
+    reader->inline_bytes_ = std::move(bytes);
     return reader;
   }
   vault::v1::Manifest manifest;
@@ -328,9 +369,15 @@ absl::Status ObjectReader::Read(
     }
     VAULT_RETURN_IF_ERROR(
         storage::ToStatus(got, absl::StrCat("read a chunk of ", digest.ToString())));
-    VAULT_RETURN_IF_ERROR(VerifyBytes(storage::View(chunk), hash, size,
-                                      absl::StrCat("a chunk of ", digest.ToString())));
-    VAULT_RETURN_IF_ERROR(emit(storage::View(chunk), starts_[i]));
+    absl::string_view bytes = storage::View(chunk);
+    std::string packed;
+    if (DecodePackRef(bytes, size).has_value()) {
+      VAULT_ASSIGN_OR_RETURN(packed, store_->Resolve(std::string(bytes), size));
+      bytes = packed;
+    }
+    VAULT_RETURN_IF_ERROR(
+        VerifyBytes(bytes, hash, size, absl::StrCat("a chunk of ", digest.ToString())));
+    VAULT_RETURN_IF_ERROR(emit(bytes, starts_[i]));
   }
   return absl::OkStatus();
 }

@@ -1,0 +1,110 @@
+// cas/pack: append-only pack files that hold the CAS's large values outside RocksDB.
+//
+// Why: RocksDB writes a value twice (its WAL, then a blob or table file at flush) and checksums
+// it both times with CRC32C, which the Debian-packaged library computes in software (a portable
+// build): for large objects that was most of vaultd's CPU. A pack value is written once, with
+// pwrite, and checked only by the SHA-256 that addresses it, which every read verifies anyway.
+// RocksDB keeps a 24-byte PackRef (EncodePackRef) where the bytes would have been.
+//
+// Files are `pack-<16 hex digits>` in one directory, filled up to a size and never rewritten;
+// a process appends only to files it created (a restart starts a new one), so bytes written by
+// an earlier run are never moved. Bytes written but never referenced (a crash before the commit,
+// a duplicate, a failed write) stay as garbage: nothing in the CAS is deleted yet.
+//
+//   VAULT_ASSIGN_OR_RETURN(auto packs, PackStore::Open({.dir = dir + "/packs"}));
+//   uint64_t ticket = 0;
+//   VAULT_ASSIGN_OR_RETURN(PackRef ref, packs->Append(bytes, &ticket));
+//   VAULT_RETURN_IF_ERROR(packs->Sync(ticket));  // durable: now refer to it from RocksDB
+//   VAULT_ASSIGN_OR_RETURN(std::string back, packs->Read(ref));
+//
+// Thread-safety: every method is thread-safe. Concurrent Appends write disjoint ranges in
+// parallel; concurrent Syncs share one fdatasync per file (group sync).
+#ifndef VAULT_CAS_PACK_H_
+#define VAULT_CAS_PACK_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+
+namespace vault::cas {
+
+struct PackRef {
+  uint64_t file = 0;
+  uint64_t offset = 0;
+  uint32_t size = 0;
+};
+
+// A PackRef as stored in RocksDB: "VPK1" + file + offset (big-endian 64-bit) + size (32-bit).
+inline constexpr size_t kPackRefBytes = 24;
+std::string EncodePackRef(const PackRef& ref);
+// The ref in `value` when `value` is one for a value of `expected_size` bytes; nullopt when
+// `value` holds the bytes themselves. Only values of at least kPackRefBytes + 1 bytes are ever
+// packed, so a stored value of the expected size is never mistaken for a ref.
+std::optional<PackRef> DecodePackRef(absl::string_view value, uint64_t expected_size);
+
+struct PackOptions {
+  std::string dir;
+  // A file takes appends until this size (a larger value gets a file of its own).
+  uint64_t file_bytes = uint64_t{256} << 20;
+  // fdatasync in Sync (false: Sync only orders, for stores whose RocksDB writes are unsynced).
+  bool sync = true;
+};
+
+class PackStore {
+ public:
+  // Creates the directory (0700) when missing. Reads nothing: files are opened when read.
+  static absl::StatusOr<std::unique_ptr<PackStore>> Open(const PackOptions& options);
+  PackStore(const PackStore&) = delete;
+  PackStore& operator=(const PackStore&) = delete;
+  ~PackStore();
+
+  // Writes `bytes` (not yet durable) and sets *ticket for Sync. RESOURCE_EXHAUSTED when the
+  // disk is full, UNAVAILABLE on other I/O errors; nothing refers to the bytes then.
+  absl::StatusOr<PackRef> Append(absl::string_view bytes, uint64_t* ticket);
+  // Makes every Append whose ticket is <= `ticket` durable. After an fdatasync failure every
+  // later Append and Sync fails (the kernel may have dropped the dirty pages).
+  absl::Status Sync(uint64_t ticket);
+  // The bytes a ref names, unverified (the caller checks their SHA-256). DATA_LOSS when the
+  // file is missing or too short.
+  absl::StatusOr<std::string> Read(const PackRef& ref) const;
+
+  const std::string& dir() const { return options_.dir; }
+
+ private:
+  struct File {
+    uint64_t id = 0;
+    int fd = -1;
+    bool dirty = false;  // guarded by PackStore::mu_
+    ~File();
+  };
+  explicit PackStore(const PackOptions& options) : options_(options) {}
+  absl::StatusOr<std::shared_ptr<File>> OpenForRead(uint64_t id) const;
+  absl::Status NewFileLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string PathOf(uint64_t id) const;
+
+  const PackOptions options_;
+  mutable absl::Mutex mu_;
+  std::shared_ptr<File> current_ ABSL_GUARDED_BY(mu_);
+  uint64_t tail_ ABSL_GUARDED_BY(mu_) = 0;       // next offset in current_
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;    // past every file in the directory
+  uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;  // tickets handed out (writes finished)
+  std::vector<std::shared_ptr<File>> dirty_ ABSL_GUARDED_BY(mu_);
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);
+  mutable absl::flat_hash_map<uint64_t, std::shared_ptr<File>> readers_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex sync_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  uint64_t synced_ ABSL_GUARDED_BY(sync_mu_) = 0;  // tickets known durable
+};
+
+}  // namespace vault::cas
+
+#endif  // VAULT_CAS_PACK_H_

@@ -1,0 +1,336 @@
+// Pack files (cas/pack.h) alone, and the store's use of them: what is packed, that it reads back
+// after a reopen, and that damage to a pack file (bytes flipped, truncated, deleted, a forged
+// ref) is DATA_LOSS, never wrong bytes.
+#include "cas/pack.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_format.h"
+#include "cas/store_test_fixture.h"
+
+namespace vault::cas {
+namespace {
+
+std::vector<std::string> PackFiles(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(PackRefTest, EncodesAndDecodes) {
+  PackRef ref{.file = 0x0102030405060708ULL, .offset = (uint64_t{5} << 32) + 7, .size = 300000};
+  std::string v = EncodePackRef(ref);
+  ASSERT_EQ(v.size(), kPackRefBytes);
+  EXPECT_EQ(v.substr(0, 4), "VPK1");
+  std::optional<PackRef> back = DecodePackRef(v, 300000);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->file, ref.file);
+  EXPECT_EQ(back->offset, ref.offset);
+  EXPECT_EQ(back->size, ref.size);
+  // A value as long as a ref is the bytes themselves when that is the expected size, or when
+  // it lacks the magic.
+  EXPECT_FALSE(DecodePackRef(v, kPackRefBytes).has_value());
+  std::string other = v;
+  other[0] = 'X';
+  EXPECT_FALSE(DecodePackRef(other, 300000).has_value());
+  EXPECT_FALSE(DecodePackRef(v.substr(1), 300000).has_value());
+}
+
+TEST(PackStoreTest, AppendsReadBackAcrossFilesAndReopen) {
+  common::testing::TempDir tmp("pack_test");
+  const std::string dir = tmp.path() + "/packs";
+  std::vector<std::pair<PackRef, std::string>> written;
+  {
+    absl::StatusOr<std::unique_ptr<PackStore>> packs =
+        PackStore::Open({.dir = dir, .file_bytes = 100 << 10});
+    ASSERT_EQ(packs.status(), absl::OkStatus());
+    uint64_t ticket = 0;
+    for (int i = 0; i < 20; ++i) {
+      std::string bytes = RandomBytes(30000 + i, 100 + i);
+      absl::StatusOr<PackRef> ref = (*packs)->Append(bytes, &ticket);
+      ASSERT_EQ(ref.status(), absl::OkStatus());
+      written.emplace_back(*ref, bytes);
+    }
+    // A value larger than a file gets a file of its own.
+    std::string big = RandomBytes(300 << 10, 7);
+    absl::StatusOr<PackRef> ref = (*packs)->Append(big, &ticket);
+    ASSERT_EQ(ref.status(), absl::OkStatus());
+    EXPECT_EQ(ref->offset, 0u);
+    written.emplace_back(*ref, big);
+    ASSERT_EQ((*packs)->Sync(ticket), absl::OkStatus());
+    ASSERT_EQ((*packs)->Sync(ticket), absl::OkStatus());  // nothing new: no-op
+    for (const auto& [r, bytes] : written) {
+      absl::StatusOr<std::string> got = (*packs)->Read(r);
+      ASSERT_EQ(got.status(), absl::OkStatus());
+      EXPECT_TRUE(SameBytes(*got, bytes));
+    }
+  }
+  // 3 x ~30 KB per 100 KiB file: 7 files, plus the big one.
+  EXPECT_EQ(PackFiles(dir).size(), 8u);
+  absl::StatusOr<std::unique_ptr<PackStore>> again = PackStore::Open({.dir = dir});
+  ASSERT_EQ(again.status(), absl::OkStatus());
+  for (const auto& [r, bytes] : written) {
+    absl::StatusOr<std::string> got = (*again)->Read(r);
+    ASSERT_EQ(got.status(), absl::OkStatus());
+    EXPECT_TRUE(SameBytes(*got, bytes));
+  }
+  // A reopened store never appends to an earlier run's files.
+  uint64_t ticket = 0;
+  absl::StatusOr<PackRef> next = (*again)->Append("after the reopen", &ticket);
+  ASSERT_EQ(next.status(), absl::OkStatus());
+  EXPECT_GT(next->file, written.back().first.file);
+  EXPECT_EQ(next->offset, 0u);
+}
+
+TEST(PackStoreTest, ConcurrentAppendsAndGroupSyncs) {
+  common::testing::TempDir tmp("pack_test");
+  absl::StatusOr<std::unique_ptr<PackStore>> packs =
+      PackStore::Open({.dir = tmp.path() + "/packs", .file_bytes = 1 << 20});
+  ASSERT_EQ(packs.status(), absl::OkStatus());
+  constexpr int kThreads = 4, kEach = 50;
+  std::vector<std::vector<std::pair<PackRef, std::string>>> got(kThreads);
+  std::vector<std::thread> threads;
+  std::atomic<int> errors{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        std::string bytes = RandomBytes(1000 + 997 * i, 1000 * t + i);
+        uint64_t ticket = 0;
+        absl::StatusOr<PackRef> ref = (*packs)->Append(bytes, &ticket);
+        if (!ref.ok() || !(*packs)->Sync(ticket).ok()) {
+          ++errors;
+          return;
+        }
+        got[t].emplace_back(*ref, std::move(bytes));
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  ASSERT_EQ(errors.load(), 0);
+  for (const auto& list : got) {
+    for (const auto& [ref, bytes] : list) {
+      absl::StatusOr<std::string> back = (*packs)->Read(ref);
+      ASSERT_EQ(back.status(), absl::OkStatus());
+      ASSERT_TRUE(SameBytes(*back, bytes));
+    }
+  }
+}
+
+// A full disk (here: the file size limit, EFBIG) is a clear error and nothing is referenced;
+// smaller values still fit afterwards. In a child process, so the limit binds nothing else.
+TEST(PackStoreTest, WriteBeyondTheFileSizeLimitIsRefused) {
+  common::testing::TempDir tmp("pack_test");
+  const std::string dir = tmp.path() + "/packs";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{.rlim_cur = 64 << 10, .rlim_max = 64 << 10};
+    if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(10);
+    absl::StatusOr<std::unique_ptr<PackStore>> packs = PackStore::Open({.dir = dir});
+    if (!packs.ok()) _exit(11);
+    uint64_t ticket = 0;
+    if (!(*packs)->Append(std::string(40 << 10, 'a'), &ticket).ok()) _exit(12);
+    absl::StatusOr<PackRef> over = (*packs)->Append(std::string(40 << 10, 'b'), &ticket);
+    if (over.status().code() != StatusCode::kResourceExhausted) _exit(13);
+    if (over.status().message().find("pack") == std::string::npos) _exit(14);
+    if (!(*packs)->Sync(ticket).ok()) _exit(15);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST(PackStoreTest, OpenRefusesAFileWhereTheDirectoryShouldBe) {
+  common::testing::TempDir tmp("pack_test");
+  const std::string path = tmp.path() + "/packs";
+  std::ofstream(path) << "not a directory";
+  EXPECT_FALSE(PackStore::Open({.dir = path}).ok());
+}
+
+// ---- The store's pack files ----------------------------------------------------------------
+
+class PackedStoreTest : public StoreTest {
+ protected:
+  std::string PackDir() const { return dir_ + "/packs"; }
+  std::string ValueOf(absl::string_view cf, absl::string_view key) {
+    std::string v;
+    EXPECT_TRUE(
+        db_->db()->Get(rocksdb::ReadOptions(), db_->Handle(cf), storage::ToSlice(key), &v).ok());
+    return v;
+  }
+  // Flips one byte of every pack file at `offset_in_value` past the start of `ref`.
+  void FlipPackByte(const PackRef& ref, uint64_t at) {
+    const std::string path = absl::StrFormat("%s/pack-%016x", PackDir(), ref.file);
+    int fd = open(path.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0) << path;
+    char c = 0;
+    ASSERT_EQ(pread(fd, &c, 1, static_cast<off_t>(ref.offset + at)), 1);
+    c ^= 0x20;
+    ASSERT_EQ(pwrite(fd, &c, 1, static_cast<off_t>(ref.offset + at)), 1);
+    close(fd);
+  }
+};
+
+TEST_F(PackedStoreTest, LargeValuesArePackedSmallOnesAreNot) {
+  const std::string small = RandomBytes(1000, 1);
+  const std::string inline_large = RandomBytes(100 << 10, 2);  // packed, stored whole
+  const std::string chunked = RandomBytes(1 << 20, 3);         // chunked; chunks packed
+  PutOk(small);
+  PutOk(inline_large);
+  ASSERT_EQ(UploadWhole(chunked).status(), absl::OkStatus());
+
+  EXPECT_EQ(ValueOf("cas_data", Digest::Of(small).Key()), small);
+  std::optional<PackRef> ref =
+      DecodePackRef(ValueOf("cas_data", Digest::Of(inline_large).Key()), inline_large.size());
+  ASSERT_TRUE(ref.has_value());
+  EXPECT_EQ(ref->size, inline_large.size());
+  for (const std::string& c : ExpectedChunks(chunked)) {
+    std::optional<PackRef> cref = DecodePackRef(ValueOf("cas_chunks", Sha256::Hash(c)), c.size());
+    ASSERT_TRUE(cref.has_value()) << "a chunk of " << c.size() << " bytes is not packed";
+  }
+  ASSERT_FALSE(PackFiles(PackDir()).empty());
+
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  EXPECT_TRUE(SameBytes(ReadAllOk(Digest::Of(small)), small));
+  EXPECT_TRUE(SameBytes(ReadAllOk(Digest::Of(inline_large)), inline_large));
+  EXPECT_TRUE(SameBytes(ReadAllOk(Digest::Of(chunked)), chunked));
+  EXPECT_TRUE(
+      SameBytes(ReadRangeOk(Digest::Of(chunked), 300000, 5000), chunked.substr(300000, 5000)));
+}
+
+TEST_F(PackedStoreTest, RepeatedPutsAddNothingToThePacks) {
+  const std::string data = RandomBytes(200 << 10, 4);
+  PutOk(data);
+  std::vector<std::string> files = PackFiles(PackDir());
+  ASSERT_EQ(files.size(), 1u);
+  const uintmax_t size = std::filesystem::file_size(files[0]);
+  EXPECT_TRUE(PutOk(data).already_present);
+  std::vector<PutItem> items{{Digest::Of(data), data}, {Digest::Of(data), data}};
+  for (const auto& r : store_->PutMany(items)) {
+    ASSERT_EQ(r.status(), absl::OkStatus());
+    EXPECT_TRUE(r->already_present);
+  }
+  EXPECT_EQ(std::filesystem::file_size(files[0]), size);
+}
+
+TEST_F(PackedStoreTest, FlippedPackByteIsDataLoss) {
+  const std::string data = RandomBytes(100 << 10, 5);
+  const Digest d = Digest::Of(data);
+  PutOk(data);
+  std::optional<PackRef> ref = DecodePackRef(ValueOf("cas_data", d.Key()), data.size());
+  ASSERT_TRUE(ref.has_value());
+  ASSERT_NO_FATAL_FAILURE(FlipPackByte(*ref, 4321));
+  EXPECT_EQ(store_->ReadAll(d).status().code(), StatusCode::kDataLoss);
+  int calls = 0;
+  EXPECT_EQ(store_
+                ->Read(d, 0, 10, 0,
+                       [&](uint64_t, absl::string_view) {
+                         ++calls;
+                         return absl::OkStatus();
+                       })
+                .code(),
+            StatusCode::kDataLoss);
+  EXPECT_EQ(calls, 0) << "corrupt bytes were sent";
+  // The scrub's repair puts verified bytes back.
+  ASSERT_EQ(store_->Repair(d, data), absl::OkStatus());
+  EXPECT_TRUE(SameBytes(ReadAllOk(d), data));
+}
+
+TEST_F(PackedStoreTest, FlippedChunkInAPackIsDataLossOnlyWhereItIsRead) {
+  const std::string data = RandomBytes(1 << 20, 6);
+  const Digest d = Digest::Of(data);
+  ASSERT_EQ(UploadWhole(data).status(), absl::OkStatus());
+  const std::vector<std::string> chunks = ExpectedChunks(data);
+  ASSERT_GT(chunks.size(), 3u);
+  std::optional<PackRef> ref =
+      DecodePackRef(ValueOf("cas_chunks", Sha256::Hash(chunks[2])), chunks[2].size());
+  ASSERT_TRUE(ref.has_value());
+  ASSERT_NO_FATAL_FAILURE(FlipPackByte(*ref, chunks[2].size() / 2));
+  EXPECT_EQ(store_->ReadAll(d).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(store_->ReadChunk(Sha256::Hash(chunks[2]), static_cast<uint32_t>(chunks[2].size()))
+                .status()
+                .code(),
+            StatusCode::kDataLoss);
+  EXPECT_TRUE(SameBytes(ReadRangeOk(d, 0, chunks[0].size()), chunks[0]));
+}
+
+TEST_F(PackedStoreTest, TruncatedOrDeletedPackIsDataLoss) {
+  const std::string a = RandomBytes(100 << 10, 7);
+  PutOk(a);
+  std::vector<std::string> files = PackFiles(PackDir());
+  ASSERT_EQ(files.size(), 1u);
+  ASSERT_NO_FATAL_FAILURE(Reopen());  // no cached descriptor of the file
+  ASSERT_EQ(truncate(files[0].c_str(), 50 << 10), 0);
+  absl::Status s = store_->ReadAll(Digest::Of(a)).status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("truncated"), std::string::npos) << s;
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  ASSERT_EQ(unlink(files[0].c_str()), 0);
+  s = store_->ReadAll(Digest::Of(a)).status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("missing"), std::string::npos) << s;
+}
+
+// A ref that names more or fewer bytes than the object has, or points into another object's
+// bytes, never yields bytes that pass as the object.
+TEST_F(PackedStoreTest, ForgedRefsAreDataLoss) {
+  const std::string a = RandomBytes(100 << 10, 8);
+  const std::string b = RandomBytes(100 << 10, 9);
+  PutOk(a);
+  PutOk(b);
+  const Digest da = Digest::Of(a), db = Digest::Of(b);
+  std::string ref_b = ValueOf("cas_data", db.Key());
+  ASSERT_NO_FATAL_FAILURE(Overwrite("cas_data", da.Key(), ref_b));  // a's key, b's bytes
+  EXPECT_EQ(store_->ReadAll(da).status().code(), StatusCode::kDataLoss);
+  std::optional<PackRef> r = DecodePackRef(ref_b, b.size());
+  ASSERT_TRUE(r.has_value());
+  r->size -= 1;
+  ASSERT_NO_FATAL_FAILURE(Overwrite("cas_data", db.Key(), EncodePackRef(*r)));
+  EXPECT_EQ(store_->ReadAll(db).status().code(), StatusCode::kDataLoss);
+  r->size += 1;
+  r->offset += 1 << 30;  // past the end of the file
+  ASSERT_NO_FATAL_FAILURE(Overwrite("cas_data", db.Key(), EncodePackRef(*r)));
+  EXPECT_EQ(store_->ReadAll(db).status().code(), StatusCode::kDataLoss);
+  r->offset -= 1 << 30;
+  r->file += 1000;  // no such file
+  ASSERT_NO_FATAL_FAILURE(Overwrite("cas_data", db.Key(), EncodePackRef(*r)));
+  EXPECT_EQ(store_->ReadAll(db).status().code(), StatusCode::kDataLoss);
+}
+
+// An interrupted upload keeps its packed chunks for a resume, across a reopen, also when they
+// were still pending a sync step when the upload was dropped.
+TEST_F(PackedStoreTest, InterruptedUploadResumesFromPackedChunks) {
+  options_.pack_sync_bytes = 64 << 20;
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  const std::string data = RandomBytes(2 << 20, 10);
+  const Digest d = Digest::Of(data);
+  {
+    absl::StatusOr<std::unique_ptr<Upload>> up = store_->StartUpload(d, 0);
+    ASSERT_EQ(up.status(), absl::OkStatus());
+    ASSERT_EQ((*up)->Append(data.substr(0, 1 << 20)), absl::OkStatus());
+  }
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  absl::StatusOr<uint64_t> at = store_->UploadOffset(d);
+  ASSERT_EQ(at.status(), absl::OkStatus());
+  ASSERT_GT(*at, 0u);
+  ASSERT_LE(*at, uint64_t{1} << 20);
+  absl::StatusOr<std::unique_ptr<Upload>> up = store_->StartUpload(d, *at);
+  ASSERT_EQ(up.status(), absl::OkStatus());
+  ASSERT_EQ((*up)->Append(absl::string_view(data).substr(*at)), absl::OkStatus());
+  ASSERT_EQ((*up)->Finish().status(), absl::OkStatus());
+  EXPECT_TRUE(SameBytes(ReadAllOk(d), data));
+}
+
+}  // namespace
+}  // namespace vault::cas
