@@ -3,10 +3,12 @@
 // Objects are addressed by Digest (SHA-256 + size). Every byte given to the store is hashed
 // and checked against the claimed digest; a mismatch is refused (INVALID_ARGUMENT) and no
 // object is stored. Objects below the chunking threshold are stored whole (cas_data); larger
-// ones as content-defined chunks (cas_chunks, RocksDB blob files) plus a manifest, so identical
-// chunks are stored once and uploads resume. Every newly stored object gets the next change-feed
-// sequence number (cas_feed), assigned in commit order with no gaps; a write is acknowledged
-// only once durable, and concurrent writes share one RocksDB write (group commit).
+// ones as content-defined chunks (cas_chunks) plus a manifest, so identical chunks are stored
+// once and uploads resume. With StoreOptions::pack_dir, values of pack_min_bytes and more (inline
+// objects and chunks) are written to pack files (cas/pack.h) and RocksDB keeps a ref to them. Every
+// newly stored object gets the next change-feed sequence number (cas_feed), assigned in commit
+// order with no gaps; a write is acknowledged only once durable, and concurrent writes share one
+// RocksDB write (group commit).
 //
 //   VAULT_ASSIGN_OR_RETURN(auto store, cas::Store::Open(db.get(), cas::StoreOptions{}));
 //   VAULT_ASSIGN_OR_RETURN(cas::PutOutcome out, store->Put(Digest::Of(bytes), bytes));
