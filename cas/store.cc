@@ -1,5 +1,7 @@
 #include "cas/store.h"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -145,6 +147,17 @@ absl::Status Store::CheckSize(const Digest& digest) const {
   return absl::OkStatus();
 }
 
+absl::Status Store::CheckSpace(uint64_t bytes) const {
+  if (packs_ == nullptr || options_.min_free_bytes == 0) return absl::OkStatus();
+  struct statvfs fs;
+  if (statvfs(packs_->dir().c_str(), &fs) != 0) return absl::OkStatus();  // writes will tell
+  const uint64_t free = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  if (free >= bytes && free - bytes >= options_.min_free_bytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "disk almost full: ", free >> 20, " MiB free where the vault keeps ",
+      options_.min_free_bytes >> 20, " MiB in reserve for its database; nothing stored"));
+}
+
 absl::StatusOr<PutOutcome> Store::Put(const Digest& digest, absl::string_view data) {
   std::vector<absl::StatusOr<PutOutcome>> out = PutMany({PutItem{digest, data}});
   return std::move(out[0]);
@@ -152,6 +165,12 @@ absl::StatusOr<PutOutcome> Store::Put(const Digest& digest, absl::string_view da
 
 std::vector<absl::StatusOr<PutOutcome>> Store::PutMany(absl::Span<const PutItem> items) {
   std::vector<absl::StatusOr<PutOutcome>> results(items.size(), PutOutcome{});
+  uint64_t total = 0;
+  for (const PutItem& item : items) total += item.data.size();
+  if (absl::Status space = CheckSpace(total); !space.ok()) {
+    for (auto& r : results) r = space;
+    return results;
+  }
   std::vector<CommitOp> ops;
   ops.reserve(items.size());
   std::vector<size_t> op_index;

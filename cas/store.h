@@ -67,6 +67,10 @@ struct StoreOptions {
   // An upload makes its chunks durable (one pack sync, one RocksDB write) per this many bytes,
   // and at Finish; the resume point moves by the same steps.
   uint64_t pack_sync_bytes = 8 << 20;
+  // Puts are refused (RESOURCE_EXHAUSTED) while the file system of the pack directory (or, without
+  // one, nothing is checked) has less than this free: the rest is kept for RocksDB, whose
+  // packaged build aborts when its WAL meets a full disk, and for the audit log. 0: no check.
+  uint64_t min_free_bytes = 64 << 20;
 };
 
 struct PutOutcome {
@@ -286,6 +290,8 @@ class Store {
   absl::Status PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::WriteBatch* batch);
   void FinishGroup(absl::Span<CommitOp* const> ops, const absl::Status& written);
   absl::Status CheckSize(const Digest& digest) const;
+  // RESOURCE_EXHAUSTED when storing `bytes` more would leave less than min_free_bytes free.
+  absl::Status CheckSpace(uint64_t bytes) const;
   // Looks up object records; (*values)[i] and (*statuses)[i] answer keys[i].
   void LookupMeta(const std::vector<std::string>& keys, std::vector<rocksdb::PinnableSlice>* values,
                   std::vector<rocksdb::Status>* statuses) const;

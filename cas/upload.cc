@@ -168,6 +168,7 @@ absl::Status Upload::Append(absl::string_view data) {
     return absl::InvalidArgumentError(
         absl::StrCat("upload of ", digest_.ToString(), " sends more bytes than its size"));
   }
+  if (!present_) VAULT_RETURN_IF_ERROR(store_->CheckSpace(data.size()));
   offset_ += data.size();
   if (present_) return absl::OkStatus();
   hash_.Update(data);
