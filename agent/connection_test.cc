@@ -1,13 +1,18 @@
 #include "agent/connection.h"
 
 #include <fcntl.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace vault::agent {
@@ -186,6 +191,135 @@ TEST(AgentConnection, AnAgentThatDoesNotReadIsCutOff) {
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(p.host->wants_write());
   EXPECT_LT(sent, 100);
+}
+
+int64_t ThreadCpuNs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+// An epoll set watching one end of a socketpair for EPOLLIN; `peer` writes to it.
+struct Watched {
+  common::UniqueFd epoll;
+  common::UniqueFd watched;
+  common::UniqueFd peer;
+};
+
+Watched MakeWatched() {
+  int fds[2];
+  EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  Watched w{common::UniqueFd(epoll_create1(EPOLL_CLOEXEC)), common::UniqueFd(fds[0]),
+            common::UniqueFd(fds[1])};
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = 7;
+  EXPECT_EQ(epoll_ctl(w.epoll.get(), EPOLL_CTL_ADD, w.watched.get(), &ev), 0);
+  return w;
+}
+
+// What the reactor does when it is idle: whether or not it had just answered frames (a spin),
+// it sleeps in epoll_wait; over a second of waiting its thread uses almost no CPU.
+TEST(BusyPoll, AnIdleWaitBurnsNoCpu) {
+  for (bool spin : {false, true}) {
+    Watched w = MakeWatched();
+    BusyPoll poll(kMaxAgentPollWindow);  // the longest window: still bounded
+    std::thread writer([fd = w.peer.get()] {
+      absl::SleepFor(absl::Seconds(1));
+      ASSERT_EQ(write(fd, "x", 1), 1);
+    });
+    epoll_event events[8];
+    const int64_t cpu0 = ThreadCpuNs();
+    const absl::Time t0 = absl::Now();
+    int n = poll.EpollWait(w.epoll.get(), events, 8, spin, -1);
+    const absl::Duration waited = absl::Now() - t0;
+    const int64_t cpu = ThreadCpuNs() - cpu0;
+    writer.join();
+    EXPECT_EQ(n, 1);
+    EXPECT_EQ(events[0].data.u64, 7u);
+    EXPECT_GE(waited, absl::Milliseconds(900));
+    EXPECT_LT(cpu, 20 * 1000 * 1000) << "ns of CPU while idle 1 s (spin " << spin << ")";
+    EXPECT_EQ(poll.spins(), spin ? 1u : 0u);
+    EXPECT_EQ(poll.hits(), 0u);
+  }
+}
+
+TEST(BusyPoll, ASpinReturnsWhatIsReadyAtOnce) {
+  Watched w = MakeWatched();
+  BusyPoll poll(absl::Microseconds(50));
+  ASSERT_EQ(write(w.peer.get(), "x", 1), 1);
+  epoll_event events[8];
+  EXPECT_EQ(poll.EpollWait(w.epoll.get(), events, 8, /*spin=*/true, -1), 1);
+  EXPECT_EQ(poll.spins(), 1u);
+  EXPECT_EQ(poll.hits(), 1u);
+}
+
+// An event that comes during the spin is a hit; one that comes later is still reported by the
+// ordinary wait (never missed).
+TEST(BusyPoll, AnEventDuringOrAfterTheSpinIsReported) {
+  for (absl::Duration delay : {absl::Microseconds(100), absl::Milliseconds(30)}) {
+    Watched w = MakeWatched();
+    BusyPoll poll(absl::Milliseconds(1));
+    std::thread writer([fd = w.peer.get(), delay] {
+      absl::SleepFor(delay);
+      ASSERT_EQ(write(fd, "x", 1), 1);
+    });
+    epoll_event events[8];
+    EXPECT_EQ(poll.EpollWait(w.epoll.get(), events, 8, /*spin=*/true, 5000), 1);
+    writer.join();
+    EXPECT_EQ(poll.spins(), 1u);
+    // (Whether the 100 us one came within the 1 ms window depends on the machine's load.)
+    if (delay >= absl::Milliseconds(30)) {
+      EXPECT_EQ(poll.hits(), 0u);
+    }
+  }
+}
+
+TEST(BusyPoll, BacksOffAfterMissesAndRecoversOnAHit) {
+  Watched w = MakeWatched();
+  BusyPoll poll(absl::Microseconds(10));
+  epoll_event events[8];
+  for (uint32_t i = 0; i < BusyPoll::kMissesBeforeBackoff; ++i) {
+    EXPECT_EQ(poll.EpollWait(w.epoll.get(), events, 8, /*spin=*/true, 1), 0);
+  }
+  EXPECT_EQ(poll.spins(), BusyPoll::kMissesBeforeBackoff);
+  // Backing off: one wait in kProbeEvery spins.
+  for (uint32_t i = 1; i < BusyPoll::kProbeEvery; ++i) {
+    EXPECT_EQ(poll.EpollWait(w.epoll.get(), events, 8, /*spin=*/true, 1), 0);
+  }
+  EXPECT_EQ(poll.spins(), BusyPoll::kMissesBeforeBackoff);
+  ASSERT_EQ(write(w.peer.get(), "x", 1), 1);  // the probe finds this
+  EXPECT_EQ(poll.EpollWait(w.epoll.get(), events, 8, /*spin=*/true, 1), 1);
+  EXPECT_EQ(poll.spins(), BusyPoll::kMissesBeforeBackoff + 1);
+  EXPECT_EQ(poll.hits(), 1u);
+  // Recovered: the next wait spins again.
+  EXPECT_EQ(poll.EpollWait(w.epoll.get(), events, 8, /*spin=*/true, 1), 1);
+  EXPECT_EQ(poll.spins(), BusyPoll::kMissesBeforeBackoff + 2);
+}
+
+TEST(BusyPoll, ZeroWindowOrZeroTimeoutNeverSpins) {
+  Watched w = MakeWatched();
+  epoll_event events[8];
+  BusyPoll off(absl::ZeroDuration());
+  EXPECT_EQ(off.EpollWait(w.epoll.get(), events, 8, /*spin=*/true, 1), 0);
+  EXPECT_EQ(off.spins(), 0u);
+  BusyPoll on(absl::Microseconds(50));
+  EXPECT_EQ(on.EpollWait(w.epoll.get(), events, 8, /*spin=*/true, 0), 0);
+  EXPECT_EQ(on.spins(), 0u);
+}
+
+TEST(BusyPoll, WindowFromTheEnvironment) {
+  unsetenv(kAgentPollWindowEnv);
+  EXPECT_EQ(AgentPollWindow(), kDefaultAgentPollWindow);
+  setenv(kAgentPollWindowEnv, "20", 1);
+  EXPECT_EQ(AgentPollWindow(), absl::Microseconds(20));
+  setenv(kAgentPollWindowEnv, "0", 1);
+  EXPECT_EQ(AgentPollWindow(), absl::ZeroDuration());
+  setenv(kAgentPollWindowEnv, "999999999", 1);
+  EXPECT_EQ(AgentPollWindow(), kMaxAgentPollWindow);
+  setenv(kAgentPollWindowEnv, "fast", 1);
+  EXPECT_EQ(AgentPollWindow(), kDefaultAgentPollWindow);
+  unsetenv(kAgentPollWindowEnv);
 }
 
 }  // namespace

@@ -26,6 +26,8 @@ using vault::v1::HostResponse;
 
 constexpr uint32_t kProtocolVersion = 1;
 constexpr uint32_t kMaxInFlight = 32;
+// The asynchronous audit entries of agents' calls are appended in batches at most this often.
+constexpr absl::Duration kAuditBatchInterval = absl::Milliseconds(2);
 constexpr size_t kFrameOverhead = 1024;  // room for the response's other fields
 
 // One host call on its way through the proxy.
@@ -135,11 +137,20 @@ void AgentRuntime::Impl::AuditLoop() {
       if (audit_queue_.empty()) return;  // stopped and drained
       batch.swap(audit_queue_);
     }
+    // Entries are batched: the thread that queues one does not wake this one for each (a
+    // wake-up in the middle of every host call, and a third thread contending for the CPUs
+    // with the agent and the reactor). A batch is taken at most every kAuditBatchInterval.
+    const absl::Time taken = absl::Now();
     for (size_t i = 0; i < batch.size(); i += 1000) {
       size_t n = std::min<size_t>(1000, batch.size() - i);
       absl::Status s = deps_.log->AppendMany(absl::MakeSpan(batch.data() + i, n)).status();
       if (!s.ok()) spdlog::error("audit append of {} agent entries failed: {}", n, s.ToString());
     }
+    absl::MutexLock lock(&audit_mu_);
+    audit_mu_.AwaitWithDeadline(
+        absl::Condition(
+            +[](Impl* impl) ABSL_NO_THREAD_SAFETY_ANALYSIS { return impl->audit_stop_; }, this),
+        taken + kAuditBatchInterval);
   }
 }
 
@@ -200,24 +211,25 @@ void AgentRuntime::Impl::HandleFrame(const std::shared_ptr<LiveAgent>& live, std
     refuse(absl::UnimplementedError("unknown host call (this vault speaks protocol version 1)"));
     return;
   }
-  uint32_t rate;
   {
     absl::MutexLock lock(&live->mu);
     live->record.mutable_counters()->set_host_calls(live->record.counters().host_calls() + 1);
   }
-  std::optional<vault::v1::TrustEntry> trust;
-  if (absl::StatusOr<capability::PublicKey> k = capability::PublicKey::FromText(live->principal);
-      k.ok()) {
-    trust = policy_->Lookup(*k);
-  }
-  rate = trust.has_value() && trust->quota().max_calls_per_second() != 0
-             ? trust->quota().max_calls_per_second()
-             : options_.config.default_max_calls_per_second();
-  if (request.call_case() != HostRequest::kHeartbeat && request.call_case() != HostRequest::kExit &&
-      !limiter_.Admit(live->principal, rate, absl::Now())) {
-    refuse(absl::ResourceExhaustedError(
-        absl::StrCat("host-call rate limit: ", rate, " per second for this principal's agents")));
-    return;
+  // Heartbeats and exits are never limited (nor do they need the principal's quota looked up).
+  if (request.call_case() != HostRequest::kHeartbeat && request.call_case() != HostRequest::kExit) {
+    std::optional<vault::v1::TrustEntry> trust;
+    if (absl::StatusOr<capability::PublicKey> k = capability::PublicKey::FromText(live->principal);
+        k.ok()) {
+      trust = policy_->Lookup(*k);
+    }
+    const uint32_t rate = trust.has_value() && trust->quota().max_calls_per_second() != 0
+                              ? trust->quota().max_calls_per_second()
+                              : options_.config.default_max_calls_per_second();
+    if (!limiter_.Admit(live->principal, rate, absl::Now())) {
+      refuse(absl::ResourceExhaustedError(
+          absl::StrCat("host-call rate limit: ", rate, " per second for this principal's agents")));
+      return;
+    }
   }
   if (live->in_flight.load() >= kMaxInFlight) {
     refuse(absl::ResourceExhaustedError(
@@ -951,14 +963,20 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
       }
     }
   }
+  // The audit entry: durable ones are written before the answer; asynchronous ones (most calls,
+  // denials included) after it, so that hashing and queueing them do not delay the answer.
+  std::string out_bytes;
   if (c.audited) {
-    std::string out_bytes = c.output_bytes;
+    out_bytes = c.output_bytes;
     if (out_bytes.empty() && resp.result_case() != HostResponse::RESULT_NOT_SET) {
       resp.SerializeToString(&out_bytes);
     }
+  }
+  const absl::Duration duration = absl::Now() - received;
+  auto audit = [&](bool durable) {
     std::vector<std::pair<std::string, std::string>> details = {
         {"call_id", absl::StrCat(request.call_id())},
-        {"duration_us", absl::StrCat(absl::ToInt64Microseconds(absl::Now() - received))},
+        {"duration_us", absl::StrCat(absl::ToInt64Microseconds(duration))},
         {"in", Sha256Hex(request_bytes)},
         {"out", Sha256Hex(out_bytes)},
         {"bytes", absl::StrCat(c.bytes)},
@@ -969,11 +987,14 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
                            denied ? vault::v1::AuditEntry::DENIED : vault::v1::AuditEntry::ALLOWED,
                            denied ? std::string(c.status.message()) : std::string(),
                            std::move(details)),
-          c.durable && !denied);
-  }
+          durable);
+  };
+  const bool durable = c.durable && !denied;
+  if (c.audited && durable) audit(/*durable=*/true);
   vault::v1::HostFrame frame;
   *frame.mutable_response() = std::move(resp);
   SendFrame(live, frame, std::move(c.pass_fd));
+  if (c.audited && !durable) audit(/*durable=*/false);
   if (newly_flagged) {
     vault::v1::AuditEntry e =
         audit::MakeEntry(deps_.vault_key->public_key().ToText(), "agent.flagged", live->id,
@@ -1022,15 +1043,16 @@ absl::StatusOr<uint64_t> AgentRuntime::Impl::Deliver(const std::shared_ptr<LiveA
   *resp->mutable_receive()->mutable_message() = std::move(message);
   std::string out;
   resp->SerializeToString(&out);
+  const absl::Duration waited = absl::Now() - waiting->started;
+  // The receiver first (it waits for this message); its asynchronous audit entry after.
+  SendFrame(to, frame);
   Audit(audit::MakeEntry(to->id, "host.receive", from, vault::v1::AuditEntry::ALLOWED, "",
                          {{"call_id", absl::StrCat(waiting->call_id)},
-                          {"duration_us",
-                           absl::StrCat(absl::ToInt64Microseconds(absl::Now() - waiting->started))},
+                          {"duration_us", absl::StrCat(absl::ToInt64Microseconds(waited))},
                           {"in", Sha256Hex(waiting->request_bytes)},
                           {"out", Sha256Hex(out)},
                           {"bytes", absl::StrCat(bytes)}}),
         /*durable=*/false);
-  SendFrame(to, frame);
   return id;
 }
 

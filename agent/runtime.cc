@@ -651,11 +651,16 @@ absl::StatusOr<std::shared_ptr<LiveAgent>> AgentRuntime::Impl::CreateAndLaunch(
 }
 
 absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live,
-                                        std::optional<vault::v1::AuditEntry> entry) {
+                                        std::optional<vault::v1::AuditEntry> entry,
+                                        bool sync_started) {
   absl::MutexLock lock(&live->mu);
   AgentRecord& r = live->record;
   // The record, with `entry` when there is one, in one durable write.
   auto persist = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu) -> absl::Status {
+    if (!entry.has_value() && !sync_started && r.state() == vault::v1::RUNNING) {
+      r.set_updated_unix_ms(absl::ToUnixMillis(absl::Now()));
+      return store_->PutUnsynced(r);
+    }
     if (!entry.has_value()) return PersistLocked(*live);
     r.set_updated_unix_ms(absl::ToUnixMillis(absl::Now()));
     return deps_.log
@@ -714,6 +719,9 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live,
   }
   spec.env.push_back(absl::StrCat("VAULT_AGENT_ID=", live->id));
   spec.env.push_back(absl::StrCat("VAULT_NAME=", options_.vault_name));
+  // The SDKs poll for an answer this long before they sleep (docs/host-calls.md, "Latency").
+  spec.env.push_back(
+      absl::StrCat(kAgentPollWindowEnv, "=", absl::ToInt64Microseconds(poll_window_)));
   spec.code_dir = dir;
   spec.channel_fd = guest_end.get();
   spec.stdout_fd = out_write.get();
@@ -769,13 +777,15 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live,
 }
 
 // One folder per code object, shared by every agent running it: written once (without a
-// sync: the folder is rebuilt from CAS after a restart), removed with its last agent.
+// sync: the folder is rebuilt from CAS after a restart), removed once it is among the oldest of
+// more than kIdleCodeKept folders no agent uses.
 absl::StatusOr<AgentRuntime::Impl::CodeLayout> AgentRuntime::Impl::AcquireCode(
     const cas::Digest& digest) {
   absl::MutexLock lock(&code_mu_);
   auto it = code_.find(digest.sha256());
   if (it != code_.end()) {
     ++it->second.refs;
+    it->second.idle_since = absl::InfiniteFuture();
     return it->second;
   }
   // The CAS read verifies every byte against the digest.
@@ -819,9 +829,20 @@ void AgentRuntime::Impl::ReleaseCode(const std::string& sha256) {
   absl::MutexLock lock(&code_mu_);
   auto it = code_.find(sha256);
   if (it == code_.end() || --it->second.refs > 0) return;
-  std::error_code ec;
-  std::filesystem::remove_all(it->second.dir, ec);
-  code_.erase(it);
+  it->second.idle_since = absl::Now();
+  for (;;) {
+    auto oldest = code_.end();
+    size_t idle = 0;
+    for (auto c = code_.begin(); c != code_.end(); ++c) {
+      if (c->second.refs > 0) continue;
+      ++idle;
+      if (oldest == code_.end() || c->second.idle_since < oldest->second.idle_since) oldest = c;
+    }
+    if (idle <= kIdleCodeKept) return;
+    std::error_code ec;
+    std::filesystem::remove_all(oldest->second.dir, ec);
+    code_.erase(oldest);
+  }
 }
 
 absl::Status AgentRuntime::Impl::PersistLocked(LiveAgent& live) {
@@ -1061,13 +1082,20 @@ void AgentRuntime::Impl::ReactorLoop() {
   // Agents whose frames were left for a later round: the socket may be empty by then, so
   // level-triggered epoll would not report them again.
   std::vector<std::shared_ptr<LiveAgent>> again, next_again;
+  // After a round that answered frames the next request (or the next message of a conversation)
+  // usually follows within microseconds: poll for it a moment before sleeping (BusyPoll). An idle
+  // reactor sleeps in epoll_wait and costs nothing.
+  BusyPoll busy(poll_window_);
+  uint64_t frames_before = reactor_frames_;
   while (!quit_.load()) {
     for (const std::shared_ptr<LiveAgent>& live : again) {
       if (OnReadable(live)) next_again.push_back(live);
     }
     again.swap(next_again);
     next_again.clear();
-    int n = epoll_wait(epoll_.get(), events, 64, again.empty() ? -1 : 0);
+    const bool handled = reactor_frames_ != frames_before;
+    frames_before = reactor_frames_;
+    int n = busy.EpollWait(epoll_.get(), events, 64, handled, again.empty() ? -1 : 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       spdlog::error("agent reactor: epoll_wait: {}", strerror(errno));
@@ -1125,6 +1153,8 @@ void AgentRuntime::Impl::ReactorLoop() {
       }
     }
   }
+  spdlog::info("agent reactor: busy-polled {} times ({} us window), {} found the next event",
+               busy.spins(), absl::ToInt64Microseconds(busy.window()), busy.hits());
 }
 
 bool AgentRuntime::Impl::OnReadable(const std::shared_ptr<LiveAgent>& live) {
@@ -1138,6 +1168,7 @@ bool AgentRuntime::Impl::OnReadable(const std::shared_ptr<LiveAgent>& live) {
   bool more = false;
   // A bounded number of frames per agent per round: the others get their turn.
   absl::Status s = conn->ReadAvailable(&frames, 64, &more);
+  reactor_frames_ += frames.size();
   for (std::string& f : frames) HandleFrame(live, std::move(f));
   if (!s.ok()) {
     epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, conn->fd(), nullptr);

@@ -581,6 +581,59 @@ int64_t StatusKiB(pid_t pid, absl::string_view field) {
   return -1;
 }
 
+// CPU time a process's threads have used, in ns (/proc/PID/task/*/schedstat); -1 when unreadable.
+int64_t ProcessCpuNs(pid_t pid) {
+  std::error_code ec;
+  int64_t total = 0;
+  bool any = false;
+  for (const auto& task :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
+    std::string s = Slurp(task.path().string() + "/schedstat");
+    int64_t ns;
+    std::vector<absl::string_view> f = absl::StrSplit(s, ' ');
+    if (!f.empty() && absl::SimpleAtoi(f[0], &ns)) {
+      total += ns;
+      any = true;
+    }
+  }
+  return any ? total : -1;
+}
+
+// Voluntary context switches (a thread went to sleep) of a process's threads; -1 when unreadable.
+int64_t VoluntarySwitches(pid_t pid) {
+  std::error_code ec;
+  int64_t total = 0;
+  bool any = false;
+  for (const auto& task :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
+    std::string s = Slurp(task.path().string() + "/status");
+    for (absl::string_view line : absl::StrSplit(s, '\n')) {
+      int64_t v;
+      if (absl::ConsumePrefix(&line, "voluntary_ctxt_switches:") &&
+          absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &v)) {
+        total += v;
+        any = true;
+      }
+    }
+  }
+  return any ? total : -1;
+}
+
+// What vaultd spent during a phase of `calls` host calls: its threads' CPU time and how often
+// they went to sleep (the reactor sleeps between two requests unless it busy-polls).
+struct VaultdCost {
+  pid_t pid;
+  int64_t cpu0, switches0;
+  explicit VaultdCost(pid_t p) : pid(p), cpu0(ProcessCpuNs(p)), switches0(VoluntarySwitches(p)) {}
+  std::string Per(int64_t calls) const {
+    int64_t cpu = ProcessCpuNs(pid), sw = VoluntarySwitches(pid);
+    if (calls <= 0 || cpu < 0 || sw < 0 || cpu0 < 0 || switches0 < 0) return "";
+    return absl::StrFormat("vaultd per host call: %.2f us CPU, %.3f voluntary context switches",
+                           static_cast<double>(cpu - cpu0) / 1e3 / static_cast<double>(calls),
+                           static_cast<double>(sw - switches0) / static_cast<double>(calls));
+  }
+};
+
 struct Descendants {
   std::map<std::string, std::pair<int, int64_t>> by_comm;  // comm -> (processes, RSS KiB)
   int processes = 0;
@@ -1169,11 +1222,14 @@ int Main(int argc, char** argv) {
   fflush(stdout);
 
   std::map<std::string, Summary> vault_rtt, vault_msg;
+  std::string rtt_cost, msg_cost;
   if (wanted("rtt") && rc == 0) {
+    VaultdCost cost(vaultd_pid);
     absl::StatusOr<std::string> id = vault.SpawnWithVaultctl(
         guest, absl::StrCat("mode=rtt calls=", flags.calls, " warmup=", flags.warmup));
     absl::StatusOr<vault::v1::AgentStatus> st =
         id.ok() ? vault.WaitEnded(*id, absl::Seconds(120 + flags.calls / 100)) : id.status();
+    rtt_cost = cost.Per(2 * int64_t{flags.calls + flags.warmup});
     absl::StatusOr<std::vector<std::string>> logs = st.ok() ? vault.Logs(*id) : st.status();
     if (!logs.ok()) {
       fail("host-call round trip in the vault", logs.status());
@@ -1187,6 +1243,7 @@ int Main(int argc, char** argv) {
     }
   }
   if (wanted("msg") && rc == 0) {
+    VaultdCost cost(vaultd_pid);
     absl::StatusOr<std::string> pong = vault.SpawnWithVaultctl(guest, "mode=pong");
     absl::StatusOr<std::string> ping =
         pong.ok() ? vault.SpawnWithVaultctl(
@@ -1195,6 +1252,8 @@ int Main(int argc, char** argv) {
                   : pong.status();
     absl::StatusOr<vault::v1::AgentStatus> st =
         ping.ok() ? vault.WaitEnded(*ping, absl::Seconds(120 + flags.rounds / 100)) : ping.status();
+    // A round: the ping's send and receive, the pong's receive and send.
+    msg_cost = cost.Per(4 * int64_t{flags.rounds + flags.warmup});
     absl::StatusOr<std::vector<std::string>> logs = st.ok() ? vault.Logs(*ping) : st.status();
     if (!logs.ok()) {
       fail("agent-to-agent messages in the vault", logs.status());
@@ -1216,6 +1275,7 @@ int Main(int argc, char** argv) {
   double connected_s = -1;
   int connected = 0;
   int64_t rss_idle = -1, hwm_idle = -1, rss_before_spawn = -1;
+  double idle_cpu_ms_per_s = -1;
   Descendants desc;
   uint64_t cgroup_bytes = 0;
   int running_listed = 0;
@@ -1312,6 +1372,18 @@ int Main(int argc, char** argv) {
     }
     connected_s = static_cast<double>(NowNs() - t0) / 1e9;
     absl::SleepFor(absl::Seconds(2));  // let vaultd settle (async audit, allocator)
+    // What the idle agents cost vaultd's threads (each agent waits in a 60 s receive: no host
+    // call comes, so no busy-polling either; the watchdog's ticks remain).
+    {
+      const int64_t cpu0 = ProcessCpuNs(vaultd_pid);
+      const int64_t t0_ns = NowNs();
+      absl::SleepFor(absl::Seconds(1));
+      const int64_t cpu1 = ProcessCpuNs(vaultd_pid);
+      if (cpu0 >= 0 && cpu1 >= 0) {
+        idle_cpu_ms_per_s =
+            static_cast<double>(cpu1 - cpu0) / 1e6 / (static_cast<double>(NowNs() - t0_ns) / 1e9);
+      }
+    }
     rss_idle = StatusKiB(vaultd_pid, "VmRSS");
     hwm_idle = StatusKiB(vaultd_pid, "VmHWM");
     desc = DescendantsOf(vaultd_pid);
@@ -1362,6 +1434,7 @@ int Main(int argc, char** argv) {
       PrintRow(absl::StrCat("baseline: same guest, echo server ", kind), base_rtt[kind]);
   }
   if (raw_rtt.n > 0) PrintRow("floor: raw 64-byte socketpair echo (threads)", raw_rtt);
+  if (!rtt_cost.empty()) printf("%s\n", rtt_cost.c_str());
   if (vault_rtt.count("heartbeat")) {
     printf("target heartbeat p50 <= %.0f us: %s (%.2f us)\n", kTargetRttP50Us,
            Verdict(vault_rtt["heartbeat"].p50 <= kTargetRttP50Us).c_str(),
@@ -1387,6 +1460,7 @@ int Main(int argc, char** argv) {
     for (double* v : {&half.min, &half.mean, &half.p50, &half.p90, &half.p99, &half.max}) *v /= 2;
     PrintRow("floor: raw socketpair ping-pong / 2", half);
   }
+  if (!msg_cost.empty()) printf("%s\n", msg_cost.c_str());
   if (vault_msg.count("message_half_rtt")) {
     printf("target p50 <= %.0f us: %s (%.2f us)\n", kTargetMsgP50Us,
            Verdict(vault_msg["message_half_rtt"].p50 <= kTargetMsgP50Us).c_str(),
@@ -1433,6 +1507,9 @@ int Main(int argc, char** argv) {
           static_cast<double>(rss_start) / 1024, static_cast<double>(rss_before_spawn) / 1024,
           static_cast<double>(rss_idle) / 1024, connected, static_cast<double>(hwm_idle) / 1024,
           static_cast<double>(rss_end) / 1024);
+      if (idle_cpu_ms_per_s >= 0)
+        printf("vaultd CPU with %d idle agents: %.2f ms per second (all its threads)\n", connected,
+               idle_cpu_ms_per_s);
       printf("target vaultd RSS <= %.0f MiB: %s (%.1f MiB)\n", kTargetVaultdRssMiB,
              Verdict(static_cast<double>(rss_idle) / 1024 <= kTargetVaultdRssMiB).c_str(),
              static_cast<double>(rss_idle) / 1024);
@@ -1524,6 +1601,11 @@ int Main(int argc, char** argv) {
       rss.note = kFailed;
     } else if (connected < 1000) {
       rss.note = "the target is for 1,000 idle agents";
+    }
+    if (rss.value.has_value() && idle_cpu_ms_per_s >= 0) {
+      rss.note =
+          absl::StrCat(rss.note, rss.note.empty() ? "" : "; ",
+                       absl::StrFormat("vaultd CPU while they idle %.2f ms/s", idle_cpu_ms_per_s));
     }
     vault::bench::EmitResult(rss);
   }

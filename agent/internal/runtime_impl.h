@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <deque>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -119,9 +120,12 @@ class AgentRuntime::Impl {
                                                              const std::string* initial_state);
   // Starts a process for `live` (its record says what to run). On failure the record is FAILED.
   // `entry`: an audit entry written in the same durable write as the record's new state (the
-  // spawn's; on failure it gets an "error" detail).
+  // spawn's; on failure it gets an "error" detail). `sync_started`: false when the record's
+  // previous state is durable and starts it again anyway after a crash (an arrival: its commit
+  // wrote it), so its new state and incarnation need not be synced before this returns.
   absl::Status Launch(const std::shared_ptr<LiveAgent>& live,
-                      std::optional<vault::v1::AuditEntry> entry = std::nullopt);
+                      std::optional<vault::v1::AuditEntry> entry = std::nullopt,
+                      bool sync_started = true);
   // Ends the process (if any) for `cause`; the exit handler finishes the transition.
   void End(const std::shared_ptr<LiveAgent>& live, EndCause cause, const std::string& reason);
   // Persists a state change and audits it.
@@ -191,10 +195,21 @@ class AgentRuntime::Impl {
   // Audits a hop refused by this vault's own checks (agent.migrate.refused); returns `why`.
   absl::Status RefusedAtSource(const std::string& id, const std::string& to,
                                const std::string& requested_by, absl::Status why);
+  // When each phase of an outbound hop ended (for its log line).
+  struct HopTimes {
+    absl::Time start, frozen, persisted, sent, committed;
+    absl::Duration offer, objects;  // (on the thread that sent them; read once it is joined)
+    size_t objects_sent = 0;
+  };
+  // The Offer, then the objects the destination lacks: nothing that can commit the hop.
+  absl::Status OfferAndSend(const std::string& to_vault, const vault::v1::MigrationPackage& package,
+                            HopTimes* times = nullptr);
   // Offer, objects, Commit; then Status until the outcome is known. `background`: straight to
-  // Status (a hop found MIGRATING at start, or one that outlasted its caller).
+  // Status (a hop found MIGRATING at start, or one that outlasted its caller). `sent_ahead`: the
+  // Offer and objects, already under way (MigrateOut sends them while MIGRATING is persisted).
   absl::StatusOr<vault::v1::MigrateAgentResponse> RunTransfer(
-      const std::shared_ptr<LiveAgent>& live, bool background);
+      const std::shared_ptr<LiveAgent>& live, bool background,
+      std::future<absl::Status>* sent_ahead = nullptr, HopTimes* times = nullptr);
   void ScheduleResolve(const std::shared_ptr<LiveAgent>& live);
   // The migrate host call, on migrations_: answers call `call_id` when the hop fails.
   void MigrateForAgent(const std::shared_ptr<LiveAgent>& live, uint64_t call_id,
@@ -255,7 +270,11 @@ class AgentRuntime::Impl {
     std::string dir;
     bool python = false;
     int refs = 0;
+    absl::Time idle_since = absl::InfiniteFuture();  // when its last agent ended
   };
+  // Folders no agent uses that are kept for the next start of the same code (an arrival after a
+  // hop, a restart): its CAS read and its write are off that start's path.
+  static constexpr size_t kIdleCodeKept = 8;
   absl::StatusOr<CodeLayout> AcquireCode(const cas::Digest& digest);
   void ReleaseCode(const std::string& sha256);
   absl::Mutex code_mu_;
@@ -292,6 +311,10 @@ class AgentRuntime::Impl {
   absl::flat_hash_map<uint64_t, Registration> registrations_ ABSL_GUARDED_BY(reactor_mu_);
   uint64_t next_token_ ABSL_GUARDED_BY(reactor_mu_) = 1;
   std::atomic<bool> quit_{false};
+  // How long the reactor (and, through $VAULT_AGENT_POLL_US, the agents' SDKs) poll before they
+  // sleep, after activity (BusyPoll in agent/connection.h).
+  const absl::Duration poll_window_ = AgentPollWindow();
+  uint64_t reactor_frames_ = 0;  // frames the reactor handled (reactor-only)
   std::thread reactor_;
   std::thread watchdog_;
 

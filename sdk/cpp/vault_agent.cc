@@ -5,8 +5,10 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -32,6 +34,48 @@ constexpr size_t kMaxPassedFds = 8;
 
 absl::Status ProtocolError(absl::string_view what) {
   return absl::InternalError(absl::StrCat("vault-agent: protocol error: ", what));
+}
+
+int64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+// Between two polls (a hint to the CPU that this thread spins).
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Busy-polling of the answers (see Latency in vault_agent.h).
+constexpr uint32_t kMissesBeforeBackoff = 8;
+constexpr uint32_t kProbeEvery = 16;
+
+// True when `fd` became readable (bytes, its end or an error) within `window_ns`; never blocks.
+bool PollReadable(int fd, int64_t window_ns) {
+  const int64_t start = MonotonicNs();
+  for (;;) {
+    pollfd pfd{fd, POLLIN, 0};
+    int r = poll(&pfd, 1, 0);
+    if (r > 0 || (r < 0 && errno != EINTR)) return true;  // the read that follows reports it
+    if (MonotonicNs() - start >= window_ns) return false;
+    CpuRelax();
+  }
+}
+
+int64_t PollWindowFromEnv() {
+  int64_t us = absl::ToInt64Microseconds(kDefaultPollWindow);
+  if (const char* env = std::getenv(kPollWindowEnv); env != nullptr && *env != '\0') {
+    int64_t v;
+    if (absl::SimpleAtoi(env, &v) && v >= 0) {
+      us = std::min(v, absl::ToInt64Microseconds(kMaxPollWindow));
+    }
+  }
+  return us * 1000;
 }
 
 void WaitReady(int fd, short events) {
@@ -279,9 +323,33 @@ Agent::Agent(UniqueFd fd, const vault::v1::Welcome& welcome)
       incarnation_(welcome.incarnation()),
       max_frame_bytes_(welcome.max_frame_bytes() != 0 ? welcome.max_frame_bytes()
                                                       : kDefaultMaxFrameBytes),
-      fd_(std::move(fd)) {}
+      fd_(std::move(fd)),
+      poll_window_ns_(PollWindowFromEnv()) {}
 
 Agent::~Agent() = default;
+
+void Agent::SetPollWindow(absl::Duration window) {
+  absl::MutexLock lock(&mu_);
+  poll_window_ns_ = std::clamp<int64_t>(absl::ToInt64Nanoseconds(window), 0,
+                                        absl::ToInt64Nanoseconds(kMaxPollWindow));
+}
+
+absl::Duration Agent::poll_window() {
+  absl::MutexLock lock(&mu_);
+  return absl::Nanoseconds(poll_window_ns_);
+}
+
+void Agent::PollForAnswer(int kind) {
+  if (poll_window_ns_ <= 0) return;
+  PollStats& stats = poll_stats_[static_cast<size_t>(
+      std::clamp<int>(kind, 0, static_cast<int>(poll_stats_.size()) - 1))];
+  if (stats.misses >= kMissesBeforeBackoff && ++stats.skipped % kProbeEvery != 0) return;
+  if (PollReadable(fd_.get(), poll_window_ns_)) {
+    stats = PollStats();
+  } else if (stats.misses < kMissesBeforeBackoff) {
+    ++stats.misses;
+  }
+}
 
 absl::Status Agent::Break(absl::Status why) {
   fd_.Reset();
@@ -303,6 +371,7 @@ absl::StatusOr<HostResponse> Agent::CallLocked(HostRequest& request,
         "vault-agent: the channel was closed after an earlier error: ", broken_.ToString()));
   }
   const uint64_t call_id = next_call_id_;
+  const int kind = static_cast<int>(request.call_case());
   request.set_call_id(call_id);
   GuestFrame guest;
   guest.mutable_request()->Swap(&request);  // no copy of a large payload
@@ -311,6 +380,9 @@ absl::StatusOr<HostResponse> Agent::CallLocked(HostRequest& request,
   ++next_call_id_;
   if (absl::Status s = WriteAll(fd_.get(), *frame); !s.ok()) return Break(s);
 
+  // The answer of a cheap call comes within microseconds: poll for it before sleeping in the
+  // read (which then finds it at once, or waits as before: nothing can be missed).
+  PollForAnswer(kind);
   std::vector<UniqueFd> fds;
   absl::StatusOr<std::string> body = ReadFrame(fd_.get(), max_frame_bytes_, &fds);
   if (!body.ok()) return Break(body.status());

@@ -6,11 +6,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -429,6 +431,87 @@ TEST_F(SdkAgentTest, ReceiveTimesOutOrReturnsTheMessage) {
 
   EXPECT_EQ(ReadGuest(vault_.get()).request().receive().timeout_ms(), 1000u);
   EXPECT_EQ(ReadGuest(vault_.get()).request().receive().timeout_ms(), 0u);
+}
+
+int64_t ThreadCpuNs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+TEST_F(SdkAgentTest, PollWindowComesFromTheEnvironmentAndIsClamped) {
+  setenv(kPollWindowEnv, "20", 1);
+  Connect();
+  EXPECT_EQ(agent_->poll_window(), absl::Microseconds(20));
+  agent_->SetPollWindow(absl::Seconds(5));
+  EXPECT_EQ(agent_->poll_window(), kMaxPollWindow);
+  agent_->SetPollWindow(-absl::Seconds(1));
+  EXPECT_EQ(agent_->poll_window(), absl::ZeroDuration());
+  unsetenv(kPollWindowEnv);
+}
+
+TEST_F(SdkAgentTest, DefaultPollWindow) {
+  unsetenv(kPollWindowEnv);
+  Connect();
+  EXPECT_EQ(agent_->poll_window(), kDefaultPollWindow);
+}
+
+// An agent waiting long for an answer (a receive for a message that comes after 1 s) polls only
+// for the window, then sleeps: its thread uses almost no CPU over the second.
+TEST_F(SdkAgentTest, ALongWaitSleepsAfterTheWindow) {
+  unsetenv(kPollWindowEnv);
+  Connect();
+  agent_->SetPollWindow(kMaxPollWindow);  // the longest window: still bounded
+  std::thread vault([fd = vault_.get()] {
+    GuestFrame request = ReadGuest(fd);
+    EXPECT_TRUE(request.request().has_receive());
+    absl::SleepFor(absl::Seconds(1));
+    HostFrame answer = Response(request.request().call_id());
+    answer.mutable_response()->mutable_receive()->mutable_message()->set_type("late");
+    WriteRaw(fd, Frame(answer));
+  });
+  const int64_t cpu0 = ThreadCpuNs();
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<std::optional<vault::v1::Message>> m = agent_->Receive(absl::Seconds(10));
+  const absl::Duration waited = absl::Now() - t0;
+  const int64_t cpu = ThreadCpuNs() - cpu0;
+  vault.join();
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_TRUE(m->has_value());
+  EXPECT_EQ((*m)->type(), "late");
+  EXPECT_GE(waited, absl::Milliseconds(900));
+  EXPECT_LT(cpu, 20 * 1000 * 1000) << "ns of CPU while waiting 1 s";
+}
+
+// Answers already there are read at once; with polling off the SDK reads as before.
+TEST_F(SdkAgentTest, CallsWorkWithPollingOff) {
+  Connect();
+  agent_->SetPollWindow(absl::ZeroDuration());
+  for (uint64_t id = 1; id <= 3; ++id) {
+    WriteRaw(vault_.get(), Frame(HeartbeatResponse(id)));
+    absl::StatusOr<bool> hb = agent_->Heartbeat();
+    ASSERT_TRUE(hb.ok()) << hb.status();
+    EXPECT_TRUE(ReadGuest(vault_.get()).request().has_heartbeat());
+  }
+}
+
+// Many calls whose answers come late: the SDK backs off (polls one call in 16 after 8 misses),
+// and every answer is still read.
+TEST_F(SdkAgentTest, LateAnswersAreNeverMissed) {
+  Connect();
+  agent_->SetPollWindow(absl::Microseconds(20));
+  std::thread vault([fd = vault_.get()] {
+    for (int i = 0; i < 40; ++i) {
+      GuestFrame request = ReadGuest(fd);
+      absl::SleepFor(absl::Microseconds(i % 2 == 0 ? 2000 : 0));
+      WriteRaw(fd, Frame(HeartbeatResponse(request.request().call_id())));
+    }
+  });
+  for (int i = 0; i < 40; ++i) {
+    absl::StatusOr<bool> hb = agent_->Heartbeat();
+    ASSERT_TRUE(hb.ok()) << i << ": " << hb.status();
+  }
+  vault.join();
 }
 
 TEST_F(SdkAgentTest, SpawnChildSendsStateOnlyWhenGiven) {

@@ -9,6 +9,8 @@ import array
 import os
 import socket
 import struct
+import threading
+import time
 import unittest
 
 import vault_agent
@@ -284,6 +286,45 @@ class AgentTest(unittest.TestCase):
         self.assertIsNone(agent.receive(timeout=0))
         self.assertEqual(read_guest(self.vault).request.receive.timeout_ms, 250)
         self.assertEqual(read_guest(self.vault).request.receive.timeout_ms, 0)
+
+    def test_poll_window_from_environment(self):
+        old = os.environ.get("VAULT_AGENT_POLL_US")
+        try:
+            for value, want in (("20", 20), ("0", 0), ("999999", 1000), ("fast", 50)):
+                os.environ["VAULT_AGENT_POLL_US"] = value
+                with Agent(socket.socket()) as a:
+                    self.assertEqual(a.poll_window_us, want, value)
+            del os.environ["VAULT_AGENT_POLL_US"]
+            with Agent(socket.socket()) as a:
+                self.assertEqual(a.poll_window_us, 50)
+        finally:
+            if old is not None:
+                os.environ["VAULT_AGENT_POLL_US"] = old
+
+    def test_late_answers_are_read_and_a_long_wait_sleeps(self):
+        """Answers that come after the poll window are still read (the read sleeps for them),
+        and a call waiting 1 s uses little CPU (the window is spent once, then it sleeps)."""
+        agent = self.connect()
+        agent.poll_window_us = 1000
+
+        def vault():
+            for i in range(1, 21):
+                req = read_guest(self.vault).request
+                time.sleep(0.002 if i % 2 else 0)
+                if i == 20:
+                    time.sleep(1)
+                self.vault.sendall(response(req.call_id, heartbeat=H.HeartbeatResult()))
+
+        t = threading.Thread(target=vault)
+        t.start()
+        for _ in range(19):
+            agent.heartbeat()
+        cpu0, t0 = time.thread_time(), time.monotonic()
+        agent.heartbeat()
+        cpu, waited = time.thread_time() - cpu0, time.monotonic() - t0
+        t.join()
+        self.assertGreater(waited, 0.9)
+        self.assertLess(cpu, 0.05)
 
     def test_list_send_share_write(self):
         agent = self.connect()
