@@ -29,6 +29,12 @@ absl::Status AgentStore::Put(const vault::v1::AgentRecord& record) {
   return db_->Write(&batch);
 }
 
+absl::Status AgentStore::PutUnsynced(const vault::v1::AgentRecord& record) {
+  rocksdb::WriteBatch batch;
+  AddPut(&batch, record);
+  return db_->WriteUnsynced(&batch);
+}
+
 void AgentStore::AddPut(rocksdb::WriteBatch* batch, const vault::v1::AgentRecord& record) const {
   batch->Put(db_->Handle(kAgents), storage::ToSlice(record.id()), record.SerializeAsString());
 }

@@ -37,6 +37,9 @@ class AgentStore {
 
   // Durable (synced) before it returns.
   absl::Status Put(const vault::v1::AgentRecord& record);
+  // In the write-ahead log, not synced: durable with the next synced write (or lost with a
+  // crash before it), for a state whose loss the record's durable predecessor covers.
+  absl::Status PutUnsynced(const vault::v1::AgentRecord& record);
   // Adds the record's write to `batch` (for a write that must be atomic with others).
   void AddPut(rocksdb::WriteBatch* batch, const vault::v1::AgentRecord& record) const;
   // NOT_FOUND when there is no such agent.

@@ -5,6 +5,7 @@
 // fences an uncommitted transfer off for good, so an agent never runs in two vaults and is
 // never lost. The wire (gRPC over mutual TLS) is migration/'s.
 #include <algorithm>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -158,6 +159,8 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOut(
   absl::StatusOr<capability::PublicKey> to_key_or = CheckDestination(*this, to_vault);
   if (!to_key_or.ok()) return RefusedAtSource(live->id, to_vault, requested_by, to_key_or.status());
   const capability::PublicKey to_key = *std::move(to_key_or);
+  HopTimes times;
+  times.start = absl::Now();
   // Store the handed-over state first: nothing below may fail after the freeze for want of it.
   std::optional<cas::Digest> state_digest;
   if (state.has_value()) {
@@ -190,8 +193,11 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOut(
   while (live->in_flight.load() > own_calls && absl::Now() < drain_deadline) {
     absl::SleepFor(absl::Milliseconds(1));
   }
+  // The Offer and the objects (started below, once the hop's record is built).
+  std::future<absl::Status> sent_ahead;
   {
     absl::MutexLock lock(&live->mu);
+    times.frozen = absl::Now();
     AgentRecord& r = live->record;
     auto unfreeze = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu) {
       live->migrating_out = false;
@@ -259,7 +265,15 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOut(
     m->set_resume_state(resume_state);
     *r.mutable_state_digest() = FromDigest(*state_digest);
     r.set_has_state(true);
-    // Persisted before the Offer: whatever happens next, a restart finds the hop to settle.
+    // The Offer and the objects leave while MIGRATING is being persisted: neither can make the
+    // destination commit anything (only the Commit can, and it leaves once MIGRATING is
+    // durable), so a crash meanwhile leaves nothing to settle. (async|deferred: without a
+    // thread to spare, RunTransfer sends them itself.)
+    sent_ahead = std::async(std::launch::async | std::launch::deferred,
+                            [this, to_vault, package = PackageOf(r), t = &times] {
+                              return OfferAndSend(to_vault, package, t);
+                            });
+    // Persisted before the Commit: whatever happens next, a restart finds the hop to settle.
     absl::Status persisted =
         Transition(*live, vault::v1::MIGRATING, absl::StrCat("migrating to ", to_vault), false,
                    {{"to", to_vault},
@@ -270,10 +284,26 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOut(
       r.clear_migration();
       r.set_state(resume_state);
       unfreeze();
-      return persisted;
+      return persisted;  // (after the Offer: sent_ahead's destructor waits for it)
     }
+    times.persisted = absl::Now();
   }
-  return RunTransfer(live, /*inline_only=*/false);
+  absl::StatusOr<vault::v1::MigrateAgentResponse> out =
+      RunTransfer(live, /*background=*/false, &sent_ahead, &times);
+  if (out.ok()) {
+    auto ms = [](absl::Duration d) { return absl::ToDoubleMilliseconds(d); };
+    const absl::Time now = absl::Now();
+    common::LogAgent(spdlog::level::info, live->id,
+                     "agent {}: handed to {} in {:.1f} ms (freeze {:.1f}, persist {:.1f} beside "
+                     "offer {:.1f} and {} objects {:.1f}, then {:.1f} more; commit {:.1f}, "
+                     "departed {:.1f})",
+                     live->id, to_vault, ms(now - times.start), ms(times.frozen - times.start),
+                     ms(times.persisted - times.frozen), ms(times.offer), times.objects_sent,
+                     ms(times.objects), ms(std::max(times.sent, times.persisted) - times.persisted),
+                     ms(times.committed - std::max(times.sent, times.persisted)),
+                     ms(now - times.committed));
+  }
+  return out;
 }
 
 void AgentRuntime::Impl::MigrateForAgent(const std::shared_ptr<LiveAgent>& live, uint64_t call_id,
@@ -333,13 +363,14 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOpera
     const absl::Time deadline =
         absl::Now() +
         absl::Milliseconds(request.checkpoint_wait_ms() != 0 ? request.checkpoint_wait_ms() : 2000);
+    // Woken by the checkpoint itself (the condition is evaluated whenever the mutex is
+    // released), not by polling: the wait is never longer than the checkpoint or the deadline.
     absl::MutexLock lock(&live->mu);
-    while (!(checkpointed = live->record.counters().checkpoints() > before) && live->running &&
-           absl::Now() < deadline) {
-      live->mu.Unlock();
-      absl::SleepFor(absl::Milliseconds(5));
-      live->mu.Lock();
-    }
+    auto done = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return live->record.counters().checkpoints() > before || !live->running;
+    };
+    live->mu.AwaitWithDeadline(absl::Condition(&done), deadline);
+    checkpointed = live->record.counters().checkpoints() > before;
   }
   VAULT_ASSIGN_OR_RETURN(vault::v1::MigrateAgentResponse out,
                          MigrateOut(live, request.to_vault(), std::nullopt, "operator"));
@@ -361,8 +392,25 @@ vault::v1::MigrationPackage AgentRuntime::Impl::PackageOf(const AgentRecord& r) 
   return p;
 }
 
+absl::Status AgentRuntime::Impl::OfferAndSend(const std::string& to_vault,
+                                              const vault::v1::MigrationPackage& package,
+                                              HopTimes* times) {
+  const absl::Time start = absl::Now();
+  VAULT_ASSIGN_OR_RETURN(std::vector<vault::v1::Digest> missing,
+                         transport_->Offer(to_vault, package));
+  const absl::Time offered = absl::Now();
+  if (!missing.empty()) VAULT_RETURN_IF_ERROR(transport_->SendObjects(to_vault, missing));
+  if (times != nullptr) {
+    times->offer = offered - start;
+    times->objects = absl::Now() - offered;
+    times->objects_sent = missing.size();
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::RunTransfer(
-    const std::shared_ptr<LiveAgent>& live, bool background) {
+    const std::shared_ptr<LiveAgent>& live, bool background, std::future<absl::Status>* sent_ahead,
+    HopTimes* times) {
   vault::v1::MigrationPackage package;
   std::string to_vault, transfer_id;
   {
@@ -378,18 +426,17 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::RunTransfer(
   absl::Status commit_refused;
   if (!background) {
     // Offer and objects: no Commit has been sent yet, so any failure leaves nothing to settle.
-    absl::Status sent = [&]() -> absl::Status {
-      VAULT_ASSIGN_OR_RETURN(std::vector<vault::v1::Digest> missing,
-                             transport_->Offer(to_vault, package));
-      if (!missing.empty()) VAULT_RETURN_IF_ERROR(transport_->SendObjects(to_vault, missing));
-      return absl::OkStatus();
-    }();
+    absl::Status sent = sent_ahead != nullptr && sent_ahead->valid()
+                            ? sent_ahead->get()
+                            : OfferAndSend(to_vault, package);
+    if (times != nullptr) times->sent = absl::Now();
     if (!sent.ok()) {
       std::string why = absl::StrCat("migration to ", to_vault, " refused: ", sent.message());
       VAULT_RETURN_IF_ERROR(ResumeAfterFailedHop(live, why));
       return absl::Status(IsAmbiguous(sent) ? absl::StatusCode::kUnavailable : sent.code(), why);
     }
     absl::StatusOr<vault::v1::SignedReceipt> receipt = transport_->Commit(to_vault, package);
+    if (times != nullptr) times->committed = absl::Now();
     if (receipt.ok()) {
       absl::StatusOr<vault::v1::MigrateAgentResponse> gone = Departed(live, *receipt);
       if (!absl::IsDataLoss(gone.status())) return gone;
@@ -649,6 +696,7 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::UnavailableError("the vault is stopping");
   }
+  const absl::Time commit_start = absl::Now();
   // One commit or fence at a time: Status's abort and Commit never interleave.
   absl::MutexLock commit_lock(&commit_mu_);
   VAULT_ASSIGN_OR_RETURN(vault::v1::LinkPayload last,
@@ -785,8 +833,11 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
     absl::MutexLock lock(&mu_);
     agents_[live->id] = live;
   }
+  const absl::Time committed = absl::Now();
   ForwardLocation(p.home_vault(), receipt, p.agent_id());
-  absl::Status launched = Launch(live);
+  // Its RUNNING state need not be synced: the committed record starts it again after a crash.
+  absl::Status launched = Launch(live, std::nullopt, /*sync_started=*/false);
+  const absl::Time started = absl::Now();
   const std::string transfer = TransferText(last.transfer_id());
   if (!launched.ok()) {
     common::LogWith(spdlog::level::err, {.agent = live->id, .transfer = transfer},
@@ -794,7 +845,10 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
                     launched.ToString());
   } else {
     common::LogWith(spdlog::level::info, {.agent = live->id, .transfer = transfer},
-                    "agent {} arrived from {} (transfer {})", live->id, p.source_vault(), transfer);
+                    "agent {} arrived from {} (transfer {}; commit {:.1f} ms, start {:.1f} ms)",
+                    live->id, p.source_vault(), transfer,
+                    absl::ToDoubleMilliseconds(committed - commit_start),
+                    absl::ToDoubleMilliseconds(started - committed));
     if (p.paused()) {
       absl::MutexLock agent_lock(&live->mu);
       if (live->handle != nullptr) {

@@ -9,6 +9,9 @@
 //
 //   build/bench/migration_bench [--runs=N] [--sizes=1024,1048576,...] [--dir=DIR] [--keep]
 //
+// MIGRATION_BENCH_VAULTCTL, MIGRATION_BENCH_VAULTD and MIGRATION_BENCH_GUEST name other binaries
+// than the ones built with it (to compare two builds on the same machine, at the same load).
+//
 // A state is capped twice: by agents.max_frame_bytes (get-state returns it in one frame; at most
 // 16 MiB by config validation; the vaults here run with 16 MiB frames and 40 MiB messages) and,
 // lower, by the CAS: a state is stored with a one-shot Put, which takes objects below the
@@ -102,11 +105,18 @@ int Main(int argc, char** argv) {
     if (mkdtemp(tmpl) == nullptr) Die("mkdtemp");
     root = tmpl;
   }
-  const std::string ctl = MIGRATION_BENCH_VAULTCTL;
+  // Other builds' binaries (an A/B comparison): MIGRATION_BENCH_VAULTCTL, _VAULTD, _GUEST.
+  auto binary = [](const char* env, const char* built) {
+    const char* v = std::getenv(env);
+    return std::string(v != nullptr && *v != '\0' ? v : built);
+  };
+  const std::string ctl = binary("MIGRATION_BENCH_VAULTCTL", MIGRATION_BENCH_VAULTCTL);
+  const std::string vaultd = binary("MIGRATION_BENCH_VAULTD", MIGRATION_BENCH_VAULTD);
+  const std::string guest = binary("MIGRATION_BENCH_GUEST", MIGRATION_BENCH_GUEST);
   const bool have_rsync = OnPath("rsync");
   std::vector<vault::bench::Result> results;
   {
-    Federation fed(root, ctl, MIGRATION_BENCH_VAULTD);
+    Federation fed(root, ctl, vaultd);
     fed.Create({"a", "b"});
     for (const char* name : {"a", "b"}) {
       fed.EditConfig(name, [](std::string& c) {
@@ -132,9 +142,8 @@ int Main(int argc, char** argv) {
       for (int run = 0; run < f.runs; ++run) {
         const std::string state = root + "/state";
         WriteAll(state, RandomBytes(size, rng));
-        RunResult spawned =
-            MustRun({ctl, "--vault", fed.Socket("a"), "agent", "spawn", spec, "--code",
-                     MIGRATION_BENCH_GUEST, "--state", state, "--as", fed.AdminKey("a")});
+        RunResult spawned = MustRun({ctl, "--vault", fed.Socket("a"), "agent", "spawn", spec,
+                                     "--code", guest, "--state", state, "--as", fed.AdminKey("a")});
         const std::string id(absl::StripAsciiWhitespace(spawned.out));
         RunResult moved = MustRun({ctl, "--vault", fed.Socket("a"), "-o", "json", "migrate", id,
                                    "--to", "b", "--checkpoint-wait", "1"});
