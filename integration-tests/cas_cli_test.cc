@@ -1,5 +1,6 @@
 // vaultctl cas put/get/stat/ls/has against a running vaultd over its admin (Unix) socket.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <vector>
@@ -11,6 +12,8 @@
 
 namespace vault::integration {
 namespace {
+
+constexpr int kExitFailure = 1;  // vaultctl/output.h: any other failure (here: EIO)
 
 struct TestFile {
   std::string path;
@@ -207,6 +210,71 @@ TEST_F(CasCliTest, TcpVaultWithoutTlsMaterialIsAUsageError) {
   EXPECT_EQ(r.exit_code, kExitUsage) << r;
   EXPECT_NE(r.err.find("mutual TLS needs --tls-cert, --tls-key and --tls-ca"), std::string::npos)
       << r;
+}
+
+// Many files (several BatchPut calls, a subdirectory, an empty file and one large enough to be
+// streamed) with one that cannot be read in the middle: that one is reported, on stderr in its
+// place, every other file is stored and printed in order, and the exit code is the error's.
+TEST_F(CasCliTest, PutOfManyFilesStoresAllButTheUnreadableOne) {
+  ASSERT_EQ(put_.exit_code, kExitOk) << put_;
+  const std::string dir = root() + "/many";
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((dir + "/sub").c_str(), 0755), 0);
+  std::mt19937_64 rng(Seed() + 1);
+  std::vector<TestFile> files;
+  for (int i = 0; i < 2500; ++i) {
+    files.push_back(
+        {absl::StrCat(dir, "/f", absl::Dec(i, absl::kZeroPad4)), RandomBytes(rng, 4096)});
+  }
+  files.push_back({dir + "/sub/big", RandomBytes(rng, (2 << 20) + 1)});
+  files.push_back({dir + "/sub/empty-too", ""});  // the same object as /empty: already present
+  files.push_back({dir + "/sub/small", RandomBytes(rng, 100)});
+  for (const TestFile& f : files) ASSERT_EQ(WriteFile(f.path, f.data), absl::OkStatus());
+  // Unreadable: for root, whom file modes do not stop, a link to a file that fails every read.
+  const std::string bad = files[1234].path;
+  std::string want_err;
+  int want_code;
+  if (geteuid() == 0) {
+    ASSERT_EQ(unlink(bad.c_str()), 0);
+    ASSERT_EQ(symlink("/proc/self/mem", bad.c_str()), 0);
+    want_err = absl::StrCat("vaultctl: ", bad, ": read ", bad, ": Input/output error\n");
+    want_code = kExitFailure;
+  } else {
+    ASSERT_EQ(chmod(bad.c_str(), 0), 0);
+    want_err = absl::StrCat("vaultctl: ", bad, ": open ", bad, ": Permission denied\n");
+    want_code = kExitRefused;
+  }
+
+  RunResult put = Ctl({"cas", "put", dir});
+  EXPECT_EQ(put.exit_code, want_code) << put.err;
+  EXPECT_EQ(put.err, want_err);
+  std::string want_out;
+  for (const TestFile& f : files) {
+    if (f.path != bad) absl::StrAppend(&want_out, DigestText(f.data), "  ", f.path, "\n");
+  }
+  EXPECT_TRUE(put.out == want_out)
+      << "stdout differs: " << put.out.size() << " bytes, expected " << want_out.size();
+
+  // All stored: the fixture's 4 objects and every new one (the empty file was one of those).
+  RunResult ls = Ctl({"cas", "ls"});
+  ASSERT_EQ(ls.exit_code, kExitOk) << ls;
+  EXPECT_EQ(std::count(ls.out.begin(), ls.out.end(), '\n'), 4 + 2500 - 1 + 2) << ls.err;
+  RunResult has = Ctl({"cas", "has", DigestText(files[0].data), DigestText(files[1233].data),
+                       DigestText(files[1235].data), DigestText(files[2500].data)});
+  EXPECT_EQ(has.exit_code, kExitOk) << has;
+
+  // Again, as JSON: every file is present now, except the one that still cannot be read.
+  put = Ctl({"--output", "json", "cas", "put", dir});
+  EXPECT_EQ(put.exit_code, want_code) << put.err;
+  EXPECT_EQ(put.err, "");
+  size_t present = 0;
+  for (size_t at = put.out.find("\"status\":\"present\""); at != std::string::npos;
+       at = put.out.find("\"status\":\"present\"", at + 1)) {
+    ++present;
+  }
+  EXPECT_EQ(present, files.size() - 1);
+  EXPECT_NE(put.out.find(absl::StrCat("{\"file\":\"", bad, "\",\"status\":\"error\"")),
+            std::string::npos);
 }
 
 // cas put retries BatchPut (idempotent) while the vault is unreachable or busy: a vault that

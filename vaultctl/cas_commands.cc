@@ -1,6 +1,7 @@
 // vaultctl cas ...: put, get, stat, ls, has.
 #include <dirent.h>
 #include <fcntl.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "node/grpc_status.h"
+#include "vaultctl/cas_batch.h"
 #include "vaultctl/cas_upload.h"
 #include "vaultctl/commands.h"
 #include "vaultctl/output.h"
@@ -32,11 +34,20 @@ using node::ToProto;
 
 constexpr uint64_t kBatchItemMax = 1 << 20;  // larger files are streamed
 constexpr size_t kStreamPiece = 1 << 20;
+// BatchPut calls in flight (each with its own thread) while the main thread reads the next.
 constexpr int kWorkers = 4;
+// A batch: at most this much file content (the vault's default limit is 4 MiB per call, and its
+// message limit at least 64 KiB above that) in at most this many files.
+constexpr uint64_t kBatchBytes = (4 << 20) - (64 << 10);
+constexpr size_t kBatchItems = 4096;
 
 struct PutFile {
   std::string path;
-  uint64_t size = 0;
+  // Files found in a directory: the directory (an index into PutPlan::dirs) and where the
+  // name begins in `path`, to open it relative to the directory (a shorter path walk).
+  int dir = -1;
+  size_t name_at = 0;
+  uint64_t size = 0;  // learnt when the file is opened (or first stat'ed, for the progress bar)
   // Results.
   cas::Digest digest;
   absl::Status status;
@@ -44,27 +55,60 @@ struct PutFile {
   uint64_t seq = 0;
 };
 
-absl::Status CollectFiles(const std::string& path, std::vector<PutFile>* out) {
+struct PutPlan {
+  std::vector<std::string> dirs;
+  std::vector<PutFile> files;
+};
+
+absl::Status CollectDir(const std::string& path, PutPlan* plan);
+
+// `path` is a command-line argument or a directory entry that needs a stat (a symbolic link, or
+// a file system that does not give entry types): a regular file or a directory to walk.
+absl::Status CollectPath(const std::string& path, PutPlan* plan) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) return common::PosixError(errno, path);
   if (S_ISREG(st.st_mode)) {
-    out->push_back(PutFile{.path = path, .size = static_cast<uint64_t>(st.st_size)});
+    plan->files.push_back(PutFile{.path = path, .size = static_cast<uint64_t>(st.st_size)});
     return absl::OkStatus();
   }
   if (!S_ISDIR(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is neither a file nor a directory"));
   }
+  return CollectDir(path, plan);
+}
+
+// Walks a directory in name order. Regular files are taken on the word of their directory
+// entry (no stat each: their size is learnt when they are read).
+absl::Status CollectDir(const std::string& path, PutPlan* plan) {
   DIR* d = opendir(path.c_str());
   if (d == nullptr) return common::PosixError(errno, path);
-  std::vector<std::string> names;
+  std::vector<std::pair<std::string, unsigned char>> entries;
   while (dirent* e = readdir(d)) {
     std::string n = e->d_name;
-    if (n != "." && n != "..") names.push_back(n);
+    if (n != "." && n != "..") entries.emplace_back(std::move(n), e->d_type);
   }
   closedir(d);
-  std::sort(names.begin(), names.end());
-  for (const std::string& n : names) {
-    VAULT_RETURN_IF_ERROR(CollectFiles(absl::StrCat(path, "/", n), out));
+  std::sort(entries.begin(), entries.end());
+  const int dir = static_cast<int>(plan->dirs.size());
+  plan->dirs.push_back(path);
+  for (const auto& [n, type] : entries) {
+    std::string child = absl::StrCat(path, "/", n);
+    switch (type) {
+      case DT_REG:
+        plan->files.push_back(
+            PutFile{.path = std::move(child), .dir = dir, .name_at = path.size() + 1});
+        break;
+      case DT_DIR:
+        VAULT_RETURN_IF_ERROR(CollectDir(child, plan));
+        break;
+      case DT_LNK:
+      case DT_UNKNOWN:
+        VAULT_RETURN_IF_ERROR(CollectPath(child, plan));
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat(child, " is neither a file nor a directory"));
+    }
   }
   return absl::OkStatus();
 }
@@ -91,10 +135,60 @@ absl::StatusOr<cas::Digest> HashFile(const std::string& path) {
   return cas::Digest::FromParts(h.Finish(), size);
 }
 
-// A bounded queue of batches between the reader and the senders.
+// Opens the plan's files one after the other, each relative to its directory when it has one
+// (the directory stays open while its files are read).
+class FileOpener {
+ public:
+  explicit FileOpener(const PutPlan& plan) : plan_(plan) {}
+  ~FileOpener() {
+    if (dir_fd_ >= 0) close(dir_fd_);
+  }
+  FileOpener(const FileOpener&) = delete;
+  FileOpener& operator=(const FileOpener&) = delete;
+
+  // An fd (O_RDONLY; O_NONBLOCK so that a FIFO put in a file's place cannot hang the command),
+  // or -1 with errno set.
+  int Open(const PutFile& f) {
+    if (f.dir >= 0 && f.dir != dir_) {
+      if (dir_fd_ >= 0) close(dir_fd_);
+      dir_ = f.dir;
+      dir_fd_ =
+          open(plan_.dirs[static_cast<size_t>(f.dir)].c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    }
+    if (f.dir >= 0 && dir_fd_ >= 0) {
+      return openat(dir_fd_, f.path.c_str() + f.name_at, kFlags);
+    }
+    return open(f.path.c_str(), kFlags);  // no directory, or it cannot be opened
+  }
+
+ private:
+  static constexpr int kFlags = O_RDONLY | O_NONBLOCK | O_CLOEXEC;
+  const PutPlan& plan_;
+  int dir_ = -1;
+  int dir_fd_ = -1;
+};
+
+// Reads the whole of a file of `size` bytes into `dst` (room: size + 1 bytes, to notice growth).
+absl::StatusOr<size_t> ReadExactly(int fd, const std::string& path, uint64_t size, char* dst,
+                                   size_t room) {
+  size_t got = 0;
+  while (got < room) {
+    ssize_t n = read(fd, dst + got, room - got);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return common::PosixError(errno, absl::StrCat("read ", path));
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got != size) return absl::AbortedError(absl::StrCat(path, " changed while being read"));
+  return got;
+}
+
+// A batch of small files, ready to send: the serialized BatchPutRequest and its files in order.
 struct Batch {
   std::vector<PutFile*> files;
-  std::vector<std::string> data;
+  grpc::ByteBuffer request;
 };
 
 class BatchQueue {
@@ -127,16 +221,32 @@ class BatchQueue {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// BatchPut with a request already in its wire form (cas_batch.h): the Cas stub's method, through
+// a generic stub, so gRPC sends the buffer as it is.
+using BatchPutStub = grpc::TemplatedGenericStub<grpc::ByteBuffer, vault::v1::BatchPutResponse>;
+constexpr char kBatchPutMethod[] = "/vault.v1.Cas/BatchPut";
+
+// One BatchPut call, waited for on the sender's own completion queue.
+grpc::Status CallBatchPut(BatchPutStub& stub, grpc::CompletionQueue& cq, grpc::ClientContext* ctx,
+                          const grpc::ByteBuffer& req, vault::v1::BatchPutResponse* resp) {
+  grpc::Status status;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<vault::v1::BatchPutResponse>> call =
+      stub.PrepareUnaryCall(ctx, kBatchPutMethod, req, &cq);
+  call->StartCall();
+  call->Finish(resp, &status, &status);
+  void* tag = nullptr;
+  bool ok = false;
+  if (!cq.Next(&tag, &ok) || tag != &status) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, "BatchPut: lost track of the call");
+  }
+  return status;
+}
+
 // Sends a batch of small files whole: the vault de-duplicates (answering already_present and
 // the object's seq), which costs less than asking first for objects of at most 1 MiB.
-void SendBatch(const Connection& conn, Batch& batch, Progress& progress) {
-  vault::v1::BatchPutRequest req;
+void SendBatch(const Connection& conn, BatchPutStub& stub, grpc::CompletionQueue& cq, Batch& batch,
+               Progress& progress) {
   const std::vector<PutFile*>& sent = batch.files;
-  for (size_t i = 0; i < sent.size(); ++i) {
-    auto* item = req.add_items();
-    ToProto(sent[i]->digest, item->mutable_digest());
-    item->set_data(std::move(batch.data[i]));
-  }
   vault::v1::BatchPutResponse resp;
   // BatchPut is idempotent (the vault de-duplicates): a busy or briefly unreachable vault is
   // retried 4 times with exponential backoff (0.2 s to 1.6 s). A retry waits for the connection
@@ -152,12 +262,13 @@ void SendBatch(const Connection& conn, Batch& batch, Progress& progress) {
       ctx->set_deadline(absl::ToChronoTime(absl::Now() + 2 * backoff + absl::Seconds(1)));
     }
     resp.Clear();
-    s = FromGrpc(conn.cas()->BatchPut(ctx.get(), req, &resp));
+    s = FromGrpc(CallBatchPut(stub, cq, ctx.get(), batch.request, &resp));
     if (attempt == 0) first = s;
     bool retry = absl::IsResourceExhausted(s) || absl::IsUnavailable(s) ||
                  (attempt > 0 && absl::IsDeadlineExceeded(s));
     if (!retry) break;
   }
+  batch.request.Clear();                             // the files' bytes are not needed any more
   if (absl::IsDeadlineExceeded(s) && !first.ok()) {  // waited in vain: say why it began
     s = absl::Status(first.code(), absl::StrCat(first.message(), " (still, after 5 attempts)"));
   }
@@ -247,79 +358,126 @@ absl::Status StreamFile(const Connection& conn, PutFile& f, Progress& progress) 
 }
 
 int PutCommand(const GlobalOptions& g, const std::vector<std::string>& paths) {
-  std::vector<PutFile> files;
+  PutPlan plan;
   for (const std::string& p : paths) {
-    if (absl::Status s = CollectFiles(p, &files); !s.ok()) return ReportError(s, g.json());
+    if (absl::Status s = CollectPath(p, &plan); !s.ok()) return ReportError(s, g.json());
   }
+  std::vector<PutFile>& files = plan.files;
   absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
   if (!conn.ok()) return ReportConnectError(conn.status(), g.json());
+  // Only the progress bar needs the total up front; otherwise sizes are learnt as files are read.
   uint64_t total = 0;
-  for (const PutFile& f : files) total += f.size;
+  if (isatty(STDERR_FILENO) == 1) {
+    for (PutFile& f : files) {
+      struct stat st;
+      if (f.dir >= 0 && stat(f.path.c_str(), &st) == 0) f.size = static_cast<uint64_t>(st.st_size);
+      total += f.size;
+    }
+  }
   Progress progress("put", total, files.size());
 
-  BatchQueue queue(2 * kWorkers);
+  // The main thread reads and hashes the small files straight into batches (each a BatchPut
+  // request in its wire form) while up to kWorkers batches are being sent.
+  BatchPutStub stub(conn->channel());
+  BatchQueue queue(kWorkers);
   std::vector<std::thread> workers;
   for (int i = 0; i < kWorkers; ++i) {
     workers.emplace_back([&] {
+      grpc::CompletionQueue cq;
       Batch b;
-      while (queue.Pop(&b)) SendBatch(*conn, b, progress);
+      while (queue.Pop(&b)) SendBatch(*conn, stub, cq, b, progress);
+      cq.Shutdown();
+      void* tag;
+      bool ok;
+      while (cq.Next(&tag, &ok)) {
+      }
     });
   }
-  const uint64_t batch_bytes = (4 << 20) - (64 << 10);
+  BatchPutWriter writer(kBatchBytes, kBatchItems);
   Batch batch;
-  uint64_t batch_size = 0;
+  auto ship = [&] {
+    batch.request = writer.Finish();
+    queue.Push(std::move(batch));
+    batch = Batch();
+  };
   std::vector<PutFile*> large;
+  FileOpener opener(plan);
   for (PutFile& f : files) {
+    int fd = opener.Open(f);
+    if (fd < 0) {
+      f.status = common::PosixError(errno, absl::StrCat("open ", f.path));
+      continue;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+      f.status = common::PosixError(errno, absl::StrCat("stat ", f.path));
+      close(fd);
+      continue;
+    }
+    if (!S_ISREG(st.st_mode)) {  // replaced since the directory was read
+      f.status = absl::InvalidArgumentError(absl::StrCat(f.path, " is not a regular file"));
+      close(fd);
+      continue;
+    }
+    f.size = static_cast<uint64_t>(st.st_size);
     if (f.size > kBatchItemMax) {
+      close(fd);
       large.push_back(&f);
       continue;
     }
-    absl::StatusOr<std::string> data = common::ReadFile(f.path);
-    if (!data.ok() || data->size() != f.size) {
-      f.status = data.ok() ? absl::AbortedError(absl::StrCat(f.path, " changed while being read"))
-                           : data.status();
+    if (!writer.Fits(f.size)) ship();
+    absl::StatusOr<cas::Digest> digest =
+        writer.Append(f.size, [&](char* dst, size_t room) -> absl::StatusOr<size_t> {
+          return ReadExactly(fd, f.path, f.size, dst, room);
+        });
+    close(fd);
+    if (!digest.ok()) {
+      f.status = digest.status();
       continue;
     }
-    if (batch_size + data->size() > batch_bytes || batch.files.size() >= 4096) {
-      queue.Push(std::move(batch));
-      batch = Batch();
-      batch_size = 0;
-    }
-    f.digest = cas::Digest::Of(*data);
-    batch_size += data->size();
+    f.digest = *std::move(digest);
     batch.files.push_back(&f);
-    batch.data.push_back(*std::move(data));
   }
-  if (!batch.files.empty()) queue.Push(std::move(batch));
+  if (!writer.empty()) ship();
   queue.Close();
   for (std::thread& t : workers) t.join();
   for (PutFile* f : large) f->status = StreamFile(*conn, *f, progress);
   progress.Done();
 
   absl::Status first_error;
+  if (!g.json()) {
+    // One write for all the lines; stdout is flushed before each error so that a terminal shows
+    // them in file order.
+    std::string out;
+    for (const PutFile& f : files) {
+      if (f.status.ok()) {
+        absl::StrAppend(&out, f.digest.ToString(), "  ", f.path, "\n");
+        continue;
+      }
+      if (first_error.ok()) first_error = f.status;
+      std::cout.write(out.data(), static_cast<std::streamsize>(out.size())).flush();
+      out.clear();
+      std::cerr << "vaultctl: " << f.path << ": " << f.status.message() << "\n";
+    }
+    std::cout.write(out.data(), static_cast<std::streamsize>(out.size())).flush();
+    return ExitCodeFor(first_error);
+  }
   Json arr = Json::Array();
   for (const PutFile& f : files) {
-    if (!f.status.ok()) {
-      if (first_error.ok()) first_error = f.status;
-      if (!g.json()) std::cerr << "vaultctl: " << f.path << ": " << f.status.message() << "\n";
-    } else if (!g.json()) {
-      std::cout << f.digest.ToString() << "  " << f.path << "\n";
+    if (!f.status.ok() && first_error.ok()) first_error = f.status;
+    Json o = Json::Object().Add("file", f.path);
+    if (f.status.ok()) {
+      o.Add("digest", f.digest.ToString())
+          .Add("status", f.already_present ? "present" : "stored")
+          .Add("seq", f.seq);
+    } else {
+      o.Add("status", "error")
+          .Add("code", absl::StatusCodeToString(f.status.code()))
+          .Add("message", f.status.message());
     }
-    if (g.json()) {
-      Json o = Json::Object().Add("file", f.path);
-      if (f.status.ok()) {
-        o.Add("digest", f.digest.ToString())
-            .Add("status", f.already_present ? "present" : "stored")
-            .Add("seq", f.seq);
-      } else {
-        o.Add("status", "error")
-            .Add("code", absl::StatusCodeToString(f.status.code()))
-            .Add("message", f.status.message());
-      }
-      arr.Push(o);
-    }
+    arr.Push(o);
   }
-  if (g.json()) std::cout << arr.ToString() << "\n";
+  std::cout << arr.ToString() << "\n";
   return ExitCodeFor(first_error);
 }
 
