@@ -2,9 +2,12 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -14,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 #include "storage/keys.h"
 
 namespace vault::cas {
@@ -115,28 +119,57 @@ absl::Status PackStore::NewFileLocked() {
 }
 
 absl::StatusOr<PackRef> PackStore::Append(absl::string_view bytes, uint64_t* ticket) {
+  VAULT_ASSIGN_OR_RETURN(std::vector<PackRef> refs,
+                         AppendMany(absl::MakeConstSpan(&bytes, 1), ticket));
+  return refs[0];
+}
+
+absl::StatusOr<std::vector<PackRef>> PackStore::AppendMany(
+    absl::Span<const absl::string_view> values, uint64_t* ticket) {
+  uint64_t total = 0;
+  for (absl::string_view v : values) total += v.size();
   std::shared_ptr<File> file;
   uint64_t offset = 0;
   {
     absl::MutexLock lock(&mu_);
     if (!failed_.ok()) return failed_;
-    if (current_ == nullptr || (tail_ > 0 && tail_ + bytes.size() > options_.file_bytes)) {
+    if (current_ == nullptr || (tail_ > 0 && tail_ + total > options_.file_bytes)) {
       if (absl::Status s = NewFileLocked(); !s.ok()) return s;
     }
     file = current_;
     offset = tail_;
-    tail_ += bytes.size();
+    tail_ += total;
   }
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = pwrite(file->fd, bytes.data() + done, bytes.size() - done,
-                       static_cast<off_t>(offset + done));
+  std::vector<PackRef> refs;
+  refs.reserve(values.size());
+  std::vector<iovec> iov;
+  iov.reserve(values.size());
+  uint64_t at = offset;
+  for (absl::string_view v : values) {
+    refs.push_back(
+        PackRef{.file = file->id, .offset = at, .size = static_cast<uint32_t>(v.size())});
+    at += v.size();
+    if (!v.empty()) iov.push_back(iovec{const_cast<char*>(v.data()), v.size()});
+  }
+  // pwritev takes at most IOV_MAX pieces and may write fewer bytes than asked: go on from
+  // wherever it stopped.
+  size_t first = 0;
+  uint64_t written = 0;
+  while (first < iov.size()) {
+    const int count = static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
+    ssize_t n = pwritev(file->fd, &iov[first], count, static_cast<off_t>(offset + written));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       // The range stays a hole or garbage: nothing refers to it.
       return ErrnoStatus(n < 0 ? errno : EIO, absl::StrCat("write pack file ", PathOf(file->id)));
     }
-    done += static_cast<size_t>(n);
+    written += static_cast<uint64_t>(n);
+    size_t left = static_cast<size_t>(n);
+    while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+    if (left > 0) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+      iov[first].iov_len -= left;
+    }
   }
   absl::MutexLock lock(&mu_);
   *ticket = ++completed_;
@@ -144,7 +177,7 @@ absl::StatusOr<PackRef> PackStore::Append(absl::string_view bytes, uint64_t* tic
     file->dirty = true;
     dirty_.push_back(file);
   }
-  return PackRef{.file = file->id, .offset = offset, .size = static_cast<uint32_t>(bytes.size())};
+  return refs;
 }
 
 absl::Status PackStore::Sync(uint64_t ticket) {

@@ -124,6 +124,25 @@ TEST(PackStoreTest, ConcurrentAppendsAndGroupSyncs) {
   }
 }
 
+TEST(PackStoreTest, AppendManyWritesMoreValuesThanOneSystemCallTakes) {
+  common::testing::TempDir tmp("pack_test");
+  absl::StatusOr<std::unique_ptr<PackStore>> packs = PackStore::Open({.dir = tmp.path() + "/p"});
+  ASSERT_EQ(packs.status(), absl::OkStatus());
+  std::vector<std::string> bytes;
+  for (int i = 0; i < 2500; ++i) bytes.push_back(RandomBytes(static_cast<size_t>(i % 7) * 100, i));
+  std::vector<absl::string_view> views(bytes.begin(), bytes.end());
+  uint64_t ticket = 0;
+  absl::StatusOr<std::vector<PackRef>> refs = (*packs)->AppendMany(views, &ticket);
+  ASSERT_EQ(refs.status(), absl::OkStatus());
+  ASSERT_EQ(refs->size(), bytes.size());
+  ASSERT_EQ((*packs)->Sync(ticket), absl::OkStatus());
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    absl::StatusOr<std::string> got = (*packs)->Read((*refs)[i]);
+    ASSERT_EQ(got.status(), absl::OkStatus());
+    ASSERT_EQ(*got, bytes[i]) << "value " << i;
+  }
+}
+
 // A full disk (here: the file size limit, EFBIG) is a clear error and nothing is referenced;
 // smaller values still fit afterwards. In a child process, so the limit binds nothing else.
 TEST(PackStoreTest, WriteBeyondTheFileSizeLimitIsRefused) {

@@ -218,19 +218,26 @@ std::vector<absl::StatusOr<PutOutcome>> Store::PutMany(absl::Span<const PutItem>
     std::vector<rocksdb::PinnableSlice> values;
     std::vector<rocksdb::Status> statuses;
     LookupMeta(pack_keys, &values, &statuses);
+    std::vector<absl::string_view> to_pack;
+    std::vector<size_t> packed_ops;
+    for (size_t j = 0; j < pack_ops.size(); ++j) {
+      if (!statuses[j].IsNotFound()) continue;  // stored (or unreadable: the commit says)
+      to_pack.push_back(ops[pack_ops[j]].data);
+      packed_ops.push_back(pack_ops[j]);
+    }
     uint64_t ticket = 0;
     absl::Status packed = absl::OkStatus();
-    for (size_t j = 0; j < pack_ops.size() && packed.ok(); ++j) {
-      if (!statuses[j].IsNotFound()) continue;  // stored (or unreadable: the commit says)
-      CommitOp& op = ops[pack_ops[j]];
-      absl::StatusOr<PackRef> ref = packs_->Append(op.data, &ticket);
-      if (!ref.ok()) {
-        packed = ref.status();
-        break;
+    if (!to_pack.empty()) {
+      absl::StatusOr<std::vector<PackRef>> written = packs_->AppendMany(to_pack, &ticket);
+      if (written.ok()) {
+        for (size_t j = 0; j < packed_ops.size(); ++j) {
+          refs[packed_ops[j]] = EncodePackRef((*written)[j]);
+        }
+        packed = packs_->Sync(ticket);
+      } else {
+        packed = written.status();
       }
-      refs[pack_ops[j]] = EncodePackRef(*ref);
     }
-    if (packed.ok() && ticket != 0) packed = packs_->Sync(ticket);
     if (!packed.ok()) {
       for (size_t i : op_index) results[i] = packed;
       return results;

@@ -63,7 +63,7 @@ struct StoreOptions {
   // Pack files (cas/pack.h) for values of at least pack_min_bytes: inline objects and chunks.
   // Empty: every value stays in RocksDB.
   std::string pack_dir;
-  uint64_t pack_min_bytes = 64 << 10;
+  uint64_t pack_min_bytes = 1 << 10;
   // An upload makes its chunks durable (one pack sync, one RocksDB write) per this many bytes,
   // and at Finish; the resume point moves by the same steps.
   uint64_t pack_sync_bytes = 8 << 20;
