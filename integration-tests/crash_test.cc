@@ -18,7 +18,7 @@ namespace vault::integration {
 namespace {
 
 constexpr absl::Duration kCallTimeout = absl::Seconds(20);
-constexpr size_t kMaxObject = 256 << 10;  // from 1 KiB objects go to pack files
+constexpr size_t kMaxObject = 256 << 10;    // from 1 KiB objects go to pack files
 constexpr size_t kBatchGetBytes = 3 << 20;  // below the vault's 4 MiB batch limit
 
 // An object whose BatchPut returned OK, and the feed seq the vault gave it.
