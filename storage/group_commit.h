@@ -69,7 +69,9 @@ class GroupCommitter {
       all.insert(all.end(), q->ops.begin(), q->ops.end());
     }
     mu_.Unlock();
-    rocksdb::WriteBatch batch;
+    // Reserved for the usual records of an operation (keys, small values, refs into pack
+    // files), so that building a large group does not copy the batch again and again.
+    rocksdb::WriteBatch batch(all.size() * kReservedBytesPerOp);
     absl::Status status = hooks_.prepare(all, &batch);
     if (status.ok() && batch.Count() > 0) status = db_->Write(&batch);
     if (hooks_.finish) hooks_.finish(all, status);
@@ -88,6 +90,8 @@ class GroupCommitter {
     bool done = false;
     absl::Status status;
   };
+
+  static constexpr size_t kReservedBytesPerOp = 256;
 
   const Database* const db_;
   const Hooks hooks_;
