@@ -93,6 +93,7 @@ struct Flags {
   int warmup = 10;
   bool interleaved = true;
   bool breakdown = false;
+  int gap_ms = 0;  // idle time before each run (a spawn after a quiet spell, as a migration's is)
   std::vector<std::string> only;  // empty: every variant
   std::string guest;              // empty: sandbox_bench_guest beside this executable
 };
@@ -365,6 +366,8 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       flags->guest = std::string(v);
     } else if (arg == "--breakdown") {
       flags->breakdown = true;
+    } else if (FlagValue(arg, "--gap_ms", &v)) {
+      if (!absl::SimpleAtoi(v, &flags->gap_ms) || flags->gap_ms < 0) return false;
     } else {
       return false;
     }
@@ -382,7 +385,7 @@ int Main(int argc, char** argv) {
   if (!ParseFlags(argc, argv, &flags)) {
     fprintf(stderr,
             "usage: %s [--runs=200] [--warmup=10] [--order=interleaved|blocks] [--breakdown]\n"
-            "          [--only=sandbox,forkexec,bwrap,true] [--guest=PATH]\n",
+            "          [--only=sandbox,forkexec,bwrap,true] [--guest=PATH] [--gap_ms=0]\n",
             argv[0]);
     return 2;
   }
@@ -477,6 +480,7 @@ int Main(int argc, char** argv) {
   fflush(stdout);
 
   auto run_one = [&](Variant& variant, bool record) {
+    if (flags.gap_ms > 0) absl::SleepFor(absl::Milliseconds(flags.gap_ms));
     absl::StatusOr<Sample> sample = variant.run();
     if (!sample.ok()) {
       fprintf(stderr, "sandbox_bench: %s: %s\n", variant.label.c_str(),

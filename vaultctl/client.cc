@@ -73,6 +73,9 @@ absl::StatusOr<Connection> Connection::Connect(const ConnectOptions& in) {
     args.SetSslTargetNameOverride(o.server_name);
   }
   c.channel_ = grpc::CreateCustomChannel(c.target_, creds, args);
+  // Kept until the process ends: vaultctl leaves with _exit (main.cc), without gRPC's teardown.
+  static auto* const kept = new std::vector<std::shared_ptr<grpc::Channel>>();
+  kept->push_back(c.channel_);
   c.cas_ = vault::v1::Cas::NewStub(c.channel_);
   c.admin_ = vault::v1::Admin::NewStub(c.channel_);
   c.agents_ = vault::v1::Agents::NewStub(c.channel_);

@@ -1,6 +1,7 @@
 // vaultctl: the operator's command line for vaults. See `vaultctl --help`.
 #include <grpc/support/log.h>
 #include <malloc.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <csignal>
@@ -78,5 +79,13 @@ int main(int argc, char** argv) {
   }
   g.connect.timeout = absl::Seconds(g.timeout_seconds);
   if (!command) return kExitUsage;
-  return command();
+  const int rc = command();
+  // Out without destructors: gRPC's teardown (its thread pools quiescing, an absl timed wait
+  // that first measures the CPU's frequency with 1 + 2 ms of sleep) was ~3 ms of every command's
+  // ~14. Every result is written by now; files were closed where they were written.
+  std::cout.flush();
+  std::cerr.flush();
+  spdlog::shutdown();
+  std::fflush(nullptr);
+  _exit(rc);
 }
