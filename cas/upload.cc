@@ -391,9 +391,12 @@ absl::Status Store::Read(
 }
 
 absl::StatusOr<std::string> Store::ReadAll(const Digest& digest) const {
+  VAULT_ASSIGN_OR_RETURN(std::unique_ptr<ObjectReader> reader, OpenReader(digest));
+  // An object stored whole was read and verified whole: no second copy.
+  if (!reader->info_.chunked) return std::move(reader->inline_bytes_);
   std::string out;
   out.reserve(digest.size());
-  VAULT_RETURN_IF_ERROR(Read(digest, 0, 0, 1 << 20, [&](uint64_t, absl::string_view piece) {
+  VAULT_RETURN_IF_ERROR(reader->Read(0, 0, 1 << 20, [&](uint64_t, absl::string_view piece) {
     out.append(piece.data(), piece.size());
     return absl::OkStatus();
   }));
