@@ -29,6 +29,10 @@ constexpr uint32_t kMaxInFlight = 32;
 // The asynchronous audit entries of agents' calls are appended in batches at most this often.
 constexpr absl::Duration kAuditBatchInterval = absl::Milliseconds(2);
 constexpr size_t kFrameOverhead = 1024;  // room for the response's other fields
+// Streaming CAS puts (cas_upload_*) an agent may have open at once.
+constexpr size_t kMaxOpenUploads = 4;
+// PutObject feeds a streaming upload in pieces of this size.
+constexpr size_t kPutPieceBytes = 1 << 20;
 
 // One host call on its way through the proxy.
 struct Call {
@@ -113,6 +117,51 @@ absl::StatusOr<common::UniqueFd> ConnectTcp(const std::string& host, uint32_t po
 }
 
 }  // namespace
+
+// One streaming CAS put of an agent (cas_upload_start/append/finish). The storage it reserved
+// (`charged`) is given back by whoever removes it from LiveAgent::uploads, once.
+struct HostUpload {
+  explicit HostUpload(cas::Digest d) : digest(std::move(d)) {}
+  const cas::Digest digest;
+  uint64_t charged = 0;  // set before it is published in LiveAgent::uploads, then constant
+
+  absl::Mutex mu;  // one append or finish at a time
+  // The CAS's upload (which verifies the content at Finish); null when the CAS held the object
+  // when the upload started: then `hash` checks that the agent sent its bytes all the same.
+  std::unique_ptr<cas::Upload> upload ABSL_GUARDED_BY(mu);
+  cas::Sha256 hash ABSL_GUARDED_BY(mu);
+  uint64_t received ABSL_GUARDED_BY(mu) = 0;
+};
+
+absl::StatusOr<cas::PutOutcome> PutObject(cas::Store& store, const cas::Digest& digest,
+                                          absl::string_view data) {
+  if (digest.size() < store.options().chunking_threshold) return store.Put(digest, data);
+  if (data.size() != digest.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("size mismatch: ", digest.ToString(), " claims ",
+                                                   digest.size(), " bytes, got ", data.size()));
+  }
+  VAULT_ASSIGN_OR_RETURN(std::unique_ptr<cas::Upload> upload, store.StartUpload(digest, 0));
+  for (size_t at = 0; at < data.size(); at += kPutPieceBytes) {
+    VAULT_RETURN_IF_ERROR(upload->Append(data.substr(at, kPutPieceBytes)));
+  }
+  return upload->Finish();
+}
+
+bool AgentRuntime::Impl::MayReadLocked(const LiveAgent& live, const std::string& sha256) {
+  const vault::v1::AgentRecord& r = live.record;
+  if (live.shared.contains(sha256) || (r.has_state() && r.state_digest().sha256() == sha256) ||
+      r.spec().code_digest().sha256() == sha256) {
+    return true;
+  }
+  Grant read = MakeGrant(Grant::READ);
+  read.set_hash(sha256);
+  return live.authority != nullptr && live.authority->Allows(read);
+}
+
+void AgentRuntime::Impl::DropUploads(LiveAgent& live) {
+  for (auto& [id, upload] : live.uploads) RefundStorage(live.principal, upload->charged);
+  live.uploads.clear();
+}
 
 void AgentRuntime::Impl::Audit(vault::v1::AuditEntry entry, bool durable) {
   if (durable) {
@@ -285,6 +334,21 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
     case HostRequest::kCheckpoint:
       c.op = "checkpoint";
       c.durable = true;
+      if (request.checkpoint().has_state_digest()) {
+        // A state already in the CAS: the agent must be able to read it (as cas_get).
+        const vault::v1::Digest& d = request.checkpoint().state_digest();
+        c.subject = DigestText(d);
+        if (!request.checkpoint().state().empty()) {
+          c.status =
+              absl::InvalidArgumentError("a checkpoint carries its state or names it, not both");
+          break;
+        }
+        Grant g = MakeGrant(Grant::READ);
+        g.set_hash(d.sha256());
+        c.grant = g;
+        absl::MutexLock lock(&live->mu);
+        c.allowed_without_grant = MayReadLocked(*live, d.sha256());
+      }
       break;
     case HostRequest::kCasGet: {
       c.op = "cas_get";
@@ -304,6 +368,22 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
       c.op = "cas_put";
       c.grant = MakeGrant(Grant::CAS_WRITE);
       c.durable = true;
+      break;
+    case HostRequest::kCasUploadStart:
+      c.op = "cas_upload_start";
+      c.subject = DigestText(request.cas_upload_start().digest());
+      c.grant = MakeGrant(Grant::CAS_WRITE);
+      break;
+    case HostRequest::kCasUploadAppend:
+      c.op = "cas_upload_append";
+      c.subject = absl::StrCat("upload ", request.cas_upload_append().upload_id());
+      c.grant = MakeGrant(Grant::CAS_WRITE);
+      break;
+    case HostRequest::kCasUploadFinish:
+      c.op = "cas_upload_finish";
+      c.subject = absl::StrCat("upload ", request.cas_upload_finish().upload_id());
+      c.grant = MakeGrant(Grant::CAS_WRITE);
+      c.durable = !request.cas_upload_finish().abort();  // it stores an object
       break;
     case HostRequest::kReadFile:
       c.op = "read_file";
@@ -370,6 +450,9 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
       c.grant = MakeGrant(Grant::MIGRATE);
       c.grant->add_vaults(request.migrate().vault());
       c.durable = true;
+      if (request.migrate().has_state_digest() && !request.migrate().state().empty()) {
+        c.status = absl::InvalidArgumentError("a migrate carries its state or names it, not both");
+      }
       break;
     case HostRequest::kExit:
       c.op = "exit";
@@ -439,30 +522,72 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
           d = live->record.state_digest();
         }
         resp.mutable_get_state()->set_present(has);
-        if (has) {
-          absl::StatusOr<cas::Digest> digest = ToDigest(d);
-          absl::StatusOr<std::string> bytes =
-              digest.ok() ? deps_.cas->ReadAll(*digest) : digest.status();
-          if (!bytes.ok()) {
-            c.status = bytes.status();
-            break;
-          }
-          c.bytes = bytes->size();
-          *resp.mutable_get_state()->mutable_digest() = d;
-          resp.mutable_get_state()->set_state(*std::move(bytes));
-          c.subject = DigestText(d);
+        if (!has) break;
+        c.subject = DigestText(d);
+        absl::StatusOr<cas::Digest> digest = ToDigest(d);
+        if (!digest.ok()) {
+          c.status = digest.status();
+          break;
         }
+        // A range of it (all of it by default), which must fit in a frame.
+        const uint64_t size = digest->size();
+        const uint64_t offset = request.get_state().offset();
+        const uint64_t limit = request.get_state().limit();
+        if (offset > size) {
+          c.status = absl::OutOfRangeError(
+              absl::StrCat("offset ", offset, " is past the end of the state (", size, " bytes)"));
+          break;
+        }
+        const uint64_t want = limit == 0 ? size - offset : std::min(limit, size - offset);
+        if (want > max_payload) {
+          c.status = absl::ResourceExhaustedError(
+              absl::StrCat("the range is ", want, " bytes of a state of ", size, "; read at most ",
+                           max_payload, " per call (get_state offset/limit)"));
+          break;
+        }
+        std::string data;
+        data.reserve(want);
+        if (want > 0) {
+          c.status = deps_.cas->Read(*digest, offset, want, 1 << 20,
+                                     [&](uint64_t, absl::string_view piece) {
+                                       data.append(piece.data(), piece.size());
+                                       return absl::OkStatus();
+                                     });
+          if (!c.status.ok()) break;
+        }
+        c.bytes = data.size();
+        vault::v1::StateResult* out = resp.mutable_get_state();
+        *out->mutable_digest() = d;
+        out->set_size(size);
+        out->set_state(std::move(data));
         break;
       }
       case HostRequest::kCheckpoint: {
-        const std::string& state = request.checkpoint().state();
-        cas::Digest d = cas::Digest::Of(state);
-        if (absl::Status s = deps_.cas->Put(d, state).status(); !s.ok()) {
-          c.status = s;
-          break;
+        cas::Digest d;
+        if (request.checkpoint().has_state_digest()) {
+          // Named by digest (the agent may read it: checked above): it must be stored here.
+          absl::StatusOr<cas::Digest> named = ToDigest(request.checkpoint().state_digest());
+          absl::StatusOr<bool> present =
+              named.ok() ? deps_.cas->Contains(*named) : absl::StatusOr<bool>(named.status());
+          if (!present.ok() || !*present) {
+            c.status =
+                present.ok()
+                    ? absl::NotFoundError(absl::StrCat("the checkpoint names ", named->ToString(),
+                                                       ", which is not in this vault's CAS"))
+                    : present.status();
+            break;
+          }
+          d = *named;
+        } else {
+          const std::string& state = request.checkpoint().state();
+          d = cas::Digest::Of(state);
+          if (absl::Status s = PutObject(*deps_.cas, d, state).status(); !s.ok()) {
+            c.status = s;
+            break;
+          }
+          c.bytes = state.size();
         }
         c.subject = d.ToString();
-        c.bytes = state.size();
         absl::MutexLock lock(&live->mu);
         *live->record.mutable_state_digest() = FromDigest(d);
         live->record.set_has_state(true);
@@ -515,7 +640,7 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
         if (charged) {
           if (c.status = ChargeStorage(live->principal, data.size()); !c.status.ok()) break;
         }
-        absl::StatusOr<cas::PutOutcome> out = deps_.cas->Put(d, data);
+        absl::StatusOr<cas::PutOutcome> out = PutObject(*deps_.cas, d, data);
         if (charged && (!out.ok() || out->already_present)) {
           RefundStorage(live->principal, data.size());
         }
@@ -533,6 +658,187 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
         }
         *resp.mutable_cas_put()->mutable_digest() = FromDigest(d);
         resp.mutable_cas_put()->set_already_present(out->already_present);
+        break;
+      }
+      case HostRequest::kCasUploadStart: {
+        absl::StatusOr<cas::Digest> d = ToDigest(request.cas_upload_start().digest());
+        if (!d.ok()) {
+          c.status = d.status();
+          break;
+        }
+        c.subject = d->ToString();
+        auto too_many = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu) -> absl::Status {
+          if (live->uploads.size() < kMaxOpenUploads) return absl::OkStatus();
+          return absl::ResourceExhaustedError(
+              absl::StrCat("this agent has ", live->uploads.size(), " uploads open (at most ",
+                           kMaxOpenUploads, "): finish or abort one first"));
+        };
+        {
+          absl::MutexLock lock(&live->mu);
+          if (c.status = too_many(); !c.status.ok()) break;
+        }
+        // As cas_put: an object already stored costs nothing more (but its bytes must still be
+        // sent, and hash to it, before the agent may name it); else its size is reserved now.
+        absl::StatusOr<bool> present = deps_.cas->Contains(*d);
+        if (!present.ok()) {
+          c.status = present.status();
+          break;
+        }
+        auto up = std::make_shared<HostUpload>(*d);
+        if (!*present) {
+          if (c.status = ChargeStorage(live->principal, d->size()); !c.status.ok()) break;
+          absl::StatusOr<std::unique_ptr<cas::Upload>> started = deps_.cas->StartUpload(*d, 0);
+          if (!started.ok()) {
+            RefundStorage(live->principal, d->size());
+            c.status = started.status();
+            break;
+          }
+          up->charged = d->size();
+          absl::MutexLock upload_lock(&up->mu);
+          up->upload = *std::move(started);
+        }
+        uint64_t id = 0;
+        {
+          absl::MutexLock lock(&live->mu);
+          // Checked again: calls of one agent run on several workers; and an agent that ended
+          // meanwhile had its uploads dropped already.
+          c.status =
+              live->running ? too_many() : absl::FailedPreconditionError("the agent is ending");
+          if (c.status.ok()) {
+            id = live->next_upload_id++;
+            live->uploads.emplace(id, up);
+          }
+        }
+        if (!c.status.ok()) {
+          RefundStorage(live->principal, up->charged);
+          break;
+        }
+        resp.mutable_cas_upload_start()->set_upload_id(id);
+        resp.mutable_cas_upload_start()->set_max_piece_bytes(max_payload);
+        break;
+      }
+      case HostRequest::kCasUploadAppend: {
+        const auto& append = request.cas_upload_append();
+        c.bytes = append.data().size();
+        std::shared_ptr<HostUpload> up;
+        {
+          absl::MutexLock lock(&live->mu);
+          auto it = live->uploads.find(append.upload_id());
+          if (it != live->uploads.end()) up = it->second;
+        }
+        if (up == nullptr) {
+          c.status = absl::NotFoundError(absl::StrCat("no open upload ", append.upload_id(),
+                                                      " (never started, finished or dropped)"));
+          break;
+        }
+        absl::MutexLock upload_lock(&up->mu);
+        if (append.offset() != up->received) {
+          c.status = absl::FailedPreconditionError(
+              absl::StrCat("upload ", append.upload_id(), " has received ", up->received,
+                           " bytes; an append at offset ", append.offset(), " is out of order"));
+          break;
+        }
+        if (append.data().size() > up->digest.size() - up->received) {
+          c.status = absl::InvalidArgumentError(
+              absl::StrCat("upload ", append.upload_id(), " would receive more than the ",
+                           up->digest.size(), " bytes of ", up->digest.ToString()));
+          break;
+        }
+        if (up->upload != nullptr) {
+          c.status = up->upload->Append(append.data());
+        } else {
+          up->hash.Update(append.data());
+        }
+        if (!c.status.ok()) {
+          // The CAS's upload is in an unknown state (or another one took the object over): the
+          // agent starts again.
+          std::shared_ptr<HostUpload> dropped;
+          {
+            absl::MutexLock lock(&live->mu);
+            auto it = live->uploads.find(append.upload_id());
+            if (it != live->uploads.end() && it->second == up) {
+              dropped = std::move(it->second);
+              live->uploads.erase(it);
+            }
+          }
+          if (dropped != nullptr) RefundStorage(live->principal, dropped->charged);
+          c.status = absl::Status(c.status.code(), absl::StrCat(c.status.message(), " (upload ",
+                                                                append.upload_id(), " dropped)"));
+          break;
+        }
+        up->received += append.data().size();
+        resp.mutable_cas_upload_append()->set_received(up->received);
+        break;
+      }
+      case HostRequest::kCasUploadFinish: {
+        const auto& finish = request.cas_upload_finish();
+        std::shared_ptr<HostUpload> up;
+        {
+          absl::MutexLock lock(&live->mu);
+          auto it = live->uploads.find(finish.upload_id());
+          if (it != live->uploads.end()) up = it->second;
+        }
+        if (up == nullptr) {
+          c.status = absl::NotFoundError(absl::StrCat("no open upload ", finish.upload_id(),
+                                                      " (never started, finished or dropped)"));
+          break;
+        }
+        c.subject = up->digest.ToString();
+        absl::MutexLock upload_lock(&up->mu);
+        if (!finish.abort() && up->received != up->digest.size()) {
+          // Stays open: the agent may send the rest.
+          c.status = absl::FailedPreconditionError(
+              absl::StrCat("upload ", finish.upload_id(), " has received ", up->received,
+                           " of the ", up->digest.size(), " bytes of ", up->digest.ToString()));
+          break;
+        }
+        // The upload ends here, whatever the outcome.
+        bool taken = false;
+        {
+          absl::MutexLock lock(&live->mu);
+          auto it = live->uploads.find(finish.upload_id());
+          if (it != live->uploads.end() && it->second == up) {
+            live->uploads.erase(it);
+            taken = true;
+          }
+        }
+        if (!taken) {
+          c.status = absl::NotFoundError(
+              absl::StrCat("upload ", finish.upload_id(), " was dropped meanwhile"));
+          break;
+        }
+        if (finish.abort()) {
+          RefundStorage(live->principal, up->charged);
+          resp.mutable_cas_upload_finish();
+          break;
+        }
+        absl::StatusOr<cas::PutOutcome> out;
+        if (up->upload != nullptr) {
+          out = up->upload->Finish();
+        } else if (up->hash.Finish() != up->digest.sha256()) {
+          out = absl::InvalidArgumentError(
+              absl::StrCat("digest mismatch: the bytes sent do not hash to ", up->digest.ToString(),
+                           "; nothing stored"));
+        } else {
+          out = cas::PutOutcome{.seq = 0, .already_present = true};
+        }
+        up->upload.reset();
+        if (!out.ok() || out->already_present) RefundStorage(live->principal, up->charged);
+        if (!out.ok()) {
+          c.status = out.status();
+          break;
+        }
+        c.bytes = up->digest.size();
+        {
+          absl::MutexLock lock(&live->mu);
+          if (!out->already_present) {
+            live->record.mutable_counters()->set_bytes_written(
+                live->record.counters().bytes_written() + up->digest.size());
+          }
+          live->shared.insert(up->digest.sha256());  // it may read back (and name) what it put
+        }
+        *resp.mutable_cas_upload_finish()->mutable_digest() = FromDigest(up->digest);
+        resp.mutable_cas_upload_finish()->set_already_present(out->already_present);
         break;
       }
       case HostRequest::kReadFile: {
@@ -878,6 +1184,35 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
         // its objects). It answers the call only with a failure; on success the process ends
         // (the agent continues at the destination).
         const uint64_t call_id = request.call_id();
+        // A state named by digest: one the agent may read (as a checkpoint's), stored here.
+        std::optional<cas::Digest> named;
+        if (request.migrate().has_state_digest()) {
+          absl::StatusOr<cas::Digest> d = ToDigest(request.migrate().state_digest());
+          if (!d.ok()) {
+            c.status = d.status();
+            break;
+          }
+          bool may;
+          {
+            absl::MutexLock lock(&live->mu);
+            may = MayReadLocked(*live, d->sha256());
+          }
+          if (!may) {
+            c.status = absl::PermissionDeniedError(absl::StrCat(
+                "denied: migrate names the state ", d->ToString(),
+                ", which this agent may not read (it did not put it, and no grant covers it)"));
+            break;
+          }
+          absl::StatusOr<bool> present = deps_.cas->Contains(*d);
+          if (!present.ok() || !*present) {
+            c.status = present.ok()
+                           ? absl::NotFoundError(absl::StrCat("the migrate names ", d->ToString(),
+                                                              ", which is not in this vault's CAS"))
+                           : present.status();
+            break;
+          }
+          named = *d;
+        }
         {
           absl::MutexLock lock(&live->mu);
           live->migrate_call_id = call_id;
@@ -886,12 +1221,13 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
         Audit(audit::MakeEntry(live->id, "host.migrate", request.migrate().vault(),
                                vault::v1::AuditEntry::ALLOWED, "",
                                {{"call_id", absl::StrCat(call_id)},
-                                {"state", Sha256Hex(request.migrate().state())},
+                                {"state", named.has_value() ? named->ToString()
+                                                            : Sha256Hex(request.migrate().state())},
                                 {"grant", capability::GrantToString(*c.grant)}}),
               /*durable=*/true);
         bool queued = migrations_->Schedule(
-            [this, live, call_id, to = request.migrate().vault(),
-             state = request.migrate().state()] { MigrateForAgent(live, call_id, to, state); });
+            [this, live, call_id, to = request.migrate().vault(), state = request.migrate().state(),
+             named] { MigrateForAgent(live, call_id, to, state, named); });
         if (!queued) {
           absl::MutexLock lock(&live->mu);
           live->migrate_call_id = 0;

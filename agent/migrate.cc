@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -34,6 +35,12 @@ constexpr absl::Duration kInlineResolve = absl::Seconds(3);
 
 std::string TransferText(const std::string& transfer_id) {
   return absl::BytesToHexString(transfer_id);
+}
+
+// Where `member`'s fence for `transfer_id` is kept (a transfer id is 16 bytes: no collision with
+// a committed record's key).
+std::string FenceKey(const std::string& transfer_id, const std::string& member) {
+  return absl::StrCat(transfer_id, "/fence/", member);
 }
 
 // A definite "no" from the destination's Offer: there is nothing to settle.
@@ -155,17 +162,19 @@ absl::Status AgentRuntime::Impl::RefusedAtSource(const std::string& id, const st
 
 absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOut(
     const std::shared_ptr<LiveAgent>& live, const std::string& to_vault,
-    const std::optional<std::string>& state, const std::string& requested_by) {
+    const std::optional<std::string>& state, const std::string& requested_by,
+    const std::optional<cas::Digest>& named_state) {
   absl::StatusOr<capability::PublicKey> to_key_or = CheckDestination(*this, to_vault);
   if (!to_key_or.ok()) return RefusedAtSource(live->id, to_vault, requested_by, to_key_or.status());
   const capability::PublicKey to_key = *std::move(to_key_or);
   HopTimes times;
   times.start = absl::Now();
   // Store the handed-over state first: nothing below may fail after the freeze for want of it.
-  std::optional<cas::Digest> state_digest;
-  if (state.has_value()) {
+  // (A state named by digest is in the CAS already: the migrate host call checked it.)
+  std::optional<cas::Digest> state_digest = named_state;
+  if (!state_digest.has_value() && state.has_value()) {
     cas::Digest d = cas::Digest::Of(*state);
-    VAULT_RETURN_IF_ERROR(deps_.cas->Put(d, *state).status());
+    VAULT_RETURN_IF_ERROR(PutObject(*deps_.cas, d, *state).status());
     state_digest = d;
   }
   // Frozen from here on: no effect of the agent can happen during the handoff. Calls not yet
@@ -307,8 +316,11 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOut(
 }
 
 void AgentRuntime::Impl::MigrateForAgent(const std::shared_ptr<LiveAgent>& live, uint64_t call_id,
-                                         const std::string& to, const std::string& state) {
-  absl::StatusOr<vault::v1::MigrateAgentResponse> moved = MigrateOut(live, to, state, "agent");
+                                         const std::string& to, const std::string& state,
+                                         const std::optional<cas::Digest>& state_digest) {
+  absl::StatusOr<vault::v1::MigrateAgentResponse> moved =
+      state_digest.has_value() ? MigrateOut(live, to, std::nullopt, "agent", state_digest)
+                               : MigrateOut(live, to, state, "agent");
   bool answer = false;
   {
     absl::MutexLock lock(&live->mu);
@@ -603,17 +615,24 @@ absl::Status AgentRuntime::Impl::ResumeAfterFailedHop(const std::shared_ptr<Live
 
 absl::StatusOr<std::optional<vault::v1::TransferRecord>> AgentRuntime::Impl::LoadTransfer(
     const std::string& transfer_id, const std::string& source) const {
-  std::string value;
-  rocksdb::Status s = deps_.db->db()->Get(rocksdb::ReadOptions(), deps_.db->Handle(kTransfers),
-                                          storage::ToSlice(transfer_id), &value);
-  if (s.IsNotFound()) return std::nullopt;
-  VAULT_RETURN_IF_ERROR(storage::ToStatus(s, "read a transfer record"));
-  vault::v1::TransferRecord t;
-  if (!t.ParseFromString(value)) return absl::DataLossError("a transfer record does not parse");
-  if (t.outcome() == vault::v1::TransferStatusResponse::ABORTED && t.source_vault() != source) {
-    return std::nullopt;  // another member's fence binds nobody else
+  // The committed record (any member's: a replay is refused whoever sends it), else `source`'s
+  // own fence. A fence binds only the member that set it, and lives under a key of its own, so
+  // that no member's fence can replace another's (which would let that member's delayed Commit
+  // land after it resumed the agent).
+  for (const std::string& key : {transfer_id, FenceKey(transfer_id, source)}) {
+    std::string value;
+    rocksdb::Status s = deps_.db->db()->Get(rocksdb::ReadOptions(), deps_.db->Handle(kTransfers),
+                                            storage::ToSlice(key), &value);
+    if (s.IsNotFound()) continue;
+    VAULT_RETURN_IF_ERROR(storage::ToStatus(s, "read a transfer record"));
+    vault::v1::TransferRecord t;
+    if (!t.ParseFromString(value)) return absl::DataLossError("a transfer record does not parse");
+    if (t.outcome() == vault::v1::TransferStatusResponse::ABORTED && t.source_vault() != source) {
+      continue;  // a fence stored under the id itself (before fences had keys of their own)
+    }
+    return t;
   }
-  return t;
+  return std::nullopt;
 }
 
 absl::StatusOr<capability::VerifiedChain> AgentRuntime::Impl::VerifyArrival(
@@ -683,7 +702,164 @@ absl::StatusOr<std::vector<vault::v1::Digest>> AgentRuntime::Impl::OfferIn(
     VAULT_ASSIGN_OR_RETURN(bool present, deps_.cas->Contains(digest));
     if (!present) missing.push_back(d);
   }
+  const bool code_here =
+      missing.empty() || !(missing.front().sha256() == p.spec().code_digest().sha256() &&
+                           missing.front().size() == p.spec().code_digest().size());
+  // (Not for a paused arrival: it must not run before it is frozen.)
+  if (code_here && !p.paused()) PrestartArrival(p, *v);
   return missing;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes started at the Offer (Prestart in runtime_impl.h).
+
+namespace {
+
+// Ends a held process and gives its code folder back (its exit handler then has nothing to do).
+void EndHeld(AgentRuntime::Impl& impl, const std::shared_ptr<LiveAgent>& live) {
+  absl::MutexLock lock(&live->mu);
+  if (live->handle != nullptr) (void)live->handle->Kill();
+  if (!live->code_key.empty()) impl.ReleaseCode(std::exchange(live->code_key, ""));
+}
+
+// What a held process was started for: the whole MIGRATE link (agent, code, grants,
+// constraints, state, transfer id, and through its parent hash the chain and its root), and the
+// constraints this vault narrowed them to.
+std::string PrestartKey(const vault::v1::MigrationPackage& p,
+                        const vault::v1::Constraints& narrowed) {
+  return absl::StrCat(p.chain().links().rbegin()->SerializeAsString(), "\n",
+                      narrowed.SerializeAsString());
+}
+
+}  // namespace
+
+void AgentRuntime::Impl::EndHeldLater(std::shared_ptr<LiveAgent> live) {
+  if (live == nullptr) return;
+  // A kill waits for the reap (and the cgroup's removal): not under the caller's locks.
+  if (!lifecycle_->Schedule([this, live] { EndHeld(*this, live); })) EndHeld(*this, live);
+}
+
+void AgentRuntime::Impl::PrestartArrival(const vault::v1::MigrationPackage& p,
+                                         const capability::VerifiedChain& v) {
+  if (deps_.sandbox == nullptr || !deps_.agents_enabled) return;  // agents are off here
+  if (Find(p.agent_id()) != nullptr) return;                      // the Commit refuses it
+  std::optional<vault::v1::TrustEntry> trust = policy_->Lookup(*v.root);
+  if (!trust.has_value()) return;  // the Commit refuses it
+  absl::StatusOr<cas::Digest> code = ToDigest(p.spec().code_digest());
+  if (!code.ok()) return;
+  const uint32_t max_agents = trust->quota().max_agents() != 0
+                                  ? trust->quota().max_agents()
+                                  : options_.config.default_max_agents();
+  if (CountLive(v.root->ToText()) >= max_agents) return;  // the Commit refuses it
+  const vault::v1::Constraints constraints =
+      capability::IntersectConstraints(v.constraints, trust->ceiling_constraints());
+  const std::string key = PrestartKey(p, constraints);
+  const PrestartId id{p.source_vault(), v.last_transfer_id};
+  auto live = std::make_shared<LiveAgent>(p.agent_id(), v.root->ToText());
+  {
+    absl::MutexLock lock(&mu_);
+    // Bounded: at most kMaxPrestarts processes, kMaxPrestartsPerMember of them for one member's
+    // Offers, each for at most kPrestartTtl.
+    size_t of_member = 0;
+    for (const auto& [other, held] : prestarts_) of_member += other.first == id.first ? 1 : 0;
+    if (stopping_ || prestarts_.size() >= kMaxPrestarts || of_member >= kMaxPrestartsPerMember ||
+        prestarts_.contains(id)) {
+      return;
+    }
+    prestarts_[id] = Prestart{.live = live, .key = key, .expires = absl::Now() + kPrestartTtl};
+  }
+  // Off the Offer's thread: its answer (and the objects after it) must not wait for the start.
+  const bool scheduled = lifecycle_->Schedule([this, live, code = *code, constraints, id] {
+    absl::Status started;
+    {
+      absl::MutexLock lock(&live->mu);
+      live->held = true;
+      started = StartProcess(live, code, constraints);
+    }
+    bool mine;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = prestarts_.find(id);
+      mine = it != prestarts_.end() && it->second.live == live;
+      if (mine && started.ok()) it->second.ready = true;
+      if (mine && !started.ok()) prestarts_.erase(it);
+      prestart_cv_.SignalAll();
+    }
+    if (!started.ok()) {
+      common::LogAgent(spdlog::level::debug, live->id,
+                       "agent {}: no process started at the offer ({}); the commit starts one",
+                       live->id, started.ToString());
+    } else if (!mine) {
+      EndHeld(*this, live);  // taken, fenced or expired while it started
+    }
+  });
+  if (!scheduled) {
+    absl::MutexLock lock(&mu_);
+    prestarts_.erase(id);
+  }
+}
+
+std::shared_ptr<LiveAgent> AgentRuntime::Impl::TakePrestart(const PrestartId& id,
+                                                            const std::string& key) {
+  std::shared_ptr<LiveAgent> live;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time deadline = absl::Now() + absl::Seconds(3);
+    auto it = prestarts_.find(id);
+    while (it != prestarts_.end() && !it->second.ready) {
+      // Still starting: waiting is quicker than a second start (which the timeout falls back
+      // to; the late one is then ended by its starter).
+      if (prestart_cv_.WaitWithDeadline(&mu_, deadline)) break;
+      it = prestarts_.find(id);
+    }
+    if (it == prestarts_.end()) return nullptr;
+    const bool ready = it->second.ready;
+    const bool usable = ready && it->second.key == key;
+    live = std::move(it->second.live);
+    prestarts_.erase(it);
+    if (!ready) return nullptr;  // still starting: its starter ends it, finding it gone
+    if (!usable) {
+      EndHeldLater(std::move(live));  // started for another hop (other limits, chain or root)
+      return nullptr;
+    }
+  }
+  absl::MutexLock agent_lock(&live->mu);
+  // Adopted only while its process runs and nothing is ending it: one that died meanwhile is
+  // not reused (its exit handler may still be on its way); the Commit starts a fresh one.
+  if (!live->running || live->exited.load() || live->conn == nullptr ||
+      live->end_cause != EndCause::kNone) {
+    live->mu.Unlock();
+    EndHeldLater(live);
+    live->mu.Lock();
+    return nullptr;
+  }
+  return live;
+}
+
+void AgentRuntime::Impl::EndPrestart(const PrestartId& id) {
+  std::shared_ptr<LiveAgent> live;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = prestarts_.find(id);
+    if (it == prestarts_.end()) return;
+    const bool ready = it->second.ready;
+    live = std::move(it->second.live);
+    prestarts_.erase(it);
+    if (!ready) return;  // its starter ends it once it is up
+  }
+  EndHeldLater(std::move(live));
+}
+
+void AgentRuntime::Impl::ExpirePrestarts(bool all) {
+  std::vector<PrestartId> expired;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    for (const auto& [id, p] : prestarts_) {
+      if (all || p.expires <= now) expired.push_back(id);
+    }
+  }
+  for (const PrestartId& id : expired) EndPrestart(id);
 }
 
 absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
@@ -701,6 +877,9 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
   absl::MutexLock commit_lock(&commit_mu_);
   VAULT_ASSIGN_OR_RETURN(vault::v1::LinkPayload last,
                          capability::ParseLinkPayload(p.chain().links().rbegin()->payload()));
+  // A refused Commit ends the process its Offer started, if any (an adopted one is gone from
+  // prestarts_ by then).
+  absl::Cleanup end_prestart = [&] { EndPrestart({p.source_vault(), last.transfer_id()}); };
   VAULT_ASSIGN_OR_RETURN(std::optional<vault::v1::TransferRecord> seen,
                          LoadTransfer(last.transfer_id(), p.source_vault()));
   if (seen.has_value()) {
@@ -824,10 +1003,19 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
                                          })
                             .status());
   // Committed: from here on the answer is the receipt, whatever happens to the start.
-  auto live = std::make_shared<LiveAgent>(record.id(), record.principal());
+  // The process started at the Offer, if it was started for exactly this hop, is adopted.
+  std::shared_ptr<LiveAgent> live =
+      TakePrestart({p.source_vault(), last.transfer_id()}, PrestartKey(p, record.constraints()));
+  const bool prestarted = live != nullptr;
+  if (live == nullptr) live = std::make_shared<LiveAgent>(record.id(), record.principal());
   {
     absl::MutexLock agent_lock(&live->mu);
     live->record = std::move(record);
+    // (Before it is published: the watchdog must not see the held process's start time.)
+    live->started = absl::Now();
+    live->last_heartbeat = live->started;
+    // Its wall-time limit counts from now, as a process started now would.
+    if (prestarted) live->handle->RestartWallClock();
   }
   {
     absl::MutexLock lock(&mu_);
@@ -845,10 +1033,11 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
                     launched.ToString());
   } else {
     common::LogWith(spdlog::level::info, {.agent = live->id, .transfer = transfer},
-                    "agent {} arrived from {} (transfer {}; commit {:.1f} ms, start {:.1f} ms)",
+                    "agent {} arrived from {} (transfer {}; commit {:.1f} ms, start {:.1f} ms{})",
                     live->id, p.source_vault(), transfer,
                     absl::ToDoubleMilliseconds(committed - commit_start),
-                    absl::ToDoubleMilliseconds(started - committed));
+                    absl::ToDoubleMilliseconds(started - committed),
+                    prestarted ? ", its process started at the offer" : "");
     if (p.paused()) {
       absl::MutexLock agent_lock(&live->mu);
       if (live->handle != nullptr) {
@@ -865,6 +1054,10 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
 
 absl::StatusOr<vault::v1::TransferStatusResponse> AgentRuntime::Impl::TransferStatus(
     const std::string& transfer_id, bool abort_if_unknown, const std::string& caller) {
+  if (transfer_id.size() != 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a transfer id is 16 bytes, not ", transfer_id.size()));
+  }
   absl::MutexLock commit_lock(&commit_mu_);
   VAULT_ASSIGN_OR_RETURN(std::optional<vault::v1::TransferRecord> t,
                          LoadTransfer(transfer_id, caller));
@@ -886,9 +1079,10 @@ absl::StatusOr<vault::v1::TransferStatusResponse> AgentRuntime::Impl::TransferSt
     fence.set_unix_ms(absl::ToUnixMillis(absl::Now()));
     fence.set_source_vault(caller);
     rocksdb::WriteBatch batch;
-    batch.Put(deps_.db->Handle(kTransfers), storage::ToSlice(transfer_id),
+    batch.Put(deps_.db->Handle(kTransfers), storage::ToSlice(FenceKey(transfer_id, caller)),
               fence.SerializeAsString());
     VAULT_RETURN_IF_ERROR(deps_.db->Write(&batch));
+    EndPrestart({caller, transfer_id});
   }
   return out;
 }

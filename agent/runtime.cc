@@ -388,6 +388,7 @@ void AgentRuntime::Impl::Stop() {
     stopping_ = true;
     for (auto& [id, live] : agents_) live_agents.push_back(live);
   }
+  ExpirePrestarts(/*all=*/true);  // arrivals not committed: the source learns it from Status
   // Ask every running agent to checkpoint, then give them the configured time.
   absl::flat_hash_map<std::string, uint64_t> checkpoints_before;
   for (const auto& live : live_agents) {
@@ -587,14 +588,9 @@ absl::StatusOr<vault::v1::SpawnResponse> AgentRuntime::Impl::Spawn(
 absl::StatusOr<std::shared_ptr<LiveAgent>> AgentRuntime::Impl::CreateAndLaunch(
     AgentRecord record, const std::string* initial_state) {
   if (initial_state != nullptr) {
-    if (initial_state->size() > options_.config.max_frame_bytes() - 1024) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the initial state is ", initial_state->size(),
-                       " bytes; an agent reads its state in one frame (agents.max_frame_bytes ",
-                       options_.config.max_frame_bytes(), ")"));
-    }
+    // Any size the call carried (server.max_message_bytes): agents read states in pieces.
     cas::Digest d = cas::Digest::Of(*initial_state);
-    VAULT_RETURN_IF_ERROR(deps_.cas->Put(d, *initial_state).status());
+    VAULT_RETURN_IF_ERROR(PutObject(*deps_.cas, d, *initial_state).status());
     *record.mutable_state_digest() = FromDigest(d);
     record.set_has_state(true);
   }
@@ -650,6 +646,95 @@ absl::StatusOr<std::shared_ptr<LiveAgent>> AgentRuntime::Impl::CreateAndLaunch(
   return live;
 }
 
+// The process of `live`: its code folder, channel, output pipe and sandbox, started with the
+// limits of `constraints`. Its record is not read (an agent started at an Offer has none yet).
+absl::Status AgentRuntime::Impl::StartProcess(const std::shared_ptr<LiveAgent>& live,
+                                              const cas::Digest& code_digest,
+                                              const vault::v1::Constraints& constraints) {
+  VAULT_ASSIGN_OR_RETURN(CodeLayout code, AcquireCode(code_digest));
+  live->code_key = code_digest.sha256();
+  auto fail = [&](absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu) {
+    ReleaseCode(std::exchange(live->code_key, ""));
+    return s;
+  };
+  const bool python = code.python;
+  const std::string dir = code.dir;
+
+  int pair[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+    return fail(common::PosixError(errno, "socketpair"));
+  }
+  common::UniqueFd host_end(pair[0]), guest_end(pair[1]);
+  fcntl(host_end.get(), F_SETFL, fcntl(host_end.get(), F_GETFL) | O_NONBLOCK);
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return fail(common::PosixError(errno, "pipe2"));
+  common::UniqueFd out_read(out[0]), out_write(out[1]);
+  fcntl(out_read.get(), F_SETFL, fcntl(out_read.get(), F_GETFL) | O_NONBLOCK);
+
+  sandbox::SandboxSpec spec;
+  if (python) {
+    spec.program = "/usr/bin/python3";
+    spec.argv = {"python3", "/code/agent.py"};
+    spec.env = {absl::StrCat("PYTHONPATH=", python_sdk_dir_), "PYTHONDONTWRITEBYTECODE=1",
+                "PYTHONUNBUFFERED=1"};
+    spec.read_only_dirs = {python_sdk_dir_};
+  } else {
+    spec.program = "/code/agent";
+    spec.argv = {"agent"};
+  }
+  spec.env.push_back(absl::StrCat("VAULT_AGENT_ID=", live->id));
+  spec.env.push_back(absl::StrCat("VAULT_NAME=", options_.vault_name));
+  // The SDKs poll for an answer this long before they sleep (docs/host-calls.md, "Latency").
+  spec.env.push_back(
+      absl::StrCat(kAgentPollWindowEnv, "=", absl::ToInt64Microseconds(poll_window_)));
+  spec.code_dir = dir;
+  spec.channel_fd = guest_end.get();
+  spec.stdout_fd = out_write.get();
+  spec.stderr_fd = out_write.get();
+  spec.limits = LimitsFor(constraints, options_.config);
+  spec.name = live->id;
+  std::weak_ptr<LiveAgent> weak = live;
+  spec.on_exit = [this, weak](const sandbox::ExitInfo& exit) {
+    std::shared_ptr<LiveAgent> l = weak.lock();
+    if (l == nullptr) return;
+    l->exited.store(true);
+    if (!lifecycle_->Schedule([this, l, exit] { OnExit(l, exit); })) OnExit(l, exit);
+  };
+  live->exited.store(false);
+  live->welcomed = false;
+  live->out_partial.clear();
+  live->end_cause = EndCause::kNone;
+  live->end_reason.clear();
+  live->exit_requested = false;
+  live->exit_deadline = absl::InfiniteFuture();
+  live->checkpoint_requested = false;
+  live->channel_closed_at = absl::InfiniteFuture();
+  live->conn = std::make_shared<AgentConnection>(
+      std::move(host_end),
+      ConnectionOptions{.max_frame = options_.config.max_frame_bytes(),
+                        .max_queued_bytes = 4 * size_t{options_.config.max_frame_bytes()}});
+  live->out_fd = std::move(out_read);
+  live->started = absl::Now();
+  live->last_heartbeat = live->started;
+  live->running = true;  // before Spawn: on_exit may come at once
+  absl::StatusOr<std::unique_ptr<sandbox::SandboxHandle>> handle;
+  {
+    // No code file is open for writing while a sandbox is cloned (see AcquireCode).
+    absl::ReaderMutexLock exec_lock(&exec_mu_);
+    handle = deps_.sandbox->Spawn(spec);
+  }
+  guest_end.Reset();
+  out_write.Reset();
+  if (!handle.ok()) {
+    live->running = false;
+    live->conn.reset();
+    live->out_fd.Reset();
+    return fail(handle.status());
+  }
+  live->handle = *std::move(handle);
+  return absl::OkStatus();
+}
+
 absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live,
                                         std::optional<vault::v1::AuditEntry> entry,
                                         bool sync_started) {
@@ -687,86 +772,20 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live,
     return s;
   };
   r.set_incarnation(r.incarnation() + 1);
-  absl::StatusOr<cas::Digest> code_digest = ToDigest(r.spec().code_digest());
-  if (!code_digest.ok()) return fail(code_digest.status());
-  absl::StatusOr<CodeLayout> code = AcquireCode(*code_digest);
-  if (!code.ok()) return fail(code.status());
-  live->code_key = code_digest->sha256();
-  const bool python = code->python;
-  const std::string dir = code->dir;
-
-  int pair[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
-    return fail(common::PosixError(errno, "socketpair"));
+  // A held process (started at the Offer of this arrival: migrate.cc, Prestart) is adopted;
+  // should it have ended meanwhile, its exit is handled as this start's (unless it was handled
+  // already, while held: then a process is started).
+  if (!live->held || live->conn == nullptr) {
+    absl::StatusOr<cas::Digest> code_digest = ToDigest(r.spec().code_digest());
+    if (!code_digest.ok()) return fail(code_digest.status());
+    absl::Status started = StartProcess(live, *code_digest, r.constraints());
+    if (!started.ok()) return fail(started);
   }
-  common::UniqueFd host_end(pair[0]), guest_end(pair[1]);
-  fcntl(host_end.get(), F_SETFL, fcntl(host_end.get(), F_GETFL) | O_NONBLOCK);
-  int out[2];
-  if (pipe2(out, O_CLOEXEC) != 0) return fail(common::PosixError(errno, "pipe2"));
-  common::UniqueFd out_read(out[0]), out_write(out[1]);
-  fcntl(out_read.get(), F_SETFL, fcntl(out_read.get(), F_GETFL) | O_NONBLOCK);
-
-  sandbox::SandboxSpec spec;
-  if (python) {
-    spec.program = "/usr/bin/python3";
-    spec.argv = {"python3", "/code/agent.py"};
-    spec.env = {absl::StrCat("PYTHONPATH=", python_sdk_dir_), "PYTHONDONTWRITEBYTECODE=1",
-                "PYTHONUNBUFFERED=1"};
-    spec.read_only_dirs = {python_sdk_dir_};
-  } else {
-    spec.program = "/code/agent";
-    spec.argv = {"agent"};
-  }
-  spec.env.push_back(absl::StrCat("VAULT_AGENT_ID=", live->id));
-  spec.env.push_back(absl::StrCat("VAULT_NAME=", options_.vault_name));
-  // The SDKs poll for an answer this long before they sleep (docs/host-calls.md, "Latency").
-  spec.env.push_back(
-      absl::StrCat(kAgentPollWindowEnv, "=", absl::ToInt64Microseconds(poll_window_)));
-  spec.code_dir = dir;
-  spec.channel_fd = guest_end.get();
-  spec.stdout_fd = out_write.get();
-  spec.stderr_fd = out_write.get();
-  spec.limits = LimitsFor(r.constraints(), options_.config);
-  spec.name = live->id;
-  std::weak_ptr<LiveAgent> weak = live;
-  spec.on_exit = [this, weak](const sandbox::ExitInfo& exit) {
-    std::shared_ptr<LiveAgent> l = weak.lock();
-    if (l == nullptr) return;
-    if (!lifecycle_->Schedule([this, l, exit] { OnExit(l, exit); })) OnExit(l, exit);
-  };
-  live->welcomed = false;
-  live->out_partial.clear();
-  live->end_cause = EndCause::kNone;
-  live->end_reason.clear();
-  live->exit_requested = false;
-  live->exit_deadline = absl::InfiniteFuture();
-  live->checkpoint_requested = false;
-  live->channel_closed_at = absl::InfiniteFuture();
-  live->conn = std::make_shared<AgentConnection>(
-      std::move(host_end),
-      ConnectionOptions{.max_frame = options_.config.max_frame_bytes(),
-                        .max_queued_bytes = 4 * size_t{options_.config.max_frame_bytes()}});
+  live->held = false;
   live->authority = std::make_unique<capability::AgentAuthority>(
       std::vector<vault::v1::Grant>(r.grants().begin(), r.grants().end()));
-  live->out_fd = std::move(out_read);
-  live->running = true;  // before Spawn: on_exit may come at once
   live->started = absl::Now();
   live->last_heartbeat = live->started;
-  absl::StatusOr<std::unique_ptr<sandbox::SandboxHandle>> handle;
-  {
-    // No code file is open for writing while a sandbox is cloned (see AcquireCode).
-    absl::ReaderMutexLock exec_lock(&exec_mu_);
-    handle = deps_.sandbox->Spawn(spec);
-  }
-  guest_end.Reset();
-  out_write.Reset();
-  if (!handle.ok()) {
-    live->running = false;
-    live->conn.reset();
-    live->out_fd.Reset();
-    return fail(handle.status());
-  }
-  live->handle = *std::move(handle);
   live->conn_token = Register(live, live->conn->fd(), /*output=*/false);
   live->out_token = Register(live, live->out_fd.get(), /*output=*/true);
   if (r.state() == vault::v1::SPAWNED || r.state() == vault::v1::AGENT_STATE_UNSPECIFIED) {
@@ -968,14 +987,34 @@ void AgentRuntime::Impl::OnExit(const std::shared_ptr<LiveAgent>& live,
   }
   Unregister(conn_token);
   Unregister(out_token);
-  OnOutput(live);  // what it printed last
+  bool held;
+  {
+    absl::MutexLock lock(&live->mu);
+    held = live->held;
+  }
+  // What it printed last (not for a held process: no agent of that id runs here).
+  if (!held) OnOutput(live);
   if (conn != nullptr) conn->Close();
   absl::MutexLock lock(&live->mu);
+  // Adopted (Launch) between the two sections: its registrations are this exit's too.
+  if (live->conn_token != conn_token) Unregister(live->conn_token);
+  if (live->out_token != out_token) Unregister(live->out_token);
+  live->conn_token = 0;
+  live->out_token = 0;
+  if (live->held) {
+    // Started at an Offer and never adopted: nothing to record here.
+    live->running = false;
+    live->conn.reset();
+    live->out_fd.Reset();
+    if (!live->code_key.empty()) ReleaseCode(std::exchange(live->code_key, ""));
+    return;
+  }
   live->running = false;
   live->conn.reset();
   live->out_fd.Reset();
   live->pending_receive.reset();
   live->mailbox.clear();
+  DropUploads(*live);  // its streaming CAS puts (host_calls.cc)
   AgentRecord& r = live->record;
   r.set_cpu_ms(r.cpu_ms() +
                static_cast<uint64_t>(absl::ToInt64Milliseconds(exit.final_usage.cpu_time)));
@@ -1249,6 +1288,7 @@ void AgentRuntime::Impl::WatchdogLoop() {
   while (!quit_.load()) {
     absl::SleepFor(kTick);
     ++tick;
+    ExpirePrestarts(/*all=*/false);
     std::vector<std::shared_ptr<LiveAgent>> agents;
     {
       absl::MutexLock lock(&mu_);

@@ -12,11 +12,13 @@
 // MIGRATION_BENCH_VAULTCTL, MIGRATION_BENCH_VAULTD and MIGRATION_BENCH_GUEST name other binaries
 // than the ones built with it (to compare two builds on the same machine, at the same load).
 //
-// A state is capped twice: by agents.max_frame_bytes (get-state returns it in one frame; at most
-// 16 MiB by config validation; the vaults here run with 16 MiB frames and 40 MiB messages) and,
-// lower, by the CAS: a state is stored with a one-shot Put, which takes objects below the
-// chunking threshold (4 MiB). The largest size is therefore 4 MiB - 1 KiB; the 64 MiB
-// state does not fit the host-call protocol.
+// States of any size (default 1 KiB, 1 MiB and 64 MiB): the agent (migration_bench_guest) is
+// spawned with a small seed as its state, makes its real state of the size asked from it and
+// checkpoints it through the SDK, in pieces when it is larger than a frame (the cas_upload_* host
+// calls, then a checkpoint by digest; the vaults here run with 16 MiB frames and 40 MiB
+// messages). The bench waits for that checkpoint before it times the hop, and after the hop for
+// the agent on b to have read its whole state back (in pieces): neither is timed, and neither
+// overlaps the next run. The principals' storage quota is lifted (every run puts a fresh state).
 //
 // "Runs on b" is what vaultctl's return means: b committed the hop (one durable RocksDB write)
 // and started the agent's sandbox before it answered (see docs/migration.md).
@@ -32,12 +34,15 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "bench/bench_result.h"
 #include "bench/bench_util.h"
 
@@ -46,7 +51,7 @@ namespace {
 
 struct Flags {
   int runs = 20;
-  std::vector<uint64_t> sizes = {1024, 1 << 20, (4 << 20) - 1024};
+  std::vector<uint64_t> sizes = {1024, 1 << 20, 64 << 20};
   std::string dir;
   bool keep = false;
 };
@@ -59,6 +64,21 @@ std::string RandomBytes(uint64_t n, std::mt19937_64& rng) {
 
 constexpr double kTargetP50Ms = 20;  // at kTargetSize
 constexpr uint64_t kTargetSize = 1 << 20;
+constexpr uint64_t kMaxSize = uint64_t{1} << 30;
+
+// Polls `vaultctl agent logs ID` on `socket` until a line ends with `line` (Die after 120 s).
+void WaitLog(const std::string& ctl, const std::string& socket, const std::string& id,
+             const std::string& line) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  for (;;) {
+    RunResult logs = Run({ctl, "--vault", socket, "agent", "logs", id});
+    for (absl::string_view l : absl::StrSplit(logs.out, '\n')) {
+      if (absl::EndsWith(absl::StripTrailingAsciiWhitespace(l), line)) return;
+    }
+    if (absl::Now() > deadline) Die("agent " + id + " never logged \"" + line + "\": " + logs.out);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
 
 bool OnPath(const std::string& name) {
   const char* path = std::getenv("PATH");
@@ -85,8 +105,8 @@ int Main(int argc, char** argv) {
       f.sizes.clear();
       for (absl::string_view s : absl::StrSplit(a, ',')) {
         uint64_t n;
-        if (!absl::SimpleAtoi(s, &n) || n == 0 || n >= (4 << 20)) {
-          Die("--sizes: byte counts from 1 to 4 MiB - 1");
+        if (!absl::SimpleAtoi(s, &n) || n == 0 || n > kMaxSize) {
+          Die("--sizes: byte counts from 1 to 1 GiB");
         }
         f.sizes.push_back(n);
       }
@@ -120,7 +140,10 @@ int Main(int argc, char** argv) {
     fed.Create({"a", "b"});
     for (const char* name : {"a", "b"}) {
       fed.EditConfig(name, [](std::string& c) {
-        absl::StrReplaceAll({{"agents {\n", "agents {\n  max_frame_bytes: 16777216\n"}}, &c);
+        absl::StrReplaceAll({{"agents {\n",
+                              "agents {\n  max_frame_bytes: 16777216\n"
+                              "  default_max_storage_bytes: 1099511627776\n"}},
+                            &c);
         c += "server {\n  max_message_bytes: 41943040\n}\n";
       });
     }
@@ -130,7 +153,8 @@ int Main(int argc, char** argv) {
              "full"});
     const std::string spec = root + "/mover.scm";
     WriteAll(spec,
-             "(agent\n  (purpose \"migration_bench\")\n  (capabilities (migrate (vaults a b)))\n"
+             "(agent\n  (purpose \"migration_bench\")\n"
+             "  (capabilities (cas-write) (migrate (vaults a b)))\n"
              "  (constraints (max-runtime 3600)))\n");
     std::mt19937_64 rng(42);
     std::printf("migration_bench: %d runs per size, vaults a -> b (mTLS on loopback)%s\n", f.runs,
@@ -141,14 +165,17 @@ int Main(int argc, char** argv) {
       std::vector<double> hop, put, rsync, status;
       for (int run = 0; run < f.runs; ++run) {
         const std::string state = root + "/state";
-        WriteAll(state, RandomBytes(size, rng));
+        // The guest makes its state from this seed (fresh each run) and checkpoints it.
+        WriteAll(state, absl::StrCat("migration_bench size=", size, " seed=", rng()));
         RunResult spawned = MustRun({ctl, "--vault", fed.Socket("a"), "agent", "spawn", spec,
                                      "--code", guest, "--state", state, "--as", fed.AdminKey("a")});
         const std::string id(absl::StripAsciiWhitespace(spawned.out));
+        WaitLog(ctl, fed.Socket("a"), id, absl::StrCat("checkpointed ", size));
         RunResult moved = MustRun({ctl, "--vault", fed.Socket("a"), "-o", "json", "migrate", id,
                                    "--to", "b", "--checkpoint-wait", "1"});
         if (JsonField(moved.out, "to_vault") != "b") Die("migrate: " + moved.out);
         hop.push_back(moved.seconds * 1e3);
+        WaitLog(ctl, fed.Socket("b"), id, absl::StrCat("arrived ", size));
         MustRun(
             {ctl, "--vault", fed.Socket("b"), "agent", "terminate", id, "--as", fed.AdminKey("b")});
         // Baselines: fresh bytes of the same size each time.

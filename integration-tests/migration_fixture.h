@@ -522,6 +522,42 @@ class MigrationTest : public VaultTest {
     return p;
   }
 
+  // The package of a hop of `r` (an agent on `from` that never hopped) to `to` with
+  // `transfer_id`, its MIGRATE link signed with `from`'s vault key as `from` would make it: a
+  // genuine hop that `from` never started.
+  vault::v1::MigrationPackage ForgedHop(const vault::v1::AgentRecord& r, const std::string& from,
+                                        const std::string& to, const std::string& transfer_id) {
+    absl::StatusOr<capability::PrivateKey> key =
+        capability::PrivateKey::LoadFile(V(from).dir + "/vault.key");
+    EXPECT_TRUE(key.ok()) << key.status();
+    absl::StatusOr<vault::v1::LinkPayload> spawn =
+        capability::ParseLinkPayload(r.chain().links().rbegin()->payload());
+    EXPECT_TRUE(spawn.ok());
+    if (!key.ok() || !spawn.ok()) return {};
+    vault::v1::LinkPayload hop;
+    hop.set_version(capability::kLinkVersion);
+    hop.set_kind(vault::v1::LinkPayload::MIGRATE);
+    hop.set_parent(capability::LinkHash(*r.chain().links().rbegin()));
+    hop.set_issuer(key->public_key().raw());
+    hop.set_audience(absl::HexStringToBytes(absl::StripPrefix(V(to).public_key, "ed25519:")));
+    hop.set_agent_id(r.id());
+    *hop.mutable_code() = spawn->code();
+    *hop.mutable_grants() = r.grants();
+    *hop.mutable_constraints() = r.constraints();
+    hop.set_not_before_unix_ms(absl::ToUnixMillis(absl::Now()));
+    hop.set_not_after_unix_ms(spawn->not_after_unix_ms());
+    hop.set_hop(1);
+    hop.set_transfer_id(transfer_id);
+    *hop.mutable_state() = r.state_digest();
+    absl::StatusOr<vault::v1::SignedLink> link = capability::SignLink(hop, *key);
+    EXPECT_TRUE(link.ok()) << link.status();
+    vault::v1::AgentRecord migrating = r;
+    *migrating.mutable_migration()->mutable_chain() = r.chain();
+    if (link.ok()) *migrating.mutable_migration()->mutable_chain()->add_links() = *link;
+    *migrating.mutable_migration()->mutable_state() = r.state_digest();
+    return PackageOf(migrating, from);
+  }
+
   absl::Status Commit(vault::v1::Migration::Stub* stub, const vault::v1::MigrationPackage& p,
                       vault::v1::SignedReceipt* receipt = nullptr) {
     grpc::ClientContext ctx;

@@ -408,6 +408,19 @@ TEST_F(MigrationTest, DestinationRefusesReplaysAndFencedTransfers) {
   st = Status(as_a.get(), unknown, /*abort_if_unknown=*/false);
   ASSERT_TRUE(st.ok()) << st.status();
   EXPECT_EQ(st->outcome(), vault::v1::TransferStatusResponse::ABORTED);
+  // Another member's fences are its own: c does not see a's, and its own (set with the same id)
+  // does not replace a's, which would let a's Commit land after a resumed the agent.
+  st = Status(as_c.get(), unknown, /*abort_if_unknown=*/false);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->outcome(), vault::v1::TransferStatusResponse::UNKNOWN);
+  st = Status(as_c.get(), unknown, /*abort_if_unknown=*/true);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->outcome(), vault::v1::TransferStatusResponse::UNKNOWN);
+  st = Status(as_c.get(), unknown, /*abort_if_unknown=*/false);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->outcome(), vault::v1::TransferStatusResponse::ABORTED);
+  st = Status(as_a.get(), std::string(15, '\x5a'), /*abort_if_unknown=*/true);
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kInvalidArgument) << st.status();
 
   // A genuine package with that transfer id (a second agent on a, a MIGRATE link signed with a's
   // vault key, as a would make it) is refused; with a fresh transfer id b would take it.
@@ -415,36 +428,8 @@ TEST_F(MigrationTest, DestinationRefusesReplaysAndFencedTransfers) {
   ASSERT_FALSE(other.empty());
   absl::StatusOr<AgentStatus> o = Get("a", other);
   ASSERT_TRUE(o.ok());
-  absl::StatusOr<capability::PrivateKey> a_key =
-      capability::PrivateKey::LoadFile(V("a").dir + "/vault.key");
-  ASSERT_TRUE(a_key.ok()) << a_key.status();
   auto package_for = [&](const std::string& transfer_id) {
-    const vault::v1::AgentRecord& r = o->record();
-    absl::StatusOr<vault::v1::LinkPayload> spawn =
-        capability::ParseLinkPayload(r.chain().links().rbegin()->payload());
-    EXPECT_TRUE(spawn.ok());
-    vault::v1::LinkPayload hop;
-    hop.set_version(capability::kLinkVersion);
-    hop.set_kind(vault::v1::LinkPayload::MIGRATE);
-    hop.set_parent(capability::LinkHash(*r.chain().links().rbegin()));
-    hop.set_issuer(a_key->public_key().raw());
-    hop.set_audience(absl::HexStringToBytes(absl::StripPrefix(V("b").public_key, "ed25519:")));
-    hop.set_agent_id(r.id());
-    *hop.mutable_code() = spawn->code();
-    *hop.mutable_grants() = r.grants();
-    *hop.mutable_constraints() = r.constraints();
-    hop.set_not_before_unix_ms(absl::ToUnixMillis(absl::Now()));
-    hop.set_not_after_unix_ms(spawn->not_after_unix_ms());
-    hop.set_hop(1);
-    hop.set_transfer_id(transfer_id);
-    *hop.mutable_state() = r.state_digest();
-    absl::StatusOr<vault::v1::SignedLink> link = capability::SignLink(hop, *a_key);
-    EXPECT_TRUE(link.ok()) << link.status();
-    vault::v1::AgentRecord migrating = r;
-    *migrating.mutable_migration()->mutable_chain() = r.chain();
-    *migrating.mutable_migration()->mutable_chain()->add_links() = *link;
-    *migrating.mutable_migration()->mutable_state() = r.state_digest();
-    return PackageOf(migrating, "a");
+    return ForgedHop(o->record(), "a", "b", transfer_id);
   };
   absl::Status fenced = Commit(as_a.get(), package_for(unknown));
   EXPECT_EQ(fenced.code(), absl::StatusCode::kAlreadyExists) << fenced;
@@ -458,6 +443,94 @@ TEST_F(MigrationTest, DestinationRefusesReplaysAndFencedTransfers) {
   EXPECT_EQ(DigestText((*offered)[0]), DigestText(o->record().spec().code_digest()));
   EXPECT_EQ(Get("b", other).status().code(), absl::StatusCode::kNotFound);
   ExpectRunsOnlyOn(other, "a");
+}
+
+// An arriving agent's sandbox starts when its Offer is accepted and the code is already there;
+// it gets no Welcome (so no host call, no state, no authority) until the Commit adopts it. An
+// Offer that is never committed leaves nothing running: the fence ends the process, and a member
+// offering many agents holds at most 8 processes.
+TEST_F(MigrationTest, AnOfferNeverCommittedLeavesNoProcess) {
+  ASSERT_NO_FATAL_FAILURE(TrustOwnerEverywhere());
+  // b gets the code of "twin" with a first agent's hop; a second agent runs the same code.
+  std::string first = SpawnCounter("twin", /*max=*/3);
+  ASSERT_FALSE(first.empty());
+  ExpectHop(first, "a", "b", 1, Ctl("a", {"-o", "json", "migrate", first, "--to", "b"}));
+  // (ended, so that b's counter file only grows if the held process gets to run)
+  RunResult ended = Ctl("b", {"agent", "terminate", first, "--as", owner_key_});
+  ASSERT_EQ(ended.exit_code, kExitOk) << ended;
+  std::string id = SpawnCounter("twin", /*max=*/3);
+  ASSERT_FALSE(id.empty());
+  absl::StatusOr<AgentStatus> on_a = Get("a", id);
+  ASSERT_TRUE(on_a.ok()) << on_a.status();
+  const size_t b_lines = CounterLines("b").size();
+
+  auto as_a = vault::v1::Migration::NewStub(MemberChannel("a", "b"));
+  const std::string transfer(16, '\x71');
+  const vault::v1::MigrationPackage package = ForgedHop(on_a->record(), "a", "b", transfer);
+  absl::StatusOr<std::vector<vault::v1::Digest>> offered = Offer(as_a.get(), package);
+  ASSERT_TRUE(offered.ok()) << offered.status();
+  for (const vault::v1::Digest& d : *offered) {  // b has the code (the state, maybe not)
+    EXPECT_NE(DigestText(d), DigestText(on_a->record().spec().code_digest()));
+  }
+  // Its process is up on b (beside the original on a), held: b has no record of the agent and
+  // the agent has done nothing there.
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (Processes(id).count("b") == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(Processes(id).count("b"), 1u) << Describe(Processes(id));
+  absl::SleepFor(absl::Seconds(1));  // time for a counter line, were it welcomed
+  EXPECT_EQ(Get("b", id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(CounterLines("b").size(), b_lines);
+  EXPECT_TRUE(Audit("b", "agent.migrate.in", id, 0, absl::Milliseconds(1)).empty());
+
+  // a never commits; its Status fences the transfer, which ends the held process.
+  absl::StatusOr<vault::v1::TransferStatusResponse> st = Status(as_a.get(), transfer, true);
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->outcome(), vault::v1::TransferStatusResponse::UNKNOWN);
+  ExpectRunsOnlyOn(id, "a");
+  absl::Status fenced = Commit(as_a.get(), package);
+  EXPECT_EQ(fenced.code(), absl::StatusCode::kAlreadyExists) << fenced;
+
+  // Twelve Offers of the same agent under fresh transfer ids: at most 4 held processes for one
+  // member's Offers.
+  std::vector<std::string> transfers;
+  for (int i = 0; i < 12; ++i) {
+    transfers.push_back(std::string(15, '\x72') + static_cast<char>('a' + i));
+    absl::StatusOr<std::vector<vault::v1::Digest>> o =
+        Offer(as_a.get(), ForgedHop(on_a->record(), "a", "b", transfers.back()));
+    ASSERT_TRUE(o.ok()) << o.status();
+  }
+  // One sandbox per held process: count the processes whose parent is not one of them.
+  auto sandboxes_on_b = [&] {
+    std::map<std::string, std::set<pid_t>> procs = Processes(id);
+    size_t n = 0;
+    for (pid_t pid : procs["b"]) n += procs["b"].count(ProcStat(pid).first) == 0 ? 1 : 0;
+    return n;
+  };
+  deadline = absl::Now() + absl::Seconds(10);
+  while (sandboxes_on_b() < 4 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  absl::SleepFor(absl::Milliseconds(500));  // a fifth would be up by now
+  const size_t agents = sandboxes_on_b();
+  EXPECT_EQ(agents, 4u) << Describe(Processes(id));
+  for (const std::string& t : transfers) {
+    absl::StatusOr<vault::v1::TransferStatusResponse> s = Status(as_a.get(), t, true);
+    ASSERT_TRUE(s.ok()) << s.status();
+  }
+  ExpectRunsOnlyOn(id, "a");
+  // The agent itself never noticed: still running on a, and it still moves; b adopts the
+  // process that its real Offer started.
+  ExpectHop(id, "a", "b", 1, Ctl("a", {"-o", "json", "migrate", id, "--to", "b"}));
+  ExpectRunsOnlyOn(id, "b");
+  const std::string log = ReadFile(members_["b"].vaultd->log_path()).value_or("");
+  std::vector<std::string> arrivals;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (absl::StrContains(line, absl::StrCat("agent ", id, " arrived from a"))) {
+      arrivals.emplace_back(line);
+    }
+  }
+  ASSERT_EQ(arrivals.size(), 1u) << log;
+  EXPECT_THAT(arrivals[0], HasSubstr(", its process started at the offer)"));
 }
 
 // ---------------------------------------------------------------------------------------------

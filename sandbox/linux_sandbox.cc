@@ -326,6 +326,13 @@ class LinuxSandboxHandle : public SandboxHandle {
     return absl::OkStatus();
   }
 
+  void RestartWallClock() override {
+    absl::MutexLock lock(&state_->mu);
+    if (state_->done) return;
+    state_->deadline = absl::Now() + state_->limits.wall_time;
+    if (state_->paused) state_->paused_at = absl::Now();
+  }
+
   absl::Status Kill() override {
     {
       absl::MutexLock lock(&state_->mu);

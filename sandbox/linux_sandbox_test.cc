@@ -328,6 +328,30 @@ TEST(LinuxSandbox, WallTimeLimitKills) {
   EXPECT_LT(exit.wall_time, absl::Seconds(5));
 }
 
+// A process started ahead of its use (an arriving agent's, at its Offer) is charged from the
+// moment it is adopted: RestartWallClock gives it its whole wall time again from then on.
+TEST(LinuxSandbox, RestartWallClockCountsTheLimitFromThen) {
+  REQUIRE_SANDBOX();
+  SandboxSpec spec = Shell("sleep 30");
+  spec.limits.wall_time = absl::Milliseconds(800);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<SandboxHandle>> handle = Shared()->Spawn(spec);
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  absl::SleepFor(absl::Milliseconds(600));
+  (*handle)->RestartWallClock();
+  const absl::Time restarted = absl::Now();
+  // Past the first deadline (start + 800 ms), it still runs...
+  EXPECT_EQ((*handle)->Wait(absl::Milliseconds(500)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  // ... and ends at the second (restarted + 800 ms), by the wall-time limit.
+  absl::StatusOr<ExitInfo> exit = (*handle)->Wait(absl::Seconds(5));
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  EXPECT_EQ(exit->limit, LimitHit::kWallTime);
+  EXPECT_GE(absl::Now() - restarted, absl::Milliseconds(800));
+  EXPECT_GE(exit->wall_time, absl::Milliseconds(1400));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(6));
+}
+
 TEST(LinuxSandbox, CpuTimeLimitKills) {
   REQUIRE_SANDBOX();
   SandboxSpec spec = Shell("while :; do :; done");

@@ -121,6 +121,9 @@ class SandboxHandle {
   // freezer fence is missing or the sandbox has ended.
   virtual absl::Status Pause() = 0;
   virtual absl::Status Resume() = 0;
+  // The wall-time limit counts from now on (a process started ahead of its use, such as an
+  // arriving agent's, started at its Offer, is charged from the moment it is adopted).
+  virtual void RestartWallClock() = 0;
   // Kills every process of the sandbox. Idempotent; OK when it has already ended.
   virtual absl::Status Kill() = 0;
   // Waits up to `timeout` for the sandbox to end. DeadlineExceeded when it still runs.

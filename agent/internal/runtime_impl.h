@@ -47,6 +47,9 @@ enum class EndCause {
   kDeparted,    // it migrated: the record is DEPARTED already
 };
 
+// An agent's streaming CAS put (cas_upload_*), defined in host_calls.cc.
+struct HostUpload;
+
 struct LiveAgent {
   LiveAgent(std::string id_, std::string principal_)
       : id(std::move(id_)), principal(std::move(principal_)) {}
@@ -83,6 +86,13 @@ struct LiveAgent {
   absl::Time channel_closed_at ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();
   bool flagged ABSL_GUARDED_BY(mu) = false;
   std::string code_key ABSL_GUARDED_BY(mu);  // its code folder's key in code_ (sha256)
+  // Its open streaming CAS puts (cas_upload_*) by id; dropped when its process ends.
+  absl::flat_hash_map<uint64_t, std::shared_ptr<HostUpload>> uploads ABSL_GUARDED_BY(mu);
+  uint64_t next_upload_id ABSL_GUARDED_BY(mu) = 1;
+  // Started at an Offer and not yet adopted by its Commit (Prestart): no record, no Welcome.
+  bool held ABSL_GUARDED_BY(mu) = false;
+  // Set by the sandbox's exit callback, before the exit is handled (OnExit).
+  std::atomic<bool> exited{false};
 
   // The channel: set by Launch, read by the reactor; `conn` outlives the process until the
   // exit is handled.
@@ -118,7 +128,13 @@ class AgentRuntime::Impl {
   // Records a new agent (already authorized) and starts it. `parent` is "" for an operator.
   absl::StatusOr<std::shared_ptr<LiveAgent>> CreateAndLaunch(vault::v1::AgentRecord record,
                                                              const std::string* initial_state);
-  // Starts a process for `live` (its record says what to run). On failure the record is FAILED.
+  // Starts `live`'s process (code folder, channel, output pipe, sandbox) with the limits of
+  // `constraints`, without reading its record. On failure nothing is left behind.
+  absl::Status StartProcess(const std::shared_ptr<LiveAgent>& live, const cas::Digest& code_digest,
+                            const vault::v1::Constraints& constraints)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu);
+  // Starts a process for `live` (its record says what to run), or adopts the one held for it
+  // (`live->held`: started at the Offer). On failure the record is FAILED.
   // `entry`: an audit entry written in the same durable write as the record's new state (the
   // spawn's; on failure it gets an "error" detail). `sync_started`: false when the record's
   // previous state is durable and starts it again anyway after a crash (an arrival: its commit
@@ -176,6 +192,13 @@ class AgentRuntime::Impl {
   void ExpireReceive(const std::shared_ptr<LiveAgent>& live);
   void Audit(vault::v1::AuditEntry entry, bool durable);
   void AuditLoop();
+  // Drops the agent's open uploads (cas_upload_*) and gives back the storage they reserved
+  // (OnExit: the process ended).
+  void DropUploads(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
+  // May the agent read (and so name as its state) the object whose SHA-256 is `sha256`: its own
+  // code or state, what it put or was shared with it, or a read grant covering the hash.
+  bool MayReadLocked(const LiveAgent& live, const std::string& sha256)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
 
   const RuntimeOptions options_;
   const RuntimeDeps deps_;
@@ -188,9 +211,12 @@ class AgentRuntime::Impl {
   // ---- migrate.cc: migration (design §7) ----
   std::optional<capability::PublicKey> MemberKey(absl::string_view name) const;
   // Source: checks, freezes, appends the MIGRATE link, persists MIGRATING, then transfers.
+  // `state_digest`: the handed-over state is this object, already in the CAS (then `state` is
+  // nullopt).
   absl::StatusOr<vault::v1::MigrateAgentResponse> MigrateOut(
       const std::shared_ptr<LiveAgent>& live, const std::string& to_vault,
-      const std::optional<std::string>& state, const std::string& requested_by);
+      const std::optional<std::string>& state, const std::string& requested_by,
+      const std::optional<cas::Digest>& state_digest = std::nullopt);
   vault::v1::MigrationPackage PackageOf(const vault::v1::AgentRecord& record) const;
   // Audits a hop refused by this vault's own checks (agent.migrate.refused); returns `why`.
   absl::Status RefusedAtSource(const std::string& id, const std::string& to,
@@ -212,8 +238,10 @@ class AgentRuntime::Impl {
       std::future<absl::Status>* sent_ahead = nullptr, HopTimes* times = nullptr);
   void ScheduleResolve(const std::shared_ptr<LiveAgent>& live);
   // The migrate host call, on migrations_: answers call `call_id` when the hop fails.
+  // `state_digest`: the state named by digest (MigrateRequest.state_digest), checked already.
   void MigrateForAgent(const std::shared_ptr<LiveAgent>& live, uint64_t call_id,
-                       const std::string& to, const std::string& state);
+                       const std::string& to, const std::string& state,
+                       const std::optional<cas::Digest>& state_digest = std::nullopt);
   std::unique_ptr<common::Executor> migrations_;  // agents' own hops
   absl::StatusOr<vault::v1::MigrateAgentResponse> MigrateOperator(
       const vault::v1::MigrateAgentRequest& request);
@@ -235,6 +263,35 @@ class AgentRuntime::Impl {
                                                                    const std::string& caller);
   MigrationTransport* transport_ = nullptr;
   absl::Mutex commit_mu_;
+  // An arriving agent's process, started when its Offer is accepted and the code is here, so
+  // that the sandbox's start (a cgroup attach and an unmount, each of which can wait for an RCU
+  // grace period, ~10-20 ms on an idle machine) overlaps the transfer of its objects. The
+  // process gets no Welcome, hence no host call, no state and no authority, until the Commit
+  // adopts it (Launch); it is ended when the Commit does not come, comes for another hop, or is
+  // refused. Keyed by (source member, transfer id): a member can neither take nor end another's.
+  using PrestartId = std::pair<std::string, std::string>;
+  struct Prestart {
+    std::shared_ptr<LiveAgent> live;  // held
+    std::string key;                  // PrestartKey: what it was started for
+    absl::Time expires;
+    bool ready = false;  // its process is up
+  };
+  static constexpr size_t kMaxPrestarts = 8;
+  static constexpr size_t kMaxPrestartsPerMember = 4;
+  static constexpr absl::Duration kPrestartTtl = absl::Seconds(60);
+  absl::flat_hash_map<PrestartId, Prestart> prestarts_ ABSL_GUARDED_BY(mu_);
+  // Starts the process for an accepted Offer (best effort: the Commit starts one otherwise).
+  void PrestartArrival(const vault::v1::MigrationPackage& p, const capability::VerifiedChain& v);
+  // The held process for `id` when it was started for `key` and still runs (waiting a moment
+  // for a start under way); nullptr otherwise (any held process for `id` is then ended).
+  std::shared_ptr<LiveAgent> TakePrestart(const PrestartId& id, const std::string& key);
+  // Ends the process held for `id`, if any (a fence, an expiry, the vault's stop).
+  void EndPrestart(const PrestartId& id);
+  // Ends held processes past their time (all of them with `all`).
+  void ExpirePrestarts(bool all);
+  // Ends a held process on the lifecycle executor (a kill waits for the reap).
+  void EndHeldLater(std::shared_ptr<LiveAgent> live);
+  absl::CondVar prestart_cv_;  // with mu_: a start at an Offer finished
   // Why `record`'s chain is cut by a stored revocation ("" when it is not).
   std::string RevokedBecause(const vault::v1::AgentRecord& record);
   // `from_member`: the member that gossiped it ("" when given here); a new one is passed on to
@@ -339,6 +396,10 @@ std::string DigestText(const vault::v1::Digest& d);
 absl::StatusOr<cas::Digest> ToDigest(const vault::v1::Digest& d);
 vault::v1::Digest FromDigest(const cas::Digest& d);
 std::string RandomBytes(size_t n);
+// Stores `data` as `digest`: one Put below the CAS's chunking threshold, a streaming upload
+// above it (a state or object of up to a frame may be larger than the threshold).
+absl::StatusOr<cas::PutOutcome> PutObject(cas::Store& store, const cas::Digest& digest,
+                                          absl::string_view data);
 absl::Status ValidateAgentId(const std::string& id);
 std::string TransferStatusOutcomeName(vault::v1::TransferStatusResponse::Outcome o);
 storage::ColumnFamilySpec LocationColumnFamily();

@@ -226,6 +226,109 @@ bool IsLowerHex(absl::string_view s) {
 
 }  // namespace
 
+namespace {
+
+// SHA-256 (FIPS 180-4), so that the SDK needs no crypto library: an object put in pieces is
+// named by its digest before its first byte is sent.
+class Sha256 {
+ public:
+  void Update(absl::string_view data) {
+    total_ += data.size();
+    if (buffered_ > 0) {
+      size_t take = std::min(data.size(), sizeof block_ - buffered_);
+      std::memcpy(block_ + buffered_, data.data(), take);
+      buffered_ += take;
+      data.remove_prefix(take);
+      if (buffered_ < sizeof block_) return;
+      Compress(block_);
+      buffered_ = 0;
+    }
+    while (data.size() >= sizeof block_) {
+      Compress(reinterpret_cast<const unsigned char*>(data.data()));
+      data.remove_prefix(sizeof block_);
+    }
+    std::memcpy(block_, data.data(), data.size());
+    buffered_ = data.size();
+  }
+  std::string Finish() {
+    const uint64_t bits = total_ * 8;
+    unsigned char pad[72] = {0x80};
+    size_t pad_len = (buffered_ < 56 ? 56 : 120) - buffered_;
+    for (int i = 0; i < 8; ++i) pad[pad_len + i] = static_cast<unsigned char>(bits >> (56 - 8 * i));
+    Update(absl::string_view(reinterpret_cast<const char*>(pad), pad_len + 8));
+    std::string out(32, '\0');
+    for (int i = 0; i < 8; ++i) {
+      for (int j = 0; j < 4; ++j) out[4 * i + j] = static_cast<char>(h_[i] >> (24 - 8 * j));
+    }
+    return out;
+  }
+
+ private:
+  static uint32_t Rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+  void Compress(const unsigned char* p) {
+    static constexpr uint32_t k[64] = {
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+        0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+        0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+        0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+        0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+        0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+        0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+        0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+        0xc67178f2};
+    uint32_t w[64];
+    for (int i = 0; i < 16; ++i) {
+      w[i] = (uint32_t{p[4 * i]} << 24) | (uint32_t{p[4 * i + 1]} << 16) |
+             (uint32_t{p[4 * i + 2]} << 8) | uint32_t{p[4 * i + 3]};
+    }
+    for (int i = 16; i < 64; ++i) {
+      uint32_t s0 = Rotr(w[i - 15], 7) ^ Rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+      uint32_t s1 = Rotr(w[i - 2], 17) ^ Rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
+    for (int i = 0; i < 64; ++i) {
+      uint32_t t1 =
+          h + (Rotr(e, 6) ^ Rotr(e, 11) ^ Rotr(e, 25)) + ((e & f) ^ (~e & g)) + k[i] + w[i];
+      uint32_t t2 = (Rotr(a, 2) ^ Rotr(a, 13) ^ Rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+      h = g;
+      g = f;
+      f = e;
+      e = d + t1;
+      d = c;
+      c = b;
+      b = a;
+      a = t1 + t2;
+    }
+    h_[0] += a;
+    h_[1] += b;
+    h_[2] += c;
+    h_[3] += d;
+    h_[4] += e;
+    h_[5] += f;
+    h_[6] += g;
+    h_[7] += h;
+  }
+
+  uint32_t h_[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  unsigned char block_[64];
+  size_t buffered_ = 0;
+  uint64_t total_ = 0;
+};
+
+}  // namespace
+
+vault::v1::Digest DigestOf(absl::string_view data) {
+  Sha256 hash;
+  hash.Update(data);
+  vault::v1::Digest digest;
+  digest.set_sha256(hash.Finish());
+  digest.set_size(data.size());
+  return digest;
+}
+
 std::string DigestToText(const vault::v1::Digest& digest) {
   return absl::StrCat("sha256:", absl::BytesToHexString(digest.sha256()), "/", digest.size());
 }
@@ -437,21 +540,129 @@ absl::StatusOr<bool> Agent::Heartbeat() {
   return response->heartbeat().checkpoint_requested();
 }
 
-absl::StatusOr<std::optional<std::string>> Agent::GetState() {
+size_t Agent::max_piece_bytes() const {
+  return max_frame_bytes_ > 2 * kFrameOverheadBytes ? max_frame_bytes_ - kFrameOverheadBytes
+                                                    : max_frame_bytes_ / 2;
+}
+
+absl::StatusOr<vault::v1::StateResult> Agent::GetStateRange(uint64_t offset, uint64_t limit) {
   HostRequest request;
-  request.mutable_get_state();
+  request.mutable_get_state()->set_offset(offset);
+  request.mutable_get_state()->set_limit(limit);
   absl::StatusOr<HostResponse> response = Call(request, HostResponse::kGetState);
   if (!response.ok()) return response.status();
-  if (!response->get_state().present()) return std::optional<std::string>();
-  return std::optional<std::string>(std::move(*response->mutable_get_state()->mutable_state()));
+  return std::move(*response->mutable_get_state());
+}
+
+absl::StatusOr<std::optional<std::string>> Agent::GetState() {
+  const size_t piece = max_piece_bytes();
+  // The first piece says the whole size (a vault of before ranges answers all of it, without a
+  // size); a state that changes meanwhile (another thread checkpoints) is read again.
+  for (int attempt = 0;; ++attempt) {
+    absl::StatusOr<vault::v1::StateResult> first = GetStateRange(0, piece);
+    if (!first.ok()) return first.status();
+    if (!first->present()) return std::optional<std::string>();
+    std::string state = std::move(*first->mutable_state());
+    const uint64_t size = std::max<uint64_t>(first->size(), state.size());
+    if (size > state.max_size()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("vault-agent: a state of ", size, " bytes does not fit in memory"));
+    }
+    state.reserve(size);
+    bool changed = false;
+    while (state.size() < size) {
+      absl::StatusOr<vault::v1::StateResult> next = GetStateRange(state.size(), piece);
+      if (!next.ok()) return next.status();
+      if (!next->present() || next->size() != size ||
+          next->digest().sha256() != first->digest().sha256()) {
+        changed = true;
+        break;
+      }
+      if (next->state().empty()) {
+        return absl::DataLossError(absl::StrCat("vault-agent: the state ended after ", state.size(),
+                                                " of ", size, " bytes"));
+      }
+      state += next->state();
+    }
+    if (!changed) return std::optional<std::string>(std::move(state));
+    if (attempt >= 3) {
+      return absl::AbortedError("vault-agent: the state kept changing while it was read");
+    }
+  }
 }
 
 absl::StatusOr<vault::v1::Digest> Agent::Checkpoint(absl::string_view state) {
+  if (state.size() > max_piece_bytes()) {
+    // Larger than a frame: put in pieces, then named by its digest.
+    absl::StatusOr<vault::v1::Digest> put = UploadObject(state);
+    if (!put.ok()) return put.status();
+    return CheckpointDigest(*put);
+  }
   HostRequest request;
   request.mutable_checkpoint()->set_state(std::string(state));
   absl::StatusOr<HostResponse> response = Call(request, HostResponse::kCheckpoint);
   if (!response.ok()) return response.status();
   return response->checkpoint().digest();
+}
+
+absl::StatusOr<vault::v1::Digest> Agent::CheckpointDigest(const vault::v1::Digest& state) {
+  HostRequest request;
+  *request.mutable_checkpoint()->mutable_state_digest() = state;
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kCheckpoint);
+  if (!response.ok()) return response.status();
+  return response->checkpoint().digest();
+}
+
+absl::StatusOr<vault::v1::CasUploadStartResult> Agent::CasUploadStart(
+    const vault::v1::Digest& digest) {
+  HostRequest request;
+  *request.mutable_cas_upload_start()->mutable_digest() = digest;
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kCasUploadStart);
+  if (!response.ok()) return response.status();
+  return std::move(*response->mutable_cas_upload_start());
+}
+
+absl::StatusOr<uint64_t> Agent::CasUploadAppend(uint64_t upload_id, uint64_t offset,
+                                                absl::string_view data) {
+  HostRequest request;
+  vault::v1::CasUploadAppendRequest* append = request.mutable_cas_upload_append();
+  append->set_upload_id(upload_id);
+  append->set_offset(offset);
+  append->set_data(std::string(data));
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kCasUploadAppend);
+  if (!response.ok()) return response.status();
+  return response->cas_upload_append().received();
+}
+
+absl::StatusOr<vault::v1::CasUploadFinishResult> Agent::CasUploadFinish(uint64_t upload_id,
+                                                                        bool abort) {
+  HostRequest request;
+  request.mutable_cas_upload_finish()->set_upload_id(upload_id);
+  request.mutable_cas_upload_finish()->set_abort(abort);
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kCasUploadFinish);
+  if (!response.ok()) return response.status();
+  return std::move(*response->mutable_cas_upload_finish());
+}
+
+absl::StatusOr<vault::v1::Digest> Agent::UploadObject(absl::string_view data) {
+  const vault::v1::Digest digest = DigestOf(data);
+  absl::StatusOr<vault::v1::CasUploadStartResult> started = CasUploadStart(digest);
+  if (!started.ok()) return started.status();
+  size_t piece = max_piece_bytes();
+  if (started->max_piece_bytes() != 0 && started->max_piece_bytes() < piece) {
+    piece = started->max_piece_bytes();
+  }
+  for (size_t at = 0; at < data.size(); at += piece) {
+    absl::StatusOr<uint64_t> appended =
+        CasUploadAppend(started->upload_id(), at, data.substr(at, piece));
+    if (!appended.ok()) {
+      (void)CasUploadFinish(started->upload_id(), /*abort=*/true);  // its quota back
+      return appended.status();
+    }
+  }
+  absl::StatusOr<vault::v1::CasUploadFinishResult> finished = CasUploadFinish(started->upload_id());
+  if (!finished.ok()) return finished.status();
+  return finished->digest();
 }
 
 absl::StatusOr<std::string> Agent::CasGet(const vault::v1::Digest& digest, uint64_t offset,
@@ -467,6 +678,7 @@ absl::StatusOr<std::string> Agent::CasGet(const vault::v1::Digest& digest, uint6
 }
 
 absl::StatusOr<vault::v1::Digest> Agent::CasPut(absl::string_view data) {
+  if (data.size() > max_piece_bytes()) return UploadObject(data);  // larger than a frame
   HostRequest request;
   request.mutable_cas_put()->set_data(std::string(data));
   absl::StatusOr<HostResponse> response = Call(request, HostResponse::kCasPut);
@@ -577,10 +789,28 @@ absl::StatusOr<vault::v1::SpawnChildResult> Agent::SpawnChild(
 }
 
 absl::Status Agent::Migrate(absl::string_view vault, absl::string_view state) {
+  if (state.size() > max_piece_bytes()) {
+    // Larger than a frame: put in pieces, then named by its digest.
+    absl::StatusOr<vault::v1::Digest> put = UploadObject(state);
+    if (!put.ok()) return put.status();
+    return MigrateDigest(vault, *put);
+  }
   HostRequest request;
   vault::v1::MigrateRequest* migrate = request.mutable_migrate();
   migrate->set_vault(std::string(vault));
   migrate->set_state(std::string(state));
+  return MigrateCall(request);
+}
+
+absl::Status Agent::MigrateDigest(absl::string_view vault, const vault::v1::Digest& state) {
+  HostRequest request;
+  vault::v1::MigrateRequest* migrate = request.mutable_migrate();
+  migrate->set_vault(std::string(vault));
+  *migrate->mutable_state_digest() = state;
+  return MigrateCall(request);
+}
+
+absl::Status Agent::MigrateCall(HostRequest& request) {
   absl::MutexLock lock(&mu_);  // held until the process ends, or the hop failed
   absl::StatusOr<HostResponse> response =
       CallLocked(request, HostResponse::RESULT_NOT_SET, nullptr);

@@ -73,6 +73,11 @@ inline constexpr char kPollWindowEnv[] = "VAULT_AGENT_POLL_US";
 inline constexpr absl::Duration kDefaultPollWindow = absl::Microseconds(50);
 inline constexpr absl::Duration kMaxPollWindow = absl::Milliseconds(1);
 
+// Room a request keeps for its other fields beside a piece of data (the vault's own margin).
+inline constexpr size_t kFrameOverheadBytes = 1024;
+
+// The CAS digest of `data`: its SHA-256 (computed here) and its size.
+vault::v1::Digest DigestOf(absl::string_view data);
 // A digest as text: "sha256:<64 lowercase hex>/<decimal size>".
 std::string DigestToText(const vault::v1::Digest& digest);
 // The inverse of DigestToText, strict: the prefix, exactly 64 lowercase hex digits, '/', a
@@ -125,6 +130,9 @@ class Agent {
   const std::string& vault() const { return vault_; }
   uint64_t incarnation() const { return incarnation_; }  // +1 each time the vault restarts it
   size_t max_frame_bytes() const { return max_frame_bytes_; }
+  // The most bytes of data one call carries or brings (a state, an object, a piece of one):
+  // max_frame_bytes less kFrameOverheadBytes. Larger states and objects go in pieces.
+  size_t max_piece_bytes() const;
 
   // How long each call polls the channel for its answer before it sleeps (see Latency above):
   // clamped to [0, kMaxPollWindow]; zero never polls.
@@ -139,14 +147,40 @@ class Agent {
   // the vault is stopping and wants a Checkpoint now.
   absl::StatusOr<bool> Heartbeat();
   // The last checkpoint, else the initial state the agent was spawned with; nullopt when none.
+  // Any size: a state larger than max_piece_bytes is read in pieces (one call each); one that
+  // changes meanwhile (a checkpoint from another thread) is read again.
   absl::StatusOr<std::optional<std::string>> GetState();
+  // Bytes [offset, offset + limit) of the state (limit 0: to the end; the answer must fit in a
+  // frame, else RESOURCE_EXHAUSTED); `size` is the whole state's, `digest` its CAS digest.
+  // OUT_OF_RANGE for an offset past the end.
+  absl::StatusOr<vault::v1::StateResult> GetStateRange(uint64_t offset, uint64_t limit);
   // Stores `state` durably: what GetState returns after a restart. Returns its CAS digest.
+  // Any size: a state larger than max_piece_bytes is put in pieces (the cas_upload_* calls,
+  // which need the cas-write grant and count against the storage quota) and then named by its
+  // digest (CheckpointDigest); a smaller one travels in one frame, as always.
   absl::StatusOr<vault::v1::Digest> Checkpoint(absl::string_view state);
+  // Makes the CAS object `state` the agent's state. The agent must be able to read it: it put
+  // it, it was shared with it, or a read grant covers its hash (else PERMISSION_DENIED, a
+  // denial); NOT_FOUND when the vault does not hold it.
+  absl::StatusOr<vault::v1::Digest> CheckpointDigest(const vault::v1::Digest& state);
   // Bytes [offset, offset + limit) of a CAS object; limit 0: to the end (the answer must fit in
   // a frame, so read large objects in pieces).
   absl::StatusOr<std::string> CasGet(const vault::v1::Digest& digest, uint64_t offset = 0,
                                      uint64_t limit = 0);
+  // Stores an object of any size: larger than max_piece_bytes, in pieces (cas_upload_*).
   absl::StatusOr<vault::v1::Digest> CasPut(absl::string_view data);
+  // The streaming put CasPut uses for large objects, one call each: Start names the whole
+  // object's digest (DigestOf) and reserves its size in the storage quota (RESOURCE_EXHAUSTED
+  // past it, or with 4 uploads open already); Append sends the next bytes (`offset`: the bytes
+  // sent so far; each piece at most max_piece_bytes) and returns the bytes received; Finish
+  // stores the object once every byte came and they hash to the digest (INVALID_ARGUMENT
+  // otherwise: nothing is stored), or drops the upload with `abort`. Open uploads end with the
+  // agent.
+  absl::StatusOr<vault::v1::CasUploadStartResult> CasUploadStart(const vault::v1::Digest& digest);
+  absl::StatusOr<uint64_t> CasUploadAppend(uint64_t upload_id, uint64_t offset,
+                                           absl::string_view data);
+  absl::StatusOr<vault::v1::CasUploadFinishResult> CasUploadFinish(uint64_t upload_id,
+                                                                   bool abort = false);
   // A file of the vault's tree ("/vault/pub/prices.csv"), as CasGet.
   absl::StatusOr<std::string> ReadFile(absl::string_view path, uint64_t offset = 0,
                                        uint64_t limit = 0);
@@ -179,11 +213,13 @@ class Agent {
   // its vault and the hop count). On success the call never returns: the vault ends this process
   // once the destination has taken the agent over, so finish any other work first. It returns
   // only when the agent stays here: PERMISSION_DENIED when the grants or max-migrations do not
-  // allow the hop, ABORTED when the destination refused or could not be reached, INVALID_ARGUMENT
-  // for a state too large for one frame (not sent), or a channel error. An OK answer breaks the
-  // protocol (the vault answers a migrate only when it failed): INTERNAL, and the channel is
-  // closed.
+  // allow the hop, ABORTED when the destination refused or could not be reached, or a channel
+  // error. An OK answer breaks the protocol (the vault answers a migrate only when it failed):
+  // INTERNAL, and the channel is closed. A state larger than max_piece_bytes is put in pieces
+  // first (as Checkpoint does; an error of that put is returned) and handed over by digest.
   absl::Status Migrate(absl::string_view vault, absl::string_view state);
+  // Migrate with a state already in the CAS that the agent may read (as CheckpointDigest).
+  absl::Status MigrateDigest(absl::string_view vault, const vault::v1::Digest& state);
   // Ends the agent: sends ExitRequest{code, message, result} and waits for the vault's answer.
   // When the vault has recorded the exit, flushes stdio and calls _exit(code): it does not
   // return, destructors and atexit handlers do not run. It returns only when the exit was not
@@ -206,6 +242,9 @@ class Agent {
                                                      vault::v1::HostResponse::ResultCase expected,
                                                      UniqueFd* passed_fd)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CasUploadStart, the pieces, CasUploadFinish: the object's digest.
+  absl::StatusOr<vault::v1::Digest> UploadObject(absl::string_view data);
+  absl::Status MigrateCall(vault::v1::HostRequest& request);
   // Closes the channel after a protocol or I/O error and returns `why`.
   absl::Status Break(absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Polls the channel for the answer to a call of kind `kind` for up to the poll window (unless

@@ -289,7 +289,7 @@ TEST_F(SdkAgentTest, OversizedIncomingFrameIsRefusedBeforeItsBody) {
 
 TEST_F(SdkAgentTest, OversizedRequestIsNotSent) {
   Connect(Welcome(/*max_frame_bytes=*/64));
-  EXPECT_EQ(agent_->CasPut(std::string(100, 'x')).status().code(),
+  EXPECT_EQ(agent_->WriteFile("/vault/a", std::string(100, 'x')).status().code(),
             absl::StatusCode::kInvalidArgument);
   WriteRaw(vault_.get(), Frame(HeartbeatResponse(1)));
   EXPECT_TRUE(agent_->Heartbeat().ok());
@@ -618,13 +618,166 @@ TEST_F(SdkAgentTest, MigrateEndedByTheVaultClosingTheChannelIsUnavailable) {
   EXPECT_TRUE(ReadGuest(vault_.get()).request().has_migrate());
 }
 
-TEST_F(SdkAgentTest, MigrateWithAStateOverTheFrameLimitIsNotSent) {
-  Connect(Welcome(/*max_frame_bytes=*/64));
-  EXPECT_EQ(agent_->Migrate("vault-b", std::string(100, 's')).code(),
+TEST_F(SdkAgentTest, MigrateWithAStateOverTheFrameLimitPutsItFirst) {
+  Connect(Welcome(/*max_frame_bytes=*/4096));  // pieces of 3072 bytes
+  const std::string state(5000, 's');
+  const vault::v1::Digest digest = DigestOf(state);
+  HostFrame started = Response(1);
+  started.mutable_response()->mutable_cas_upload_start()->set_upload_id(7);
+  WriteRaw(vault_.get(), Frame(started));
+  HostFrame appended = Response(2);
+  appended.mutable_response()->mutable_cas_upload_append()->set_received(3072);
+  WriteRaw(vault_.get(), Frame(appended));
+  appended = Response(3);
+  appended.mutable_response()->mutable_cas_upload_append()->set_received(5000);
+  WriteRaw(vault_.get(), Frame(appended));
+  HostFrame finished = Response(4);
+  *finished.mutable_response()->mutable_cas_upload_finish()->mutable_digest() = digest;
+  WriteRaw(vault_.get(), Frame(finished));
+  WriteRaw(vault_.get(), Frame(Response(5, 10, "refused")));
+  EXPECT_EQ(agent_->Migrate("vault-b", state).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(ReadGuest(vault_.get()).request().cas_upload_start().digest().SerializeAsString(),
+            digest.SerializeAsString());
+  EXPECT_EQ(ReadGuest(vault_.get()).request().cas_upload_append().data(), state.substr(0, 3072));
+  EXPECT_EQ(ReadGuest(vault_.get()).request().cas_upload_append().offset(), 3072u);
+  EXPECT_EQ(ReadGuest(vault_.get()).request().cas_upload_finish().upload_id(), 7u);
+  GuestFrame migrate = ReadGuest(vault_.get());
+  EXPECT_EQ(migrate.request().migrate().vault(), "vault-b");
+  EXPECT_TRUE(migrate.request().migrate().state().empty());
+  EXPECT_EQ(migrate.request().migrate().state_digest().SerializeAsString(),
+            digest.SerializeAsString());
+}
+
+TEST_F(SdkAgentTest, GetStateReadsALargeStateInPieces) {
+  Connect(Welcome(/*max_frame_bytes=*/4096));  // pieces of 3072 bytes
+  std::string state;
+  for (int i = 0; i < 10000; ++i) state += static_cast<char>('a' + i % 26);
+  const vault::v1::Digest digest = DigestOf(state);
+  uint64_t call = 1;
+  for (size_t at = 0; at < state.size(); at += 3072) {
+    HostFrame piece = Response(call++);
+    vault::v1::StateResult* r = piece.mutable_response()->mutable_get_state();
+    r->set_present(true);
+    r->set_size(state.size());
+    *r->mutable_digest() = digest;
+    r->set_state(state.substr(at, 3072));
+    WriteRaw(vault_.get(), Frame(piece));
+  }
+  absl::StatusOr<std::optional<std::string>> got = agent_->GetState();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->value_or("") == state);
+  for (uint64_t offset : {0, 3072, 6144, 9216}) {
+    GuestFrame f = ReadGuest(vault_.get());
+    EXPECT_EQ(f.request().get_state().offset(), offset);
+    EXPECT_EQ(f.request().get_state().limit(), 3072u);
+  }
+}
+
+TEST_F(SdkAgentTest, GetStateReadsAgainWhenTheStateChangesMeanwhile) {
+  Connect(Welcome(/*max_frame_bytes=*/4096));
+  const std::string old_state(5000, 'o'), new_state(4000, 'n');
+  auto piece = [](uint64_t call, const std::string& state, size_t at) {
+    HostFrame f = Response(call);
+    vault::v1::StateResult* r = f.mutable_response()->mutable_get_state();
+    r->set_present(true);
+    r->set_size(state.size());
+    *r->mutable_digest() = DigestOf(state);
+    r->set_state(state.substr(at, 3072));
+    return f;
+  };
+  WriteRaw(vault_.get(), Frame(piece(1, old_state, 0)));
+  WriteRaw(vault_.get(), Frame(piece(2, new_state, 3072)));  // a checkpoint came between
+  WriteRaw(vault_.get(), Frame(piece(3, new_state, 0)));
+  WriteRaw(vault_.get(), Frame(piece(4, new_state, 3072)));
+  absl::StatusOr<std::optional<std::string>> got = agent_->GetState();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->value_or("") == new_state);
+}
+
+TEST_F(SdkAgentTest, SmallStatesAndObjectsStillTakeOneFrame) {
+  Connect(Welcome(/*max_frame_bytes=*/4096));
+  HostFrame cp = Response(1);
+  *cp.mutable_response()->mutable_checkpoint()->mutable_digest() = SomeDigest();
+  WriteRaw(vault_.get(), Frame(cp));
+  ASSERT_TRUE(agent_->Checkpoint(std::string(3072, 'x')).ok());
+  EXPECT_EQ(ReadGuest(vault_.get()).request().checkpoint().state(), std::string(3072, 'x'));
+}
+
+TEST_F(SdkAgentTest, CheckpointOfALargeStateGoesInPiecesThenByDigest) {
+  Connect(Welcome(/*max_frame_bytes=*/4096));
+  const std::string state(7000, 'z');
+  const vault::v1::Digest digest = DigestOf(state);
+  HostFrame started = Response(1);
+  started.mutable_response()->mutable_cas_upload_start()->set_upload_id(3);
+  started.mutable_response()->mutable_cas_upload_start()->set_max_piece_bytes(3072);
+  WriteRaw(vault_.get(), Frame(started));
+  for (uint64_t call = 2; call <= 4; ++call) {
+    HostFrame appended = Response(call);
+    appended.mutable_response()->mutable_cas_upload_append();
+    WriteRaw(vault_.get(), Frame(appended));
+  }
+  HostFrame finished = Response(5);
+  *finished.mutable_response()->mutable_cas_upload_finish()->mutable_digest() = digest;
+  WriteRaw(vault_.get(), Frame(finished));
+  HostFrame cp = Response(6);
+  *cp.mutable_response()->mutable_checkpoint()->mutable_digest() = digest;
+  WriteRaw(vault_.get(), Frame(cp));
+  absl::StatusOr<vault::v1::Digest> got = agent_->Checkpoint(state);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->SerializeAsString(), digest.SerializeAsString());
+  EXPECT_TRUE(ReadGuest(vault_.get()).request().has_cas_upload_start());
+  std::string sent;
+  for (uint64_t offset : {0, 3072, 6144}) {
+    GuestFrame f = ReadGuest(vault_.get());
+    EXPECT_EQ(f.request().cas_upload_append().upload_id(), 3u);
+    EXPECT_EQ(f.request().cas_upload_append().offset(), offset);
+    sent += f.request().cas_upload_append().data();
+  }
+  EXPECT_EQ(sent, state);
+  EXPECT_FALSE(ReadGuest(vault_.get()).request().cas_upload_finish().abort());
+  EXPECT_EQ(ReadGuest(vault_.get()).request().checkpoint().state_digest().SerializeAsString(),
+            digest.SerializeAsString());
+}
+
+TEST_F(SdkAgentTest, AFailedPieceAbortsTheUpload) {
+  Connect(Welcome(/*max_frame_bytes=*/4096));
+  HostFrame started = Response(1);
+  started.mutable_response()->mutable_cas_upload_start()->set_upload_id(9);
+  WriteRaw(vault_.get(), Frame(started));
+  WriteRaw(vault_.get(), Frame(Response(2, 8, "no space left")));
+  HostFrame aborted = Response(3);
+  aborted.mutable_response()->mutable_cas_upload_finish();
+  WriteRaw(vault_.get(), Frame(aborted));
+  absl::StatusOr<vault::v1::Digest> got = agent_->CasPut(std::string(5000, 'q'));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(ReadGuest(vault_.get()).request().has_cas_upload_start());
+  EXPECT_TRUE(ReadGuest(vault_.get()).request().has_cas_upload_append());
+  GuestFrame abort = ReadGuest(vault_.get());
+  EXPECT_EQ(abort.request().cas_upload_finish().upload_id(), 9u);
+  EXPECT_TRUE(abort.request().cas_upload_finish().abort());
+}
+
+TEST_F(SdkAgentTest, APieceBiggerThanTheFrameIsNotSent) {
+  Connect(Welcome(/*max_frame_bytes=*/4096));
+  EXPECT_EQ(agent_->CasUploadAppend(1, 0, std::string(5000, 'x')).status().code(),
             absl::StatusCode::kInvalidArgument);
   WriteRaw(vault_.get(), Frame(HeartbeatResponse(1)));
   EXPECT_TRUE(agent_->Heartbeat().ok());
   EXPECT_TRUE(ReadGuest(vault_.get()).request().has_heartbeat());
+}
+
+TEST(SdkDigest, DigestOfIsTheSha256) {
+  auto hex = [](const vault::v1::Digest& d) { return DigestToText(d); };
+  EXPECT_EQ(hex(DigestOf("")),
+            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855/0");
+  EXPECT_EQ(hex(DigestOf("abc")),
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad/3");
+  EXPECT_EQ(hex(DigestOf("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")),
+            "sha256:248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1/56");
+  EXPECT_EQ(hex(DigestOf(std::string(1000000, 'a'))),
+            "sha256:cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0/1000000");
+  EXPECT_EQ(hex(DigestOf(std::string(64, 'a'))),
+            "sha256:ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb/64");
 }
 
 TEST(SdkDigest, TextRoundTrip) {

@@ -6,6 +6,7 @@ Responses are queued before the call that reads them (the socket buffers them), 
 """
 
 import array
+import hashlib
 import os
 import socket
 import struct
@@ -180,7 +181,7 @@ class AgentTest(unittest.TestCase):
     def test_oversized_request_not_sent(self):
         agent = self.connect(max_frame_bytes=64)
         with self.assertRaises(HostError) as cm:
-            agent.cas_put(b"x" * 100)
+            agent.write_file("/vault/a", b"x" * 100)
         self.assertEqual(cm.exception.code, 8)
         self.vault.sendall(response(2, heartbeat=H.HeartbeatResult()))
         self.assertFalse(agent.heartbeat())
@@ -274,6 +275,82 @@ class AgentTest(unittest.TestCase):
         self.assertIsNone(agent.get_state())
         self.assertEqual(agent.get_state(), b"")
         self.assertEqual(agent.checkpoint(b"state"), DIGEST)
+
+    def test_large_state_is_read_in_pieces(self):
+        agent = self.connect(max_frame_bytes=4096)  # pieces of 3072 bytes
+        state = bytes(range(256)) * 40               # 10240 bytes
+        d = {"sha256": hashlib.sha256(state).digest(), "size": len(state)}
+        for call, at in enumerate(range(0, len(state), 3072), start=1):
+            self.vault.sendall(response(call, get_state=H.StateResult(
+                present=True, size=len(state), digest=d, state=state[at:at + 3072])))
+        self.assertEqual(agent.get_state(), state)
+        reqs = [read_guest(self.vault).request.get_state for _ in range(4)]
+        self.assertEqual([(r.offset, r.limit) for r in reqs],
+                         [(0, 3072), (3072, 3072), (6144, 3072), (9216, 3072)])
+
+    def test_state_that_changes_while_read_is_read_again(self):
+        agent = self.connect(max_frame_bytes=4096)
+        old, new = b"o" * 5000, b"n" * 4000
+
+        def piece(call, state, at):
+            d = {"sha256": hashlib.sha256(state).digest(), "size": len(state)}
+            return response(call, get_state=H.StateResult(present=True, size=len(state), digest=d,
+                                                          state=state[at:at + 3072]))
+        self.vault.sendall(piece(1, old, 0) + piece(2, new, 3072) + piece(3, new, 0) +
+                           piece(4, new, 3072))
+        self.assertEqual(agent.get_state(), new)
+
+    def test_large_checkpoint_goes_in_pieces_then_by_digest(self):
+        agent = self.connect(max_frame_bytes=4096)
+        state = b"z" * 7000
+        text = f"sha256:{hashlib.sha256(state).hexdigest()}/7000"
+        d = vault_agent.parse_digest(text)
+        self.vault.sendall(response(1, cas_upload_start=H.CasUploadStartResult(upload_id=3)))
+        for call in (2, 3, 4):
+            self.vault.sendall(response(call, cas_upload_append=H.CasUploadAppendResult()))
+        self.vault.sendall(response(5, cas_upload_finish=H.CasUploadFinishResult(digest=d)))
+        self.vault.sendall(response(6, checkpoint=H.CheckpointResult(digest=d)))
+        self.assertEqual(agent.checkpoint(state), text)
+        self.assertEqual(read_guest(self.vault).request.cas_upload_start.digest, d)
+        appends = [read_guest(self.vault).request.cas_upload_append for _ in range(3)]
+        self.assertEqual([(a.upload_id, a.offset) for a in appends], [(3, 0), (3, 3072), (3, 6144)])
+        self.assertEqual(b"".join(a.data for a in appends), state)
+        self.assertFalse(read_guest(self.vault).request.cas_upload_finish.abort)
+        self.assertEqual(read_guest(self.vault).request.checkpoint.state_digest, d)
+        # A small one still takes one frame.
+        self.vault.sendall(response(7, checkpoint=H.CheckpointResult(digest=d)))
+        agent.checkpoint(b"s" * 3072)
+        self.assertEqual(read_guest(self.vault).request.checkpoint.state, b"s" * 3072)
+
+    def test_failed_piece_aborts_the_upload(self):
+        agent = self.connect(max_frame_bytes=4096)
+        self.vault.sendall(response(1, cas_upload_start=H.CasUploadStartResult(upload_id=9)))
+        self.vault.sendall(response(2, code=8, message="quota"))
+        self.vault.sendall(response(3, cas_upload_finish=H.CasUploadFinishResult()))
+        with self.assertRaises(HostError) as cm:
+            agent.cas_put(b"q" * 5000)
+        self.assertEqual(cm.exception.code, 8)
+        self.assertTrue(read_guest(self.vault).request.HasField("cas_upload_start"))
+        self.assertTrue(read_guest(self.vault).request.HasField("cas_upload_append"))
+        finish = read_guest(self.vault).request.cas_upload_finish
+        self.assertEqual((finish.upload_id, finish.abort), (9, True))
+
+    def test_large_migrate_puts_the_state_first(self):
+        agent = self.connect(max_frame_bytes=4096)
+        state = b"m" * 5000
+        d = vault_agent.parse_digest(f"sha256:{hashlib.sha256(state).hexdigest()}/5000")
+        self.vault.sendall(response(1, cas_upload_start=H.CasUploadStartResult(upload_id=1)))
+        self.vault.sendall(response(2, cas_upload_append=H.CasUploadAppendResult()))
+        self.vault.sendall(response(3, cas_upload_append=H.CasUploadAppendResult()))
+        self.vault.sendall(response(4, cas_upload_finish=H.CasUploadFinishResult(digest=d)))
+        self.vault.sendall(response(5, code=10, message="refused"))
+        with self.assertRaises(HostError) as cm:
+            agent.migrate("b", state)
+        self.assertEqual(cm.exception.code, 10)
+        reqs = [read_guest(self.vault).request for _ in range(5)]
+        self.assertEqual(reqs[4].migrate.vault, "b")
+        self.assertEqual(reqs[4].migrate.state, b"")
+        self.assertEqual(reqs[4].migrate.state_digest, d)
 
     def test_receive(self):
         agent = self.connect()

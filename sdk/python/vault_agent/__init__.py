@@ -9,6 +9,10 @@ with length-prefixed protobuf frames (proto/vault/v1/hostcall.proto):
     digest = agent.cas_put(b"hello")                # "sha256:<64 hex>/5"
     agent.exit(0, result=digest)                    # raises SystemExit(0)
 
+States and objects of any size: get_state, checkpoint, cas_put and migrate move what does not fit
+in one frame (max_frame_bytes) in pieces, one call each (get_state ranges; the cas_upload_*
+streaming put, after which the state is named by its digest). Smaller ones take one frame.
+
 Every method sends one request and waits for its response. A failed call raises HostError
 (`code` is a google.rpc.Code, `message` the vault's text); a denial (code 7) raises Denied.
 Errors of the channel itself (closed, truncated or oversized frame, a frame that does not parse)
@@ -27,6 +31,7 @@ thread; a call blocked on the channel then fails with HostError(14).
 
 import array
 import collections
+import hashlib
 import os
 import re
 import select
@@ -44,6 +49,7 @@ __all__ = ["Agent", "HostError", "Denied", "Message", "parse_digest", "format_di
 
 PROTOCOL_VERSION = 1
 DEFAULT_MAX_FRAME_BYTES = 1 << 20  # until the Welcome says otherwise
+FRAME_OVERHEAD_BYTES = 1024        # room a request keeps beside a piece of data
 FRAME_TIMEOUT_S = 30.0             # a frame that has begun must be complete within this
 _MAX_FDS = 4                       # ancillary space per recvmsg
 _ANC_SPACE = socket.CMSG_SPACE(_MAX_FDS * array.array("i").itemsize)
@@ -66,6 +72,8 @@ def _poll_window_from_env():
 # google.rpc.Code values the SDK raises itself.
 DEADLINE_EXCEEDED = 4
 PERMISSION_DENIED = 7
+ABORTED = 10
+DATA_LOSS = 15
 RESOURCE_EXHAUSTED = 8
 FAILED_PRECONDITION = 9
 INTERNAL = 13
@@ -246,18 +254,103 @@ class Agent:
         """Returns True when the vault asks for a checkpoint now (it is stopping)."""
         return self._call("heartbeat", H.HeartbeatRequest()).checkpoint_requested
 
+    @property
+    def max_piece_bytes(self):
+        """The most bytes of data one call carries or brings (a state, an object, a piece)."""
+        f = self.max_frame_bytes
+        return f - FRAME_OVERHEAD_BYTES if f > 2 * FRAME_OVERHEAD_BYTES else f // 2
+
     def get_state(self):
-        r = self._call("get_state", H.GetStateRequest())
-        return r.state if r.present else None
+        """The last checkpoint (or the initial state), bytes; None when there is none. A state
+        larger than max_piece_bytes is read in pieces; one that changes meanwhile (a checkpoint
+        from another thread) is read again."""
+        piece = self.max_piece_bytes
+        for _ in range(4):
+            first = self._call("get_state", H.GetStateRequest(offset=0, limit=piece))
+            if not first.present:
+                return None
+            size = max(first.size, len(first.state))  # (a vault without ranges sends no size)
+            parts, got = [first.state], len(first.state)
+            while got < size:
+                r = self._call("get_state", H.GetStateRequest(offset=got, limit=piece))
+                if not r.present or r.size != size or r.digest.sha256 != first.digest.sha256:
+                    break  # changed meanwhile: read it again
+                if not r.state:
+                    raise HostError(DATA_LOSS, f"the state ended after {got} of {size} bytes")
+                parts.append(r.state)
+                got += len(r.state)
+            else:
+                return b"".join(parts)
+        raise HostError(ABORTED, "the state kept changing while it was read")
+
+    def get_state_range(self, offset, limit=0):
+        """Bytes [offset, offset + limit) of the state (limit 0: to the end; the answer must fit
+        in a frame, else HostError 8): {"present", "state", "size" (the whole state's),
+        "digest" (text, or None)}. HostError 11 for an offset past the end."""
+        r = self._call("get_state", H.GetStateRequest(offset=offset, limit=limit))
+        return {"present": r.present, "state": r.state, "size": r.size,
+                "digest": format_digest(r.digest) if r.present else None}
 
     def checkpoint(self, state):
+        """Stores `state` (bytes, any size) durably; returns its digest. A state larger than
+        max_piece_bytes is put in pieces (cas_upload_*: needs cas-write, counts against the
+        storage quota), then named by its digest."""
+        if len(state) > self.max_piece_bytes:
+            return self.checkpoint_digest(self._upload(state))
         return format_digest(self._call("checkpoint", H.CheckpointRequest(state=state)).digest)
+
+    def checkpoint_digest(self, digest):
+        """Makes the CAS object `digest` (text) the agent's state. The agent must be able to
+        read it (it put it, it was shared with it, or a read grant covers its hash): Denied
+        otherwise; HostError 5 when the vault does not hold it."""
+        req = H.CheckpointRequest(state_digest=parse_digest(digest))
+        return format_digest(self._call("checkpoint", req).digest)
+
+    def cas_upload_start(self, digest):
+        """Begins a streaming put of the object `digest` (text: its SHA-256 and size); returns
+        the upload id. Needs cas-write; reserves the size in the storage quota (HostError 8 past
+        it, or with 4 uploads open already)."""
+        return self._call("cas_upload_start",
+                          H.CasUploadStartRequest(digest=parse_digest(digest))).upload_id
+
+    def cas_upload_append(self, upload_id, offset, data):
+        """Sends the next bytes (`offset`: the bytes sent so far; at most max_piece_bytes);
+        returns the bytes received."""
+        req = H.CasUploadAppendRequest(upload_id=upload_id, offset=offset, data=data)
+        return self._call("cas_upload_append", req).received
+
+    def cas_upload_finish(self, upload_id, abort=False):
+        """Stores the object once every byte came and they hash to its digest (HostError 3
+        otherwise: nothing is stored); returns its digest. With abort, drops the upload (None)."""
+        r = self._call("cas_upload_finish",
+                       H.CasUploadFinishRequest(upload_id=upload_id, abort=abort))
+        return None if abort else format_digest(r.digest)
+
+    def _upload(self, data):
+        data = bytes(data)
+        digest = f"sha256:{hashlib.sha256(data).hexdigest()}/{len(data)}"
+        upload_id = self.cas_upload_start(digest)
+        piece = self.max_piece_bytes
+        view = memoryview(data)
+        try:
+            for at in range(0, len(data), piece):
+                self.cas_upload_append(upload_id, at, bytes(view[at:at + piece]))
+        except HostError:
+            try:
+                self.cas_upload_finish(upload_id, abort=True)  # its quota back
+            except HostError:
+                pass
+            raise
+        return self.cas_upload_finish(upload_id)
 
     def cas_get(self, digest, offset=0, limit=0):
         req = H.CasGetRequest(digest=parse_digest(digest), offset=offset, limit=limit)
         return self._call("cas_get", req).data
 
     def cas_put(self, data):
+        """Stores an object of any size (larger than max_piece_bytes: in pieces)."""
+        if len(data) > self.max_piece_bytes:
+            return self._upload(data)
         return format_digest(self._call("cas_put", H.CasPutRequest(data=data)).digest)
 
     def read_file(self, path, offset=0, limit=0):
@@ -341,8 +434,15 @@ class Agent:
         destination refused or could not be reached); the agent then goes on here."""
         if not isinstance(state, (bytes, bytearray)):
             raise TypeError("migrate: state must be bytes")
+        if len(state) > self.max_piece_bytes:  # put in pieces first, then handed over by digest
+            return self.migrate_digest(vault, self._upload(state))
         self._call("migrate", H.MigrateRequest(vault=vault, state=bytes(state)))
         # The vault answers a migrate only when it failed; an OK answer breaks the protocol.
+        raise HostError(INTERNAL, "the vault answered a migrate call with success")
+
+    def migrate_digest(self, vault, digest):
+        """migrate() with a state already in the CAS (text digest) that the agent may read."""
+        self._call("migrate", H.MigrateRequest(vault=vault, state_digest=parse_digest(digest)))
         raise HostError(INTERNAL, "the vault answered a migrate call with success")
 
     def exit(self, code=0, message="", result=None):
