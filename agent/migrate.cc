@@ -718,7 +718,8 @@ namespace {
 // Ends a held process and gives its code folder back (its exit handler then has nothing to do).
 void EndHeld(AgentRuntime::Impl& impl, const std::shared_ptr<LiveAgent>& live) {
   absl::MutexLock lock(&live->mu);
-  if (live->handle != nullptr) (void)live->handle->Kill();
+  // (A process that would not die keeps its code folder: its exit handler gives it back.)
+  if (live->handle != nullptr && !live->handle->Kill().ok()) return;
   if (!live->code_key.empty()) impl.ReleaseCode(std::exchange(live->code_key, ""));
 }
 
