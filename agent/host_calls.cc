@@ -163,6 +163,21 @@ void AgentRuntime::Impl::DropUploads(LiveAgent& live) {
   live.uploads.clear();
 }
 
+namespace {
+
+// The agent's open upload `id`, or NOT_FOUND.
+absl::StatusOr<std::shared_ptr<HostUpload>> OpenUpload(LiveAgent& live, uint64_t id) {
+  absl::MutexLock lock(&live.mu);
+  auto it = live.uploads.find(id);
+  if (it == live.uploads.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("no open upload ", id, " (never started, finished or dropped)"));
+  }
+  return it->second;
+}
+
+}  // namespace
+
 void AgentRuntime::Impl::Audit(vault::v1::AuditEntry entry, bool durable) {
   if (durable) {
     absl::Status s = deps_.log->Append(std::move(entry)).status();
@@ -720,17 +735,12 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
       case HostRequest::kCasUploadAppend: {
         const auto& append = request.cas_upload_append();
         c.bytes = append.data().size();
-        std::shared_ptr<HostUpload> up;
-        {
-          absl::MutexLock lock(&live->mu);
-          auto it = live->uploads.find(append.upload_id());
-          if (it != live->uploads.end()) up = it->second;
-        }
-        if (up == nullptr) {
-          c.status = absl::NotFoundError(absl::StrCat("no open upload ", append.upload_id(),
-                                                      " (never started, finished or dropped)"));
+        absl::StatusOr<std::shared_ptr<HostUpload>> open = OpenUpload(*live, append.upload_id());
+        if (!open.ok()) {
+          c.status = open.status();
           break;
         }
+        std::shared_ptr<HostUpload> up = *std::move(open);
         absl::MutexLock upload_lock(&up->mu);
         if (append.offset() != up->received) {
           c.status = absl::FailedPreconditionError(
@@ -772,17 +782,12 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
       }
       case HostRequest::kCasUploadFinish: {
         const auto& finish = request.cas_upload_finish();
-        std::shared_ptr<HostUpload> up;
-        {
-          absl::MutexLock lock(&live->mu);
-          auto it = live->uploads.find(finish.upload_id());
-          if (it != live->uploads.end()) up = it->second;
-        }
-        if (up == nullptr) {
-          c.status = absl::NotFoundError(absl::StrCat("no open upload ", finish.upload_id(),
-                                                      " (never started, finished or dropped)"));
+        absl::StatusOr<std::shared_ptr<HostUpload>> open = OpenUpload(*live, finish.upload_id());
+        if (!open.ok()) {
+          c.status = open.status();
           break;
         }
+        std::shared_ptr<HostUpload> up = *std::move(open);
         c.subject = up->digest.ToString();
         absl::MutexLock upload_lock(&up->mu);
         if (!finish.abort() && up->received != up->digest.size()) {
