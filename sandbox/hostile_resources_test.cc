@@ -240,8 +240,8 @@ TEST_F(Hostile, CpuSpin) {
   absl::StatusOr<Outcome> outcome = Run("cpu_spin", options);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   // RLIMIT_CPU's SIGXCPU comes at the first scheduler tick past 2 s; the supervisor, which reads
-  // the cgroup's exact total every 100 ms near the limit, SIGKILLs when it sees more than 2 s. Nearly always
-  // SIGXCPU wins, but a poll that lands within that one tick wins instead.
+  // the cgroup's exact total every 100 ms near the limit, SIGKILLs when it sees more than 2 s.
+  // Nearly always SIGXCPU wins, but a poll that lands within that one tick wins instead.
   EXPECT_FALSE(outcome->exit.exited) << outcome->Describe();
   EXPECT_THAT(outcome->exit.signal, AnyOf(SIGXCPU, SIGKILL)) << outcome->Describe();
   EXPECT_EQ(outcome->exit.limit, LimitHit::kCpuTime) << outcome->Describe();
