@@ -403,6 +403,10 @@ absl::StatusOr<cas::PutOutcome> PutObject(cas::Store& store, const cas::Digest& 
 absl::Status ValidateAgentId(const std::string& id);
 std::string TransferStatusOutcomeName(vault::v1::TransferStatusResponse::Outcome o);
 storage::ColumnFamilySpec LocationColumnFamily();
+// What a process started at an Offer was started for (prestart.cc): the hop's whole MIGRATE link
+// and the constraints this vault narrowed them to.
+std::string PrestartKey(const vault::v1::MigrationPackage& p,
+                        const vault::v1::Constraints& narrowed);
 
 }  // namespace vault::agent
 
