@@ -533,6 +533,77 @@ TEST_F(MigrationTest, AnOfferNeverCommittedLeavesNoProcess) {
   EXPECT_THAT(arrivals[0], HasSubstr(", its process started at the offer)"));
 }
 
+// A process started at the Offer is adopted only for exactly what is committed: when b's ceiling
+// narrows the agent's limits between its Offer and its Commit, the held process (started with
+// the old limits) is ended and a fresh one runs with the new ones.
+TEST_F(MigrationTest, LimitsNarrowedAfterTheOfferStartAFreshProcess) {
+  ASSERT_NO_FATAL_FAILURE(TrustOwnerEverywhere());
+  std::string first = SpawnCounter("narrowed", /*max=*/3);
+  ASSERT_FALSE(first.empty());
+  ExpectHop(first, "a", "b", 1, Ctl("a", {"-o", "json", "migrate", first, "--to", "b"}));
+  RunResult ended = Ctl("b", {"agent", "terminate", first, "--as", owner_key_});
+  ASSERT_EQ(ended.exit_code, kExitOk) << ended;
+  // The agent's hop is made here as a would make it (so it is ended on a first: it runs on b
+  // alone afterwards).
+  std::string id = SpawnCounter("narrowed", /*max=*/3);
+  ASSERT_FALSE(id.empty());
+  absl::StatusOr<AgentStatus> on_a = Get("a", id);
+  ASSERT_TRUE(on_a.ok()) << on_a.status();
+  ended = Ctl("a", {"agent", "terminate", id, "--as", owner_key_});
+  ASSERT_EQ(ended.exit_code, kExitOk) << ended;
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!Processes(id).empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_TRUE(Processes(id).empty()) << Describe(Processes(id));
+
+  auto as_a = vault::v1::Migration::NewStub(MemberChannel("a", "b"));
+  const vault::v1::MigrationPackage package =
+      ForgedHop(on_a->record(), "a", "b", std::string(16, '\x73'));
+  absl::StatusOr<std::vector<vault::v1::Digest>> offered = Offer(as_a.get(), package);
+  ASSERT_TRUE(offered.ok()) << offered.status();
+  deadline = absl::Now() + absl::Seconds(10);
+  while (Processes(id).count("b") == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const std::set<pid_t> held = Processes(id)["b"];
+  ASSERT_FALSE(held.empty()) << "no process started at the Offer";
+  // b narrows what the owner's agents may use (128 MiB of memory), then the Commit comes.
+  std::vector<std::string> trust = {"policy", "trust", owner_key_, "--ceiling"};
+  trust.insert(trust.end(), kOwnerCeiling.begin(), kOwnerCeiling.end());
+  trust.insert(trust.end(), {"--constraints", "max-memory=134217728"});
+  RunResult narrowed = Ctl("b", trust);
+  ASSERT_EQ(narrowed.exit_code, kExitOk) << narrowed;
+  ASSERT_TRUE(Commit(as_a.get(), package).ok());
+
+  absl::StatusOr<AgentStatus> on_b = Get("b", id);
+  ASSERT_TRUE(on_b.ok()) << on_b.status();
+  EXPECT_EQ(on_b->record().constraints().max_memory_bytes(), 134217728u);
+  // Runs on b only, in processes other than the held ones, which are gone.
+  ExpectRunsOnlyOn(id, "b");
+  deadline = absl::Now() + absl::Seconds(10);
+  std::set<pid_t> now;
+  while (absl::Now() < deadline) {
+    now = Processes(id)["b"];
+    bool any_held = false;
+    for (pid_t pid : held) any_held = any_held || now.count(pid) != 0;
+    if (!any_held && !now.empty()) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  for (pid_t pid : held) EXPECT_EQ(now.count(pid), 0u) << "held process " << pid << " still runs";
+  EXPECT_FALSE(now.empty());
+  const std::string log = ReadFile(members_["b"].vaultd->log_path()).value_or("");
+  std::vector<std::string> arrivals;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (absl::StrContains(line, absl::StrCat("agent ", id, " arrived from a"))) {
+      arrivals.emplace_back(line);
+    }
+  }
+  ASSERT_EQ(arrivals.size(), 1u) << log;
+  EXPECT_THAT(arrivals[0], Not(HasSubstr("its process started at the offer"))) << arrivals[0];
+  // The fresh process is the agent: it works (a new counter line on b).
+  const size_t lines = CounterLines("b").size();
+  WaitCounter("b", lines);
+}
+
 // ---------------------------------------------------------------------------------------------
 // e. Faults.
 
