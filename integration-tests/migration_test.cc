@@ -533,6 +533,45 @@ TEST_F(MigrationTest, AnOfferNeverCommittedLeavesNoProcess) {
   EXPECT_THAT(arrivals[0], HasSubstr(", its process started at the offer)"));
 }
 
+// A held process dies with its vaultd, stopped (SIGTERM) or killed (SIGKILL), and is not started
+// again with it: there is no agent of that id on b, only a process an Offer started.
+TEST_F(MigrationTest, HeldProcessesEndWithTheirVaultd) {
+  ASSERT_NO_FATAL_FAILURE(TrustOwnerEverywhere());
+  std::string first = SpawnCounter("stopped", /*max=*/3);
+  ASSERT_FALSE(first.empty());
+  ExpectHop(first, "a", "b", 1, Ctl("a", {"-o", "json", "migrate", first, "--to", "b"}));
+  RunResult ended = Ctl("b", {"agent", "terminate", first, "--as", owner_key_});
+  ASSERT_EQ(ended.exit_code, kExitOk) << ended;
+  std::string id = SpawnCounter("stopped", /*max=*/3);
+  ASSERT_FALSE(id.empty());
+  absl::StatusOr<AgentStatus> on_a = Get("a", id);
+  ASSERT_TRUE(on_a.ok()) << on_a.status();
+  for (bool sigkill : {false, true}) {
+    SCOPED_TRACE(sigkill ? "SIGKILL" : "SIGTERM");
+    auto as_a = vault::v1::Migration::NewStub(MemberChannel("a", "b"));
+    const std::string transfer(16, sigkill ? '\x74' : '\x75');
+    absl::StatusOr<std::vector<vault::v1::Digest>> offered =
+        Offer(as_a.get(), ForgedHop(on_a->record(), "a", "b", transfer));
+    ASSERT_TRUE(offered.ok()) << offered.status();
+    absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (Processes(id).count("b") == 0 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    ASSERT_EQ(Processes(id).count("b"), 1u) << Describe(Processes(id));
+    if (sigkill) {
+      M("b").vaultd->Kill();
+    } else {
+      EXPECT_EQ(M("b").vaultd->Stop(), std::optional<int>(0));
+    }
+    // Nothing of it is left (an orphan would show as such), and the agent still runs on a.
+    ExpectRunsOnlyOn(id, "a");
+    ASSERT_NO_FATAL_FAILURE(Restart("b"));
+    absl::SleepFor(absl::Milliseconds(500));  // time for a start, were it resumed
+    EXPECT_EQ(Processes(id).count("b"), 0u) << Describe(Processes(id));
+    EXPECT_EQ(Get("b", id).status().code(), absl::StatusCode::kNotFound);
+  }
+}
+
 // A process started at the Offer is adopted only for exactly what is committed: when b's ceiling
 // narrows the agent's limits between its Offer and its Commit, the held process (started with
 // the old limits) is ended and a fresh one runs with the new ones.
