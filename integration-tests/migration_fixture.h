@@ -558,6 +558,42 @@ class MigrationTest : public VaultTest {
     return PackageOf(migrating, from);
   }
 
+  // For tests of processes started at an Offer: b gets the code of agent `name` through a first
+  // agent's hop (then ended there), and a second agent of that code runs on a; returns its id
+  // ("" on failure, with the failures reported).
+  std::string SpawnWithCodeOnB(const std::string& name) {
+    std::string first = SpawnCounter(name, /*max=*/3);
+    if (first.empty()) return "";
+    ExpectHop(first, "a", "b", 1, Ctl("a", {"-o", "json", "migrate", first, "--to", "b"}));
+    RunResult ended = Ctl("b", {"agent", "terminate", first, "--as", owner_key_});
+    EXPECT_EQ(ended.exit_code, kExitOk) << ended;
+    return ended.exit_code == kExitOk ? SpawnCounter(name, /*max=*/3) : "";
+  }
+
+  // Waits (up to 10 s) until agent `id` has processes descending from `vault`'s vaultd; returns
+  // their pids.
+  std::set<pid_t> WaitForProcessesOn(const std::string& id, const std::string& vault) {
+    absl::Time deadline = absl::Now() + absl::Seconds(10);
+    std::map<std::string, std::set<pid_t>> procs = Processes(id);
+    while (procs.count(vault) == 0 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+      procs = Processes(id);
+    }
+    return procs[vault];
+  }
+
+  // `vault`'s log lines "agent ID arrived from ...".
+  std::vector<std::string> Arrivals(const std::string& vault, const std::string& id) {
+    const std::string log = ReadFile(members_[vault].vaultd->log_path()).value_or("");
+    std::vector<std::string> out;
+    for (absl::string_view line : absl::StrSplit(log, '\n')) {
+      if (absl::StrContains(line, absl::StrCat("agent ", id, " arrived from "))) {
+        out.emplace_back(line);
+      }
+    }
+    return out;
+  }
+
   absl::Status Commit(vault::v1::Migration::Stub* stub, const vault::v1::MigrationPackage& p,
                       vault::v1::SignedReceipt* receipt = nullptr) {
     grpc::ClientContext ctx;

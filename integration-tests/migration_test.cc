@@ -448,17 +448,11 @@ TEST_F(MigrationTest, DestinationRefusesReplaysAndFencedTransfers) {
 // An arriving agent's sandbox starts when its Offer is accepted and the code is already there;
 // it gets no Welcome (so no host call, no state, no authority) until the Commit adopts it. An
 // Offer that is never committed leaves nothing running: the fence ends the process, and a member
-// offering many agents holds at most 8 processes.
+// offering many agents holds at most 4 processes.
 TEST_F(MigrationTest, AnOfferNeverCommittedLeavesNoProcess) {
   ASSERT_NO_FATAL_FAILURE(TrustOwnerEverywhere());
-  // b gets the code of "twin" with a first agent's hop; a second agent runs the same code.
-  std::string first = SpawnCounter("twin", /*max=*/3);
-  ASSERT_FALSE(first.empty());
-  ExpectHop(first, "a", "b", 1, Ctl("a", {"-o", "json", "migrate", first, "--to", "b"}));
-  // (ended, so that b's counter file only grows if the held process gets to run)
-  RunResult ended = Ctl("b", {"agent", "terminate", first, "--as", owner_key_});
-  ASSERT_EQ(ended.exit_code, kExitOk) << ended;
-  std::string id = SpawnCounter("twin", /*max=*/3);
+  // (the first agent is ended on b: b's counter file only grows if the held process runs)
+  std::string id = SpawnWithCodeOnB("twin");
   ASSERT_FALSE(id.empty());
   absl::StatusOr<AgentStatus> on_a = Get("a", id);
   ASSERT_TRUE(on_a.ok()) << on_a.status();
@@ -474,11 +468,7 @@ TEST_F(MigrationTest, AnOfferNeverCommittedLeavesNoProcess) {
   }
   // Its process is up on b (beside the original on a), held: b has no record of the agent and
   // the agent has done nothing there.
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (Processes(id).count("b") == 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSERT_EQ(Processes(id).count("b"), 1u) << Describe(Processes(id));
+  ASSERT_FALSE(WaitForProcessesOn(id, "b").empty()) << Describe(Processes(id));
   absl::SleepFor(absl::Seconds(1));  // time for a counter line, were it welcomed
   EXPECT_EQ(Get("b", id).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(CounterLines("b").size(), b_lines);
@@ -508,7 +498,7 @@ TEST_F(MigrationTest, AnOfferNeverCommittedLeavesNoProcess) {
     for (pid_t pid : procs["b"]) n += procs["b"].count(ProcStat(pid).first) == 0 ? 1 : 0;
     return n;
   };
-  deadline = absl::Now() + absl::Seconds(10);
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (sandboxes_on_b() < 4 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
   absl::SleepFor(absl::Milliseconds(500));  // a fifth would be up by now
   const size_t agents = sandboxes_on_b();
@@ -522,14 +512,8 @@ TEST_F(MigrationTest, AnOfferNeverCommittedLeavesNoProcess) {
   // process that its real Offer started.
   ExpectHop(id, "a", "b", 1, Ctl("a", {"-o", "json", "migrate", id, "--to", "b"}));
   ExpectRunsOnlyOn(id, "b");
-  const std::string log = ReadFile(members_["b"].vaultd->log_path()).value_or("");
-  std::vector<std::string> arrivals;
-  for (absl::string_view line : absl::StrSplit(log, '\n')) {
-    if (absl::StrContains(line, absl::StrCat("agent ", id, " arrived from a"))) {
-      arrivals.emplace_back(line);
-    }
-  }
-  ASSERT_EQ(arrivals.size(), 1u) << log;
+  const std::vector<std::string> arrivals = Arrivals("b", id);
+  ASSERT_EQ(arrivals.size(), 1u);
   EXPECT_THAT(arrivals[0], HasSubstr(", its process started at the offer)"));
 }
 
@@ -537,12 +521,7 @@ TEST_F(MigrationTest, AnOfferNeverCommittedLeavesNoProcess) {
 // again with it: there is no agent of that id on b, only a process an Offer started.
 TEST_F(MigrationTest, HeldProcessesEndWithTheirVaultd) {
   ASSERT_NO_FATAL_FAILURE(TrustOwnerEverywhere());
-  std::string first = SpawnCounter("stopped", /*max=*/3);
-  ASSERT_FALSE(first.empty());
-  ExpectHop(first, "a", "b", 1, Ctl("a", {"-o", "json", "migrate", first, "--to", "b"}));
-  RunResult ended = Ctl("b", {"agent", "terminate", first, "--as", owner_key_});
-  ASSERT_EQ(ended.exit_code, kExitOk) << ended;
-  std::string id = SpawnCounter("stopped", /*max=*/3);
+  std::string id = SpawnWithCodeOnB("stopped");
   ASSERT_FALSE(id.empty());
   absl::StatusOr<AgentStatus> on_a = Get("a", id);
   ASSERT_TRUE(on_a.ok()) << on_a.status();
@@ -553,11 +532,7 @@ TEST_F(MigrationTest, HeldProcessesEndWithTheirVaultd) {
     absl::StatusOr<std::vector<vault::v1::Digest>> offered =
         Offer(as_a.get(), ForgedHop(on_a->record(), "a", "b", transfer));
     ASSERT_TRUE(offered.ok()) << offered.status();
-    absl::Time deadline = absl::Now() + absl::Seconds(10);
-    while (Processes(id).count("b") == 0 && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    ASSERT_EQ(Processes(id).count("b"), 1u) << Describe(Processes(id));
+    ASSERT_FALSE(WaitForProcessesOn(id, "b").empty()) << Describe(Processes(id));
     if (sigkill) {
       M("b").vaultd->Kill();
     } else {
@@ -577,18 +552,13 @@ TEST_F(MigrationTest, HeldProcessesEndWithTheirVaultd) {
 // the old limits) is ended and a fresh one runs with the new ones.
 TEST_F(MigrationTest, LimitsNarrowedAfterTheOfferStartAFreshProcess) {
   ASSERT_NO_FATAL_FAILURE(TrustOwnerEverywhere());
-  std::string first = SpawnCounter("narrowed", /*max=*/3);
-  ASSERT_FALSE(first.empty());
-  ExpectHop(first, "a", "b", 1, Ctl("a", {"-o", "json", "migrate", first, "--to", "b"}));
-  RunResult ended = Ctl("b", {"agent", "terminate", first, "--as", owner_key_});
-  ASSERT_EQ(ended.exit_code, kExitOk) << ended;
   // The agent's hop is made here as a would make it (so it is ended on a first: it runs on b
   // alone afterwards).
-  std::string id = SpawnCounter("narrowed", /*max=*/3);
+  std::string id = SpawnWithCodeOnB("narrowed");
   ASSERT_FALSE(id.empty());
   absl::StatusOr<AgentStatus> on_a = Get("a", id);
   ASSERT_TRUE(on_a.ok()) << on_a.status();
-  ended = Ctl("a", {"agent", "terminate", id, "--as", owner_key_});
+  RunResult ended = Ctl("a", {"agent", "terminate", id, "--as", owner_key_});
   ASSERT_EQ(ended.exit_code, kExitOk) << ended;
   absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (!Processes(id).empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
@@ -599,11 +569,7 @@ TEST_F(MigrationTest, LimitsNarrowedAfterTheOfferStartAFreshProcess) {
       ForgedHop(on_a->record(), "a", "b", std::string(16, '\x73'));
   absl::StatusOr<std::vector<vault::v1::Digest>> offered = Offer(as_a.get(), package);
   ASSERT_TRUE(offered.ok()) << offered.status();
-  deadline = absl::Now() + absl::Seconds(10);
-  while (Processes(id).count("b") == 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  const std::set<pid_t> held = Processes(id)["b"];
+  const std::set<pid_t> held = WaitForProcessesOn(id, "b");
   ASSERT_FALSE(held.empty()) << "no process started at the Offer";
   // b narrows what the owner's agents may use (128 MiB of memory), then the Commit comes.
   std::vector<std::string> trust = {"policy", "trust", owner_key_, "--ceiling"};
@@ -629,14 +595,8 @@ TEST_F(MigrationTest, LimitsNarrowedAfterTheOfferStartAFreshProcess) {
   }
   for (pid_t pid : held) EXPECT_EQ(now.count(pid), 0u) << "held process " << pid << " still runs";
   EXPECT_FALSE(now.empty());
-  const std::string log = ReadFile(members_["b"].vaultd->log_path()).value_or("");
-  std::vector<std::string> arrivals;
-  for (absl::string_view line : absl::StrSplit(log, '\n')) {
-    if (absl::StrContains(line, absl::StrCat("agent ", id, " arrived from a"))) {
-      arrivals.emplace_back(line);
-    }
-  }
-  ASSERT_EQ(arrivals.size(), 1u) << log;
+  const std::vector<std::string> arrivals = Arrivals("b", id);
+  ASSERT_EQ(arrivals.size(), 1u);
   EXPECT_THAT(arrivals[0], Not(HasSubstr("its process started at the offer"))) << arrivals[0];
   // The fresh process is the agent: it works (a new counter line on b).
   const size_t lines = CounterLines("b").size();
