@@ -277,6 +277,7 @@ std::optional<std::string> DirUnderMount(const CgroupMount& mount, const std::st
 // One hierarchy this process could create sandboxes in.
 struct Hierarchy {
   int version = 0;
+  std::string root;  // the cgroup mounted at mountpoint
   std::string mountpoint;
   std::string own;   // this process's cgroup directory
   std::string base;  // own + "/" + folder
@@ -417,6 +418,7 @@ std::vector<Hierarchy> FindHierarchies(const CgroupManager::Options& options,
   for (const CgroupMount& mount : mounts) {
     Hierarchy h;
     h.version = mount.version;
+    h.root = mount.root;
     h.mountpoint = mount.mountpoint;
     std::optional<std::string> cgroup_path;
     if (mount.version == 1) {
@@ -475,8 +477,9 @@ class CgroupImpl final : public Cgroup {
     int version = 0;
   };
 
-  CgroupImpl(std::vector<std::string> dirs, std::array<Place, kNumControllers> places)
-      : dirs_(std::move(dirs)), places_(std::move(places)) {}
+  CgroupImpl(std::vector<std::string> dirs, std::vector<CgroupMount> mounts,
+             std::array<Place, kNumControllers> places)
+      : dirs_(std::move(dirs)), mounts_(std::move(mounts)), places_(std::move(places)) {}
 
   ~CgroupImpl() override {
     // Best effort and without waiting: tasks still inside keep their cgroups alive.
@@ -491,6 +494,50 @@ class CgroupImpl final : public Cgroup {
     if (pid <= 0) return absl::InvalidArgumentError(absl::StrCat("invalid pid ", pid));
     for (const std::string& dir : dirs_) {
       VAULT_RETURN_IF_ERROR(WriteControl(absl::StrCat(dir, "/cgroup.procs"), absl::StrCat(pid)));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<ThreadReturn> EnterCallingThread() override {
+    ThreadReturn back;
+    bool any_v1 = false;
+    for (const CgroupMount& m : mounts_) any_v1 |= m.version == 1;
+    if (!any_v1) return back;
+    // Where this thread is now (not the process: a thread may have been moved alone).
+    const std::string self = "/proc/thread-self/cgroup";
+    VAULT_ASSIGN_OR_RETURN(std::string text, common::ReadFile(self));
+    VAULT_ASSIGN_OR_RETURN(ProcCgroups now, ParseProcCgroup(self, text));
+    std::vector<std::string> homes;
+    for (const CgroupMount& m : mounts_) {
+      if (m.version != 1) continue;
+      std::optional<std::string> path = now.V1PathOf(m.controllers.front());
+      std::optional<std::string> home =
+          path.has_value() ? DirUnderMount(m, *path) : std::optional<std::string>();
+      if (!home.has_value()) {
+        return absl::FailedPreconditionError(absl::StrCat("this thread's ", m.controllers.front(),
+                                                          " cgroup ", path.value_or("?"),
+                                                          " is not under ", m.mountpoint));
+      }
+      homes.push_back(absl::StrCat(*home, "/tasks"));
+    }
+    size_t next_home = 0;
+    for (size_t i = 0; i < dirs_.size(); ++i) {
+      if (mounts_[i].version != 1) continue;
+      if (absl::Status s = WriteControl(absl::StrCat(dirs_[i], "/tasks"), "0"); !s.ok()) {
+        (void)ReturnCallingThread(back);
+        return s;
+      }
+      back.home_tasks.push_back(homes[next_home++]);
+    }
+    return back;
+  }
+
+  absl::Status AddClonedProcess(pid_t pid) override {
+    if (pid <= 0) return absl::InvalidArgumentError(absl::StrCat("invalid pid ", pid));
+    for (size_t i = 0; i < dirs_.size(); ++i) {
+      if (mounts_[i].version == 1) continue;
+      VAULT_RETURN_IF_ERROR(
+          WriteControl(absl::StrCat(dirs_[i], "/cgroup.procs"), absl::StrCat(pid)));
     }
     return absl::OkStatus();
   }
@@ -751,7 +798,8 @@ class CgroupImpl final : public Cgroup {
   }
 
   // Constant after construction.
-  const std::vector<std::string> dirs_;  // one per hierarchy used, each distinct
+  const std::vector<std::string> dirs_;    // one per hierarchy used, each distinct
+  const std::vector<CgroupMount> mounts_;  // the hierarchy of each of dirs_
   const std::array<Place, kNumControllers> places_;
   std::atomic<bool> removed_{false};
   mutable absl::Mutex cpu_mu_;
@@ -768,7 +816,7 @@ class CgroupManagerImpl final : public CgroupManager {
   };
   struct Base {
     std::string dir;  // <own>/<folder>
-    int version = 0;
+    CgroupMount mount;
   };
 
   CgroupManagerImpl(std::vector<Base> bases, std::array<Placement, kNumControllers> placements)
@@ -784,7 +832,7 @@ class CgroupManagerImpl final : public CgroupManager {
       const Placement& p = placements_[Index(c)];
       parts.push_back(absl::StrCat(
           ControllerName(c), "=",
-          p.hierarchy < 0 ? "missing" : absl::StrCat("v", bases_[p.hierarchy].version)));
+          p.hierarchy < 0 ? "missing" : absl::StrCat("v", bases_[p.hierarchy].mount.version)));
     }
     return absl::StrJoin(parts, " ");
   }
@@ -812,6 +860,7 @@ class CgroupManagerImpl final : public CgroupManager {
           absl::StrCat("no cgroup controller is available:\n", Warnings()));
     }
     std::vector<std::string> dirs;
+    std::vector<CgroupMount> mounts;
     std::vector<std::string> created;
     auto roll_back = [&created](absl::Status s) {
       for (auto it = created.rbegin(); it != created.rend(); ++it) rmdir(it->c_str());
@@ -824,14 +873,16 @@ class CgroupManagerImpl final : public CgroupManager {
       }
       created.push_back(dir);
       dirs.push_back(std::move(dir));
+      mounts.push_back(bases_[index].mount);
     }
     std::array<CgroupImpl::Place, kNumControllers> places;
     for (CgroupController c : kAllControllers) {
       int index = placements_[Index(c)].hierarchy;
       if (index < 0) continue;
-      places[Index(c)] = {absl::StrCat(bases_[index].dir, "/", name), bases_[index].version};
+      places[Index(c)] = {absl::StrCat(bases_[index].dir, "/", name), bases_[index].mount.version};
     }
-    auto cgroup = std::make_unique<CgroupImpl>(std::move(dirs), std::move(places));
+    auto cgroup =
+        std::make_unique<CgroupImpl>(std::move(dirs), std::move(mounts), std::move(places));
     // On failure the cgroup's destructor then finds nothing left to remove.
     if (absl::Status s = cgroup->WriteLimits(limits); !s.ok()) return roll_back(s);
     return cgroup;
@@ -867,7 +918,7 @@ class CgroupManagerImpl final : public CgroupManager {
         std::string path = absl::StrCat(base, "/", child);
         if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
         if (is_stale && !is_stale(child)) continue;
-        candidates.emplace_back(bases_[index].version, std::move(path));
+        candidates.emplace_back(bases_[index].mount.version, std::move(path));
       }
       closedir(dir);
     }
@@ -911,6 +962,12 @@ class CgroupManagerImpl final : public CgroupManager {
 
 }  // namespace
 
+absl::Status ReturnCallingThread(const ThreadReturn& back) {
+  absl::Status result;
+  for (const std::string& tasks : back.home_tasks) result.Update(WriteControl(tasks, "0"));
+  return result;
+}
+
 absl::StatusOr<std::unique_ptr<CgroupManager>> CgroupManager::Detect(const Options& options) {
   if (!IsValidName(options.folder)) {
     return absl::InvalidArgumentError(
@@ -931,7 +988,9 @@ absl::StatusOr<std::unique_ptr<CgroupManager>> CgroupManager::Detect(const Optio
     p.hierarchy = detector.Place(c, &p.reason);
   }
   std::vector<CgroupManagerImpl::Base> bases;
-  for (const Hierarchy& h : detector.hierarchies()) bases.push_back({h.base, h.version});
+  for (const Hierarchy& h : detector.hierarchies()) {
+    bases.push_back({h.base, CgroupMount{h.version, h.root, h.mountpoint, h.v1_controllers}});
+  }
   return std::unique_ptr<CgroupManager>(
       new CgroupManagerImpl(std::move(bases), std::move(placements)));
 }

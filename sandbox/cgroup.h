@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -48,11 +49,32 @@ struct CgroupReadings {
   uint64_t oom_kills = 0;  // v1 memory.oom_control "oom_kill", v2 memory.events "oom_kill"
 };
 
+// Where Cgroup::EnterCallingThread took a thread from: the v1 "tasks" files that take it back
+// (ReturnCallingThread).
+struct ThreadReturn {
+  std::vector<std::string> home_tasks;
+};
+
+// Moves the calling thread back where EnterCallingThread found it, in every hierarchy it left
+// (all of them even when one fails; the first error is returned).
+absl::Status ReturnCallingThread(const ThreadReturn& back);
+
 class Cgroup {
  public:
   virtual ~Cgroup() = default;  // best-effort Remove()
   // Moves `pid` (the whole process) into this cgroup in every hierarchy used.
   virtual absl::Status AddProcess(pid_t pid) = 0;
+  // Placement at birth, without AddProcess's cost on cgroup v1. A v1 cgroup.procs write takes
+  // the kernel's global threadgroup lock for writing, which waits for an RCU grace period (5-20
+  // ms on an idle machine; see docs/sandbox.md). A thread that writes "0" to a v1 "tasks" file
+  // moves only itself and skips that lock. So: EnterCallingThread moves the calling thread alone
+  // into this cgroup in every v1 hierarchy used; a process it clones then starts inside them;
+  // ReturnCallingThread takes it back at once (nothing else may happen in between: while inside,
+  // the thread is frozen, limited and killed with this cgroup). AddClonedProcess then moves the
+  // clone into the rest (the v2 hierarchy, where a thread cannot move alone), if any.
+  // Nothing is left moved on failure.
+  virtual absl::StatusOr<ThreadReturn> EnterCallingThread() = 0;
+  virtual absl::Status AddClonedProcess(pid_t pid) = 0;
   // Freezes / thaws every task; Freeze returns once the kernel reports the group frozen
   // (DeadlineExceeded after 2 s).
   virtual absl::Status Freeze() = 0;

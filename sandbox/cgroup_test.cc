@@ -14,6 +14,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -521,6 +522,104 @@ TEST(Cgroup, AddProcessMovesChildIntoEveryHierarchy) {
   ASSERT_OK(cg->KillAll());
   EXPECT_TRUE(KilledBySigkill(child.Wait()));
   ASSERT_OK(cg->Remove());
+}
+
+// The v1 "tasks" lines of /proc/<...>/cgroup, without the v2 line: "4:memory:/a/b" each.
+std::set<std::string> V1Lines(const std::string& proc_cgroup) {
+  std::set<std::string> lines;
+  for (absl::string_view line : absl::StrSplit(ReadText(proc_cgroup), '\n', absl::SkipEmpty())) {
+    if (!absl::StartsWith(line, "0::")) lines.emplace(line);
+  }
+  return lines;
+}
+
+TEST(Cgroup, ACloneOfAThreadInsideStartsInsideAndTheThreadAloneGoesBack) {
+  SKIP_UNLESS_ROOT();
+  const std::string folder = UniqueFolder("enter");
+  FolderCleanup cleanup(folder);
+  ASSERT_OK_AND_ASSIGN(auto manager, CgroupManager::Detect({.folder = folder}));
+  if (!manager->Has(CgroupController::kPids)) GTEST_SKIP() << manager->Warnings();
+  if (!absl::StrContains(manager->Describe(), "=v1")) GTEST_SKIP() << "no cgroup v1 hierarchy";
+  // pids.max 2, the lowest a sandbox may have: the thread inside counts while it clones.
+  ASSERT_OK_AND_ASSIGN(auto cg, manager->Create("sb", {.max_pids = 2}));
+  const std::set<std::string> process_before = V1Lines("/proc/self/cgroup");
+
+  pid_t child = -1;
+  std::set<std::string> thread_inside, thread_after, thread_before;
+  absl::Status entered_status, returned_status;
+  std::thread cloner([&] {
+    const std::string self = absl::StrCat("/proc/self/task/", gettid(), "/cgroup");
+    thread_before = V1Lines(self);
+    absl::StatusOr<ThreadReturn> back = cg->EnterCallingThread();
+    entered_status = back.status();
+    if (!back.ok()) return;
+    thread_inside = V1Lines(self);
+    child = fork();
+    if (child == 0) SleepForever();
+    returned_status = ReturnCallingThread(*back);
+    thread_after = V1Lines(self);
+  });
+  cloner.join();
+  ASSERT_OK(entered_status);
+  ASSERT_GT(child, 0) << strerror(errno);
+  ASSERT_OK(returned_status);
+  ASSERT_OK(cg->AddClonedProcess(child));  // the v2 part, if any: nothing here
+
+  // The thread went in, the clone was born there, the thread came back where it was; the rest
+  // of the process never moved.
+  EXPECT_NE(thread_inside, thread_before);
+  EXPECT_EQ(thread_after, thread_before);
+  EXPECT_EQ(V1Lines("/proc/self/cgroup"), process_before);
+  std::vector<std::string> dirs = FindDirs(folder, "sb");
+  ASSERT_THAT(dirs, Not(IsEmpty()));
+  for (const std::string& dir : dirs) {
+    // Only the clone: a kill of this cgroup (which lists cgroup.procs) cannot reach this test.
+    EXPECT_EQ(ReadText(dir + "/cgroup.procs"), absl::StrCat(child)) << dir;
+  }
+  ASSERT_OK_AND_ASSIGN(CgroupReadings readings, cg->Read());
+  EXPECT_EQ(readings.pids_current, 1u);
+  EXPECT_EQ(cg->AddClonedProcess(0).code(), absl::StatusCode::kInvalidArgument);
+
+  ASSERT_OK(cg->KillAll());
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(KilledBySigkill(status));
+  ASSERT_OK(cg->Remove());
+}
+
+TEST(Cgroup, EnteringACgroupThatIsGoneMovesNothing) {
+  SKIP_UNLESS_ROOT();
+  const std::string folder = UniqueFolder("gone");
+  FolderCleanup cleanup(folder);
+  ASSERT_OK_AND_ASSIGN(auto manager, CgroupManager::Detect({.folder = folder}));
+  if (!manager->Has(CgroupController::kPids)) GTEST_SKIP() << manager->Warnings();
+  if (!absl::StrContains(manager->Describe(), "=v1")) GTEST_SKIP() << "no cgroup v1 hierarchy";
+  // One hierarchy's folder removed behind the cgroup's back, each in turn: the thread enters
+  // the hierarchies before it, then fails, and must be taken back out of those.
+  const size_t hierarchies = FindDirs(folder).size();
+  ASSERT_GE(hierarchies, 2u);
+  for (size_t gone = 0; gone < hierarchies; ++gone) {
+    const std::string name = absl::StrCat("sb", gone);
+    ASSERT_OK_AND_ASSIGN(auto cg, manager->Create(name, {}));
+    std::vector<std::string> dirs = FindDirs(folder, name);
+    ASSERT_EQ(dirs.size(), hierarchies);
+    ASSERT_EQ(rmdir(dirs[gone].c_str()), 0) << strerror(errno);
+    absl::Status entered;
+    std::set<std::string> before, after;
+    std::thread t([&] {
+      const std::string self = absl::StrCat("/proc/self/task/", gettid(), "/cgroup");
+      before = V1Lines(self);
+      entered = cg->EnterCallingThread().status();
+      after = V1Lines(self);
+    });
+    t.join();
+    EXPECT_EQ(entered.code(), absl::StatusCode::kNotFound) << entered;
+    EXPECT_EQ(after, before) << dirs[gone];
+    for (size_t i = 0; i < dirs.size(); ++i) {
+      if (i == gone) continue;
+      EXPECT_EQ(ReadText(dirs[i] + "/cgroup.procs"), "") << dirs[i];
+    }
+  }
 }
 
 TEST(Cgroup, FreezeStopsCpuUsageAndThawResumesIt) {

@@ -241,6 +241,7 @@ class LinuxSandbox::Impl : public std::enable_shared_from_this<LinuxSandbox::Imp
  private:
   struct CloneRequest {
     ChildArgs* args;
+    Cgroup* cgroup = nullptr;  // the child starts in it (see Cgroup::EnterCallingThread)
     bool root_mode;
     uid_t host_uid;
     gid_t host_gid;
@@ -595,6 +596,30 @@ void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
     return;
   }
   UnpoisonCloneStack(stack);
+  // The child is born in its cgroup: this thread steps into it for the clone (before its id
+  // changes below, which would forbid the write) and straight back out.
+  ThreadReturn cgroup_return;
+  if (request.cgroup != nullptr) {
+    absl::StatusOr<ThreadReturn> entered = request.cgroup->EnterCallingThread();
+    if (!entered.ok()) {
+      request.status = entered.status();
+      munmap(stack, kCloneStackSize);
+      return;
+    }
+    cgroup_return = *std::move(entered);
+  }
+  // Leaves the cgroup; called on every path from here.
+  auto leave_cgroup = [&cgroup_return] {
+    if (cgroup_return.home_tasks.empty()) return;
+    if (absl::Status back = ReturnCallingThread(cgroup_return); !back.ok()) {
+      // Left inside, this thread would be frozen and killed with the sandbox (a v1 kill lists
+      // vaultd's own pid in cgroup.procs): nothing to go on with.
+      spdlog::critical("sandbox supervisor could not leave a sandbox's cgroup: {}",
+                       back.ToString());
+      std::abort();
+    }
+    cgroup_return.home_tasks.clear();
+  };
   // As root, this thread takes the sandbox's host id as its effective id for the clone, so
   // that the new user namespace is owned by that id: what the kernel counts per user across
   // namespaces (inotify instances and watches, message queues, pending signals, processes) is
@@ -604,12 +629,14 @@ void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
   if (request.root_mode) {
     if (syscall(SYS_setresgid, -1, request.host_gid, -1) != 0) {
       request.status = Errno(errno, "setresgid for the clone");
+      leave_cgroup();
       munmap(stack, kCloneStackSize);
       return;
     }
     if (syscall(SYS_setresuid, -1, request.host_uid, -1) != 0) {
       request.status = Errno(errno, "setresuid for the clone");
       syscall(SYS_setresgid, -1, 0, -1);
+      leave_cgroup();
       munmap(stack, kCloneStackSize);
       return;
     }
@@ -636,6 +663,7 @@ void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
     }
     prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);  // the id change cleared it for the whole process
   }
+  leave_cgroup();
   sync_child.Reset();
   status_write.Reset();
   if (pid < 0) {
@@ -718,50 +746,44 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
   }
   state->uid_slot = slot;
 
-  // The supervisor clones while this thread creates the cgroup; the child builds its mounts
-  // while this thread moves it into the cgroup; the child waits for 'C' before anything else.
-  CloneRequest request;
-  request.args = args.get();
-  request.root_mode = fences_.running_as_root;
-  request.host_uid = host_uid;
-  request.host_gid = host_gid;
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopping_) {
-      ReleaseSlot(slot);
-      return absl::CancelledError("sandbox is shutting down");
-    }
-    clone_queue_.push_back(&request);
-  }
-  Wake();
-  absl::Status cgroup_status;
+  auto cleanup_early = [&](absl::Status status) {
+    if (state->cgroup != nullptr) (void)state->cgroup->Remove();
+    ReleaseSlot(slot);
+    return status;
+  };
+  // The cgroup first: the supervisor clones the child into it (on cgroup v1; see
+  // Cgroup::EnterCallingThread), and this thread completes the placement elsewhere (v2). The
+  // child builds its mounts meanwhile and waits for 'C' before anything else.
   if (cgroups_ != nullptr) {
     CgroupLimits cgroup_limits;
     cgroup_limits.memory_bytes = limits.memory_bytes;
     cgroup_limits.max_pids = limits.max_processes;
     cgroup_limits.cpu_percent = limits.cpu_percent;
     absl::StatusOr<std::unique_ptr<Cgroup>> cgroup = cgroups_->Create(state->id, cgroup_limits);
-    if (cgroup.ok()) {
-      state->cgroup = std::move(*cgroup);
-    } else {
-      cgroup_status = cgroup.status();
-    }
+    if (!cgroup.ok()) return cleanup_early(cgroup.status());
+    state->cgroup = std::move(*cgroup);
   }
+  CloneRequest request;
+  request.args = args.get();
+  request.cgroup = state->cgroup.get();
+  request.root_mode = fences_.running_as_root;
+  request.host_uid = host_uid;
+  request.host_gid = host_gid;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return cleanup_early(absl::CancelledError("sandbox is shutting down"));
+    clone_queue_.push_back(&request);
+  }
+  Wake();
   {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(&request.finished));
   }
-  auto cleanup_early = [&](absl::Status status) {
-    if (state->cgroup != nullptr) (void)state->cgroup->Remove();
-    ReleaseSlot(slot);
-    return status;
-  };
   if (!request.status.ok()) return cleanup_early(request.status);
   UniqueFd sync_parent = std::move(request.sync_parent);
   UniqueFd status_read = std::move(request.status_read);
-  if (cgroup_status.ok() && state->cgroup != nullptr) {
-    cgroup_status = state->cgroup->AddProcess(request.pid);
-  }
+  absl::Status cgroup_status;
+  if (state->cgroup != nullptr) cgroup_status = state->cgroup->AddClonedProcess(request.pid);
   if (cgroup_status.ok()) {
     char placed = 'C';
     if (send(sync_parent.get(), &placed, 1, MSG_NOSIGNAL) != 1) {
