@@ -703,8 +703,8 @@ void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
     oom_score_adj = UniqueFd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
     if (oom_score_adj.get() < 0) status = Errno(errno, absl::StrCat("open ", path));
   }
-  // 'G' with that descriptor: build the mounts. Spawn's thread then moves the child into its
-  // cgroup and sends 'C'.
+  // 'G' with that descriptor: build the mounts. Spawn's thread then completes the child's
+  // cgroup placement (v2) and sends 'C'.
   if (status.ok()) status = SendGo(request.sync_parent_fd, oom_score_adj.get());
   oom_score_adj.Reset();
   if (!status.ok()) {

@@ -379,9 +379,9 @@ int ChildMain(void* raw) {
   if ((r = RawSys(SYS_umount2, ".", MNT_DETACH)) != 0) ChildFail(sync, kStepPivotFinal, ErrOf(r));
   if ((r = RawSys(SYS_chdir, "/")) != 0) ChildFail(sync, kStepPivotFinal, ErrOf(r));
 
-  // The host moves this process into its cgroup while the mounts above are made (a v1
-  // cgroup.procs write can wait for an RCU grace period); nothing of the program runs before
-  // it says so. Then the cgroup namespace, rooted at that cgroup.
+  // This process was born in its cgroup's v1 hierarchies; the host moves it into any v2 one
+  // while the mounts above are made. Nothing of the program runs before it says so. Then the
+  // cgroup namespace, rooted at that cgroup.
   if (ReadGo(sync) != 'C') ChildExit(127);
   if (RawFailed(r = RawSys(SYS_unshare, CLONE_NEWCGROUP))) {
     ChildFail(sync, kStepCgroupNs, RawErrno(r));
