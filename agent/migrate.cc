@@ -16,6 +16,7 @@
 #include "agent/internal/runtime_impl.h"
 #include "capability/chain.h"
 #include "capability/grant.h"
+#include "cas/digest.h"
 #include "common/log_fields.h"
 #include "common/proto_util.h"
 #include "common/status_macros.h"
@@ -363,7 +364,8 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOpera
       return refused;
     }
     before = live->record.counters().checkpoints();
-    ask = live->running && live->record.state() == vault::v1::RUNNING;
+    ask = !request.no_checkpoint_request() && live->running &&
+          live->record.state() == vault::v1::RUNNING;
     if (ask) live->checkpoint_requested = true;
   }
   bool checkpointed = false;
@@ -543,6 +545,7 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::Departed(
     out.set_to_vault(m.to_vault());
     out.set_hop(p->hop());
     out.set_receipt(receipt.SerializeAsString());
+    out.set_receipt_sha256(cas::Sha256::Hash(out.receipt()));
     *out.mutable_grants() = p->grants();
     *out.mutable_state() = p->state();
     live->end_cause = EndCause::kDeparted;
