@@ -204,7 +204,7 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOut(
     absl::SleepFor(absl::Milliseconds(1));
   }
   // The Offer and the objects (started below, once the hop's record is built).
-  std::future<absl::Status> sent_ahead;
+  std::future<absl::StatusOr<Sent>> sent_ahead;
   {
     absl::MutexLock lock(&live->mu);
     times.frozen = absl::Now();
@@ -406,25 +406,37 @@ vault::v1::MigrationPackage AgentRuntime::Impl::PackageOf(const AgentRecord& r) 
   return p;
 }
 
-absl::Status AgentRuntime::Impl::OfferAndSend(const std::string& to_vault,
-                                              const vault::v1::MigrationPackage& package,
-                                              HopTimes* times) {
+// States up to this size travel in the Commit (every member accepts messages of 2 MiB).
+constexpr uint64_t kStateInCommit = 1 << 20;
+
+absl::StatusOr<AgentRuntime::Impl::Sent> AgentRuntime::Impl::OfferAndSend(
+    const std::string& to_vault, const vault::v1::MigrationPackage& package, HopTimes* times) {
   const absl::Time start = absl::Now();
   VAULT_ASSIGN_OR_RETURN(std::vector<vault::v1::Digest> missing,
                          transport_->Offer(to_vault, package));
   const absl::Time offered = absl::Now();
+  Sent sent;
+  // A small state rides in the Commit: one call and one durable write fewer at the destination.
+  auto state = std::find_if(missing.begin(), missing.end(), [&](const vault::v1::Digest& d) {
+    return d.sha256() == package.state().sha256() && d.size() == package.state().size();
+  });
+  if (state != missing.end() && state->size() <= kStateInCommit) {
+    VAULT_ASSIGN_OR_RETURN(cas::Digest digest, ToDigest(*state));
+    VAULT_ASSIGN_OR_RETURN(sent.state, deps_.cas->ReadAll(digest));
+    missing.erase(state);
+  }
   if (!missing.empty()) VAULT_RETURN_IF_ERROR(transport_->SendObjects(to_vault, missing));
   if (times != nullptr) {
     times->offer = offered - start;
     times->objects = absl::Now() - offered;
-    times->objects_sent = missing.size();
+    times->objects_sent = missing.size() + (sent.state.has_value() ? 1 : 0);
   }
-  return absl::OkStatus();
+  return sent;
 }
 
 absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::RunTransfer(
-    const std::shared_ptr<LiveAgent>& live, bool background, std::future<absl::Status>* sent_ahead,
-    HopTimes* times) {
+    const std::shared_ptr<LiveAgent>& live, bool background,
+    std::future<absl::StatusOr<Sent>>* sent_ahead, HopTimes* times) {
   vault::v1::MigrationPackage package;
   std::string to_vault, transfer_id;
   {
@@ -440,16 +452,19 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::RunTransfer(
   absl::Status commit_refused;
   if (!background) {
     // Offer and objects: no Commit has been sent yet, so any failure leaves nothing to settle.
-    absl::Status sent = sent_ahead != nullptr && sent_ahead->valid()
-                            ? sent_ahead->get()
-                            : OfferAndSend(to_vault, package);
+    absl::StatusOr<Sent> sent = sent_ahead != nullptr && sent_ahead->valid()
+                                    ? sent_ahead->get()
+                                    : OfferAndSend(to_vault, package);
     if (times != nullptr) times->sent = absl::Now();
     if (!sent.ok()) {
-      std::string why = absl::StrCat("migration to ", to_vault, " refused: ", sent.message());
+      std::string why =
+          absl::StrCat("migration to ", to_vault, " refused: ", sent.status().message());
       VAULT_RETURN_IF_ERROR(ResumeAfterFailedHop(live, why));
-      return absl::Status(IsAmbiguous(sent) ? absl::StatusCode::kUnavailable : sent.code(), why);
+      return absl::Status(
+          IsAmbiguous(sent.status()) ? absl::StatusCode::kUnavailable : sent.status().code(), why);
     }
-    absl::StatusOr<vault::v1::SignedReceipt> receipt = transport_->Commit(to_vault, package);
+    absl::StatusOr<vault::v1::SignedReceipt> receipt =
+        transport_->Commit(to_vault, package, sent->state.has_value() ? &*sent->state : nullptr);
     if (times != nullptr) times->committed = absl::Now();
     if (receipt.ok()) {
       absl::StatusOr<vault::v1::MigrateAgentResponse> gone = Departed(live, *receipt);
@@ -714,7 +729,7 @@ absl::StatusOr<std::vector<vault::v1::Digest>> AgentRuntime::Impl::OfferIn(
 }
 
 absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
-    const vault::v1::MigrationPackage& p, const std::string& caller) {
+    const vault::v1::MigrationPackage& p, const std::string& caller, const std::string* state) {
   if (caller != p.source_vault()) {
     return absl::PermissionDeniedError(
         absl::StrCat("member ", caller, " commits an agent from ", p.source_vault()));
@@ -745,6 +760,21 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
                            {{"phase", "commit"}}),
           /*durable=*/true);
     return v.status();
+  }
+  // A state carried in the Commit is stored as the CAS would: every byte checked against its
+  // digest first; a mismatch is refused (and audited), never stored.
+  if (state != nullptr) {
+    VAULT_ASSIGN_OR_RETURN(cas::Digest want, ToDigest(p.state()));
+    if (absl::Status put = deps_.cas->Put(want, *state).status(); !put.ok()) {
+      absl::Status bad(put.code(),
+                       absl::StrCat("the state carried in the Commit: ", put.message()));
+      vault::v1::AuditEntry e = audit::MakeEntry(p.source_vault(), "agent.migrate.refused",
+                                                 p.agent_id(), vault::v1::AuditEntry::DENIED,
+                                                 std::string(bad.message()), {{"phase", "commit"}});
+      e.set_priority(vault::v1::AuditEntry::HIGH);
+      Audit(std::move(e), /*durable=*/true);
+      return bad;
+    }
   }
   // Every object is here, whole (the CAS verified each on the way in).
   for (const vault::v1::Digest& d : {p.spec().code_digest(), p.state()}) {
@@ -838,6 +868,7 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
        {"transfer_id", TransferText(last.transfer_id())},
        {"hop", absl::StrCat(v->hop)},
        {"state", DigestText(p.state())},
+       {"state_in_commit", state != nullptr ? "yes" : "no"},
        {"grants", grants},
        {"narrowed", static_cast<int>(record.grants_size()) != static_cast<int>(v->grants.size())
                         ? "yes"

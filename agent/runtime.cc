@@ -172,8 +172,8 @@ absl::StatusOr<std::vector<vault::v1::Digest>> AgentRuntime::OfferIn(
   return impl_->OfferIn(p, caller);
 }
 absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::CommitIn(
-    const vault::v1::MigrationPackage& p, const std::string& caller) {
-  return impl_->CommitIn(p, caller);
+    const vault::v1::MigrationPackage& p, const std::string& caller, const std::string* state) {
+  return impl_->CommitIn(p, caller, state);
 }
 absl::StatusOr<vault::v1::TransferStatusResponse> AgentRuntime::TransferStatus(
     const std::string& transfer_id, bool abort_if_unknown, const std::string& caller) {

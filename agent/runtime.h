@@ -74,8 +74,10 @@ class MigrationTransport {
   // Copies these objects from this vault's CAS to `vault`'s.
   virtual absl::Status SendObjects(const std::string& vault,
                                    const std::vector<vault::v1::Digest>& digests) = 0;
+  // `state`: the state's bytes, carried in the Commit (see CommitRequest.state), or null.
   virtual absl::StatusOr<vault::v1::SignedReceipt> Commit(
-      const std::string& vault, const vault::v1::MigrationPackage& package) = 0;
+      const std::string& vault, const vault::v1::MigrationPackage& package,
+      const std::string* state) = 0;
   virtual absl::StatusOr<vault::v1::TransferStatusResponse> Status(const std::string& vault,
                                                                    const std::string& transfer_id,
                                                                    bool abort_if_unknown) = 0;
@@ -163,8 +165,10 @@ class AgentRuntime {
   // Destination side, for the Migration service; `caller` is the calling member's name.
   absl::StatusOr<std::vector<vault::v1::Digest>> OfferIn(const vault::v1::MigrationPackage& p,
                                                          const std::string& caller);
+  // `state`: the state's bytes when the Commit carries them (CommitRequest.state), or null.
   absl::StatusOr<vault::v1::SignedReceipt> CommitIn(const vault::v1::MigrationPackage& p,
-                                                    const std::string& caller);
+                                                    const std::string& caller,
+                                                    const std::string* state = nullptr);
   // Answers only the member whose transfer it is (`caller`).
   absl::StatusOr<vault::v1::TransferStatusResponse> TransferStatus(const std::string& transfer_id,
                                                                    bool abort_if_unknown,

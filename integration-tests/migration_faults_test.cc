@@ -408,16 +408,27 @@ void LinkCutTest::CutMidCommit(const std::string& name, uint64_t start, Lost los
   std::string id = SpawnTally(name, start);
   ASSERT_FALSE(id.empty());
   ASSERT_NO_FATAL_FAILURE(WarmLink());
+  absl::StatusOr<AgentStatus> spawned = Get("a", id);
+  ASSERT_TRUE(spawned.ok()) << spawned.status();
+  const vault::v1::Digest code = spawned->record().spec().code_digest();
+  const bool code_on_b = Has("b", code);
   AtoB().SetDelay(lost == Lost::kCommit ? TcpProxy::kUp : TcpProxy::kDown, kHold);
   std::future<RunResult> run = MigrateAsync(id);
   const vault::v1::AgentRecord migrating = WaitMigrating(id);
   ASSERT_EQ(migrating.state(), vault::v1::MIGRATING);
   const uint64_t handed = HandedState(migrating);
   if (lost == Lost::kCommit) {
-    // b has the objects (the state is new there): the BatchPut's answer goes back at once and
-    // a sends the Commit, which the proxy holds for kHold. Cut well inside that.
-    ASSERT_TRUE(Poll([&] { return Has("b", migrating.migration().state()); }, absl::Seconds(20)))
-        << "b never got the state; the migrate: " << run.get();
+    // The last step before the Commit is seen at b: the code arriving through the CAS, or, when
+    // b had the code, the agent's process started (held) as b accepts the Offer. Then a sends
+    // the Commit (carrying the state when b lacks it), which the proxy holds for kHold. Cut well
+    // inside that.
+    if (code_on_b) {
+      ASSERT_FALSE(WaitForProcessesOn(id, "b").empty())
+          << "b never accepted the Offer; the migrate: " << run.get();
+    } else {
+      ASSERT_TRUE(Poll([&] { return Has("b", code); }, absl::Seconds(20)))
+          << "b never got the code; the migrate: " << run.get();
+    }
     absl::SleepFor(kHold / 4);
     ASSERT_FALSE(Get("b", id).ok()) << "b committed before the cut: kHold is too short here";
   } else {

@@ -449,6 +449,45 @@ TEST_F(MigrationTest, DestinationRefusesReplaysAndFencedTransfers) {
   ExpectRunsOnlyOn(other, "a");
 }
 
+// A state carried in the Commit (small states are) is stored only when its bytes are the
+// package's: a member that sends other bytes, of the same size or not, is refused, audited, and
+// nothing is stored or committed.
+TEST_F(MigrationTest, ACommitCarryingBytesThatAreNotTheStateIsRefused) {
+  ASSERT_NO_FATAL_FAILURE(TrustOwnerEverywhere());
+  std::string id = SpawnCounter("carried", /*max=*/3);
+  ASSERT_FALSE(id.empty());
+  absl::StatusOr<AgentStatus> on_a = Get("a", id);
+  ASSERT_TRUE(on_a.ok()) << on_a.status();
+  const std::string state = CasGet("a", on_a->record().state_digest());
+  ASSERT_EQ(state.size(), on_a->record().state_digest().size());
+
+  auto as_a = vault::v1::Migration::NewStub(MemberChannel("a", "b"));
+  const std::string transfer(16, '\x72');
+  const vault::v1::MigrationPackage package = ForgedHop(on_a->record(), "a", "b", transfer);
+  ASSERT_TRUE(Offer(as_a.get(), package).ok());
+  std::string flipped = state;
+  flipped[0] = static_cast<char>(flipped[0] ^ 1);
+  for (const std::string& bytes : {flipped, state + "x"}) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(10));
+    vault::v1::CommitRequest req;
+    *req.mutable_package() = package;
+    req.set_state(bytes);
+    req.set_state_carried(true);
+    vault::v1::CommitResponse resp;
+    absl::Status s = FromGrpc(as_a->Commit(&ctx, req, &resp));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(s.message(), HasSubstr("the state carried in the Commit: "));
+    EXPECT_THAT(s.message(),
+                HasSubstr(bytes.size() == state.size() ? "digest mismatch" : "size mismatch"));
+    EXPECT_EQ(Ctl("b", {"cas", "has", DigestText(bytes)}).exit_code, kExitNotFound);
+  }
+  EXPECT_EQ(Audit("b", "agent.migrate.refused", id, 2).size(), 2u);
+  EXPECT_EQ(Get("b", id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(Audit("b", "agent.migrate.in", id, 0, absl::Milliseconds(1)).empty());
+  ExpectRunsOnlyOn(id, "a");
+}
+
 // An arriving agent's sandbox starts when its Offer is accepted and the code is already there;
 // it gets no Welcome (so no host call, no state, no authority) until the Commit adopts it. An
 // Offer that is never committed leaves nothing running: the fence ends the process, and a member

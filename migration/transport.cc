@@ -143,9 +143,14 @@ absl::StatusOr<Response> GrpcTransport::Unary(const std::string& vault, absl::st
 }
 
 absl::StatusOr<vault::v1::SignedReceipt> GrpcTransport::Commit(
-    const std::string& vault, const vault::v1::MigrationPackage& package) {
+    const std::string& vault, const vault::v1::MigrationPackage& package,
+    const std::string* state) {
   vault::v1::CommitRequest req;
   *req.mutable_package() = package;
+  if (state != nullptr) {
+    req.set_state(*state);
+    req.set_state_carried(true);
+  }
   VAULT_ASSIGN_OR_RETURN(vault::v1::CommitResponse resp,
                          Unary(vault, "Commit to", &vault::v1::Migration::Stub::Commit, req));
   return resp.receipt();

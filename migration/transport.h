@@ -39,8 +39,9 @@ class GrpcTransport final : public agent::MigrationTransport {
       const std::string& vault, const vault::v1::MigrationPackage& package) override;
   absl::Status SendObjects(const std::string& vault,
                            const std::vector<vault::v1::Digest>& digests) override;
-  absl::StatusOr<vault::v1::SignedReceipt> Commit(
-      const std::string& vault, const vault::v1::MigrationPackage& package) override;
+  absl::StatusOr<vault::v1::SignedReceipt> Commit(const std::string& vault,
+                                                  const vault::v1::MigrationPackage& package,
+                                                  const std::string* state) override;
   absl::StatusOr<vault::v1::TransferStatusResponse> Status(const std::string& vault,
                                                            const std::string& transfer_id,
                                                            bool abort_if_unknown) override;

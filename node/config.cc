@@ -361,8 +361,9 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
     return FieldError(source, "cas.max_batch_bytes",
                       "must be at least 64 KiB below server.max_message_bytes");
   }
-  if (srv->max_message_bytes() < (1 << 20) || srv->max_message_bytes() > (64u << 20)) {
-    return FieldError(source, "server.max_message_bytes", "must be between 1 MiB and 64 MiB");
+  // (At least 2 MiB: a member's Commit may carry an agent state of up to 1 MiB.)
+  if (srv->max_message_bytes() < (2 << 20) || srv->max_message_bytes() > (64u << 20)) {
+    return FieldError(source, "server.max_message_bytes", "must be between 2 MiB and 64 MiB");
   }
   if (audit->checkpoint_interval_ms() < 10) {
     return FieldError(source, "audit.checkpoint_interval_ms", "must be at least 10");

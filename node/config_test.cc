@@ -481,10 +481,10 @@ TEST(FinalizeConfig, RefusesBatchTooCloseToMessageLimit) {
 TEST(FinalizeConfig, RefusesMessageLimitOutOfRange) {
   vault::v1::VaultConfig c = MinimalConfig();
   c.mutable_server()->set_max_message_bytes(65u << 20);
-  ExpectFieldError(Finalize(c), "server.max_message_bytes", "must be between 1 MiB and 64 MiB");
-  c.mutable_server()->set_max_message_bytes((1 << 20) - 1);
+  ExpectFieldError(Finalize(c), "server.max_message_bytes", "must be between 2 MiB and 64 MiB");
+  c.mutable_server()->set_max_message_bytes((2 << 20) - 1);
   c.mutable_cas()->set_max_batch_bytes(4096);
-  ExpectFieldError(Finalize(c), "server.max_message_bytes", "must be between 1 MiB and 64 MiB");
+  ExpectFieldError(Finalize(c), "server.max_message_bytes", "must be between 2 MiB and 64 MiB");
 }
 
 TEST(FinalizeConfig, RefusesAdminSocketPathTooLong) {

@@ -36,7 +36,9 @@ grpc::ServerUnaryReactor* MigrationService::Commit(grpc::CallbackServerContext* 
                                                    const vault::v1::CommitRequest* req,
                                                    vault::v1::CommitResponse* resp) {
   return RunUnary(ctx, executor_, [this, req, resp, caller = CallerMember(ctx)]() -> absl::Status {
-    VAULT_ASSIGN_OR_RETURN(*resp->mutable_receipt(), runtime_->CommitIn(req->package(), caller));
+    VAULT_ASSIGN_OR_RETURN(
+        *resp->mutable_receipt(),
+        runtime_->CommitIn(req->package(), caller, req->state_carried() ? &req->state() : nullptr));
     return absl::OkStatus();
   });
 }

@@ -227,15 +227,20 @@ class AgentRuntime::Impl {
     absl::Duration offer, objects;  // (on the thread that sent them; read once it is joined)
     size_t objects_sent = 0;
   };
-  // The Offer, then the objects the destination lacks: nothing that can commit the hop.
-  absl::Status OfferAndSend(const std::string& to_vault, const vault::v1::MigrationPackage& package,
-                            HopTimes* times = nullptr);
+  // The Offer, then the objects the destination lacks: nothing that can commit the hop. A missing
+  // state of at most kStateInCommit (1 MiB) is not sent but returned, for the Commit to carry.
+  struct Sent {
+    std::optional<std::string> state;  // for the Commit
+  };
+  absl::StatusOr<Sent> OfferAndSend(const std::string& to_vault,
+                                    const vault::v1::MigrationPackage& package,
+                                    HopTimes* times = nullptr);
   // Offer, objects, Commit; then Status until the outcome is known. `background`: straight to
   // Status (a hop found MIGRATING at start, or one that outlasted its caller). `sent_ahead`: the
   // Offer and objects, already under way (MigrateOut sends them while MIGRATING is persisted).
   absl::StatusOr<vault::v1::MigrateAgentResponse> RunTransfer(
       const std::shared_ptr<LiveAgent>& live, bool background,
-      std::future<absl::Status>* sent_ahead = nullptr, HopTimes* times = nullptr);
+      std::future<absl::StatusOr<Sent>>* sent_ahead = nullptr, HopTimes* times = nullptr);
   void ScheduleResolve(const std::shared_ptr<LiveAgent>& live);
   // The migrate host call, on migrations_: answers call `call_id` when the hop fails.
   // `state_digest`: the state named by digest (MigrateRequest.state_digest), checked already.
@@ -257,7 +262,8 @@ class AgentRuntime::Impl {
   absl::StatusOr<std::vector<vault::v1::Digest>> OfferIn(const vault::v1::MigrationPackage& p,
                                                          const std::string& caller);
   absl::StatusOr<vault::v1::SignedReceipt> CommitIn(const vault::v1::MigrationPackage& p,
-                                                    const std::string& caller);
+                                                    const std::string& caller,
+                                                    const std::string* state);
   absl::StatusOr<vault::v1::TransferStatusResponse> TransferStatus(const std::string& transfer_id,
                                                                    bool abort_if_unknown,
                                                                    const std::string& caller);
