@@ -412,17 +412,23 @@ constexpr uint64_t kStateInCommit = 1 << 20;
 absl::StatusOr<AgentRuntime::Impl::Sent> AgentRuntime::Impl::OfferAndSend(
     const std::string& to_vault, const vault::v1::MigrationPackage& package, HopTimes* times) {
   const absl::Time start = absl::Now();
+  // A small state rides in the Commit: one call and one durable write fewer at the destination.
+  // It is read (and checked) while the Offer is answered; the destination usually lacks it.
+  std::future<absl::StatusOr<std::string>> state_read;
+  if (package.state().size() <= kStateInCommit) {
+    VAULT_ASSIGN_OR_RETURN(cas::Digest digest, ToDigest(package.state()));
+    state_read = std::async(std::launch::async | std::launch::deferred,
+                            [this, digest] { return deps_.cas->ReadAll(digest); });
+  }
   VAULT_ASSIGN_OR_RETURN(std::vector<vault::v1::Digest> missing,
                          transport_->Offer(to_vault, package));
   const absl::Time offered = absl::Now();
   Sent sent;
-  // A small state rides in the Commit: one call and one durable write fewer at the destination.
   auto state = std::find_if(missing.begin(), missing.end(), [&](const vault::v1::Digest& d) {
     return d.sha256() == package.state().sha256() && d.size() == package.state().size();
   });
-  if (state != missing.end() && state->size() <= kStateInCommit) {
-    VAULT_ASSIGN_OR_RETURN(cas::Digest digest, ToDigest(*state));
-    VAULT_ASSIGN_OR_RETURN(sent.state, deps_.cas->ReadAll(digest));
+  if (state != missing.end() && state_read.valid()) {
+    VAULT_ASSIGN_OR_RETURN(sent.state, state_read.get());
     missing.erase(state);
   }
   if (!missing.empty()) VAULT_RETURN_IF_ERROR(transport_->SendObjects(to_vault, missing));
