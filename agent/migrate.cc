@@ -571,27 +571,32 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::Departed(
     *out.mutable_state() = p->state();
     live->end_cause = EndCause::kDeparted;
     live->end_reason = absl::StrCat("departed to ", m.to_vault());
-    VAULT_RETURN_IF_ERROR(Transition(
-        *live, vault::v1::DEPARTED, live->end_reason, false,
-        {{"to", m.to_vault()},
-         {"transfer_id", TransferText(m.transfer_id())},
-         {"hop", absl::StrCat(p->hop())},
-         {"receipt", absl::BytesToHexString(cas::Sha256::Hash(receipt.SerializeAsString()))}}));
+    live->departure =
+        ApplyTransition(*live, vault::v1::DEPARTED, live->end_reason, false,
+                        {{"to", m.to_vault()},
+                         {"transfer_id", TransferText(m.transfer_id())},
+                         {"hop", absl::StrCat(p->hop())},
+                         {"receipt", absl::BytesToHexString(cas::Sha256::Hash(out.receipt()))}});
     process = live->running && live->handle != nullptr;
   }
-  // The frozen process ends, after the answer (it can do nothing meanwhile: frozen, its calls
-  // refused, its record DEPARTED); the exit handler (kDeparted) forgets the agent here.
-  if (process) {
-    auto kill = [live] {
+  // The answer does not wait for DEPARTED's durable write (~1 ms of every hop): the hop is
+  // settled already (the destination committed; its receipt is verified), the record reads
+  // DEPARTED from now on, and after a crash before the write the record still reads MIGRATING,
+  // which the next start settles with Status (COMMITTED, with the receipt) as for a lost answer.
+  // Then the frozen process ends (it can do nothing meanwhile: frozen, its calls refused); the
+  // exit handler (kDeparted) forgets the agent here.
+  auto finish = [this, live, process]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    {
       absl::MutexLock lock(&live->mu);
-      if (live->running && live->handle != nullptr) (void)live->handle->Kill();
-    };
-    if (!lifecycle_->Schedule(kill)) kill();
-  }
-  if (!process) {
-    absl::MutexLock lock(&mu_);
-    ForgetLocked(live);
-  }
+      FlushDeparture(*live);
+      if (process && live->running && live->handle != nullptr) (void)live->handle->Kill();
+    }
+    if (!process) {
+      absl::MutexLock lock(&mu_);
+      ForgetLocked(live);
+    }
+  };
+  if (!lifecycle_->Schedule(finish)) finish();
   return out;
 }
 
@@ -802,6 +807,7 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
     if (here->record.state() != vault::v1::DEPARTED) {
       return absl::AlreadyExistsError(absl::StrCat("agent ", p.agent_id(), " is already here"));
     }
+    FlushDeparture(*here);  // (before the new record: never written over it)
     absl::MutexLock agents_lock(&mu_);
     ForgetLocked(here);
   }

@@ -872,6 +872,13 @@ absl::Status AgentRuntime::Impl::PersistLocked(LiveAgent& live) {
 absl::Status AgentRuntime::Impl::Transition(
     LiveAgent& live, AgentState to, const std::string& reason, bool high_priority,
     std::vector<std::pair<std::string, std::string>> details, const std::string& action) {
+  return WriteTransition(
+      live, ApplyTransition(live, to, reason, high_priority, std::move(details), action));
+}
+
+PendingTransition AgentRuntime::Impl::ApplyTransition(
+    LiveAgent& live, AgentState to, const std::string& reason, bool high_priority,
+    std::vector<std::pair<std::string, std::string>> details, const std::string& action) {
   AgentState from = live.record.state();
   live.record.set_state(to);
   live.record.set_reason(reason);
@@ -888,10 +895,15 @@ absl::Status AgentRuntime::Impl::Transition(
                        action.empty() ? absl::StrCat("agent.", StateName(to)) : action, live.id,
                        vault::v1::AuditEntry::ALLOWED, reason, std::move(details));
   if (high_priority) e.set_priority(vault::v1::AuditEntry::HIGH);
+  return PendingTransition{std::move(e), std::move(transfer),
+                           absl::StrCat(StateName(from), " -> ", StateName(to), ": ", reason)};
+}
+
+absl::Status AgentRuntime::Impl::WriteTransition(LiveAgent& live, PendingTransition t) {
   // The record and its audit entry in one durable write (one sync, and they never disagree).
   absl::Status written =
       deps_.log
-          ->AppendWith(std::move(e),
+          ->AppendWith(std::move(t.entry),
                        [&](rocksdb::WriteBatch* batch)
                            ABSL_NO_THREAD_SAFETY_ANALYSIS { store_->AddPut(batch, live.record); })
           .status();
@@ -900,9 +912,18 @@ absl::Status AgentRuntime::Impl::Transition(
                      live.id, written.ToString());
     return written;
   }
-  common::LogWith(spdlog::level::info, {.agent = live.id, .transfer = transfer},
-                  "agent {}: {} -> {}: {}", live.id, StateName(from), StateName(to), reason);
+  common::LogWith(spdlog::level::info, {.agent = live.id, .transfer = t.transfer}, "agent {}: {}",
+                  live.id, t.what);
   return written;
+}
+
+void AgentRuntime::Impl::FlushDeparture(LiveAgent& live) {
+  if (!live.departure.has_value()) return;
+  PendingTransition t = *std::move(live.departure);
+  live.departure.reset();
+  // A failure is logged; the record on disk then still reads MIGRATING, which the next start
+  // settles with Status.
+  (void)WriteTransition(live, std::move(t));
 }
 
 std::shared_ptr<LiveAgent> AgentRuntime::Impl::Find(const std::string& id) {
@@ -1034,6 +1055,7 @@ void AgentRuntime::Impl::OnExit(const std::shared_ptr<LiveAgent>& live,
     case EndCause::kDeparted: {
       // DEPARTED already; the counters of this last run are kept, unless the agent has come
       // back since (its new record must not be overwritten by this old one).
+      FlushDeparture(*live);
       absl::MutexLock agents_lock(&mu_);
       auto it = agents_.find(live->id);
       if (it != agents_.end() && it->second == live) {

@@ -50,6 +50,14 @@ enum class EndCause {
 // An agent's streaming CAS put (cas_upload_*), defined in host_calls.cc.
 struct HostUpload;
 
+// A state change made in memory whose durable write (record and audit entry) is still to come
+// (AgentRuntime::Impl::ApplyTransition, WriteTransition).
+struct PendingTransition {
+  vault::v1::AuditEntry entry;
+  std::string transfer;  // for the log line
+  std::string what;      // "<from> -> <to>: <reason>"
+};
+
 struct LiveAgent {
   LiveAgent(std::string id_, std::string principal_)
       : id(std::move(id_)), principal(std::move(principal_)) {}
@@ -104,6 +112,10 @@ struct LiveAgent {
   std::string out_partial;  // agent stdout/stderr: an unfinished line
   common::UniqueFd out_fd;  // read end of its stdout/stderr pipe
   std::atomic<uint32_t> in_flight{0};
+  // DEPARTED, applied in memory and answered, its durable write still to come: written by
+  // whichever comes first of the departure's own task, the agent's exit and a later arrival of
+  // the same agent here (FlushDeparture), never after another write of this record.
+  std::optional<PendingTransition> departure ABSL_GUARDED_BY(mu);
 };
 
 class AgentRuntime::Impl {
@@ -150,7 +162,18 @@ class AgentRuntime::Impl {
                           bool high_priority,
                           std::vector<std::pair<std::string, std::string>> details = {},
                           const std::string& action = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
+  // Transition in two steps: the record changed in memory, then (later, under live.mu again)
+  // its durable write with the audit entry.
+  PendingTransition ApplyTransition(LiveAgent& live, vault::v1::AgentState to,
+                                    const std::string& reason, bool high_priority,
+                                    std::vector<std::pair<std::string, std::string>> details = {},
+                                    const std::string& action = "")
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
+  absl::Status WriteTransition(LiveAgent& live, PendingTransition t)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
   absl::Status PersistLocked(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
+  // Writes live.departure, if any (see LiveAgent::departure).
+  void FlushDeparture(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
   std::shared_ptr<LiveAgent> Find(const std::string& id);
   // Removes `live` from agents_ if it is still the entry of its id (an agent that departed and
   // came back has a new entry, which the old one's end must not remove).
