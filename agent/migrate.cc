@@ -415,7 +415,9 @@ absl::StatusOr<AgentRuntime::Impl::Sent> AgentRuntime::Impl::OfferAndSend(
   // A small state rides in the Commit: one call and one durable write fewer at the destination.
   // It is read (and checked) while the Offer is answered; the destination usually lacks it.
   std::future<absl::StatusOr<std::string>> state_read;
-  if (package.state().size() <= kStateInCommit) {
+  // (With the package, the Commit must fit in a member's smallest message limit, 2 MiB.)
+  if (package.state().size() <= kStateInCommit &&
+      package.ByteSizeLong() + package.state().size() + (64 << 10) <= (2u << 20)) {
     VAULT_ASSIGN_OR_RETURN(cas::Digest digest, ToDigest(package.state()));
     state_read = std::async(std::launch::async | std::launch::deferred,
                             [this, digest] { return deps_.cas->ReadAll(digest); });
@@ -571,13 +573,21 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::Departed(
     *out.mutable_state() = p->state();
     live->end_cause = EndCause::kDeparted;
     live->end_reason = absl::StrCat("departed to ", m.to_vault());
-    live->departure =
-        ApplyTransition(*live, vault::v1::DEPARTED, live->end_reason, false,
-                        {{"to", m.to_vault()},
-                         {"transfer_id", TransferText(m.transfer_id())},
-                         {"hop", absl::StrCat(p->hop())},
-                         {"receipt", absl::BytesToHexString(cas::Sha256::Hash(out.receipt()))}});
     process = live->running && live->handle != nullptr;
+    std::vector<std::pair<std::string, std::string>> details = {
+        {"to", m.to_vault()},
+        {"transfer_id", TransferText(m.transfer_id())},
+        {"hop", absl::StrCat(p->hop())},
+        {"receipt", absl::BytesToHexString(cas::Sha256::Hash(out.receipt()))}};
+    if (process) {
+      live->departure =
+          ApplyTransition(*live, vault::v1::DEPARTED, live->end_reason, false, std::move(details));
+    } else {
+      // No process (agents off, or a hop settled after a restart): nothing to wait for, and the
+      // entry goes at once, so the write is made now.
+      VAULT_RETURN_IF_ERROR(
+          Transition(*live, vault::v1::DEPARTED, live->end_reason, false, std::move(details)));
+    }
   }
   // The answer does not wait for DEPARTED's durable write (~1 ms of every hop): the hop is
   // settled already (the destination committed; its receipt is verified), the record reads
@@ -585,16 +595,15 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::Departed(
   // which the next start settles with Status (COMMITTED, with the receipt) as for a lost answer.
   // Then the frozen process ends (it can do nothing meanwhile: frozen, its calls refused); the
   // exit handler (kDeparted) forgets the agent here.
-  auto finish = [this, live, process]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    {
-      absl::MutexLock lock(&live->mu);
-      FlushDeparture(*live);
-      if (process && live->running && live->handle != nullptr) (void)live->handle->Kill();
-    }
-    if (!process) {
-      absl::MutexLock lock(&mu_);
-      ForgetLocked(live);
-    }
+  if (!process) {
+    absl::MutexLock lock(&mu_);
+    ForgetLocked(live);
+    return out;
+  }
+  auto finish = [this, live]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    absl::MutexLock lock(&live->mu);
+    FlushDeparture(*live);
+    if (live->running && live->handle != nullptr) (void)live->handle->Kill();
   };
   if (!lifecycle_->Schedule(finish)) finish();
   return out;
@@ -748,6 +757,10 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::UnavailableError("the vault is stopping");
+  }
+  if (state != nullptr && state->size() > kStateInCommit) {
+    return absl::InvalidArgumentError(absl::StrCat("a Commit carries states of at most ",
+                                                   kStateInCommit, " bytes, not ", state->size()));
   }
   const absl::Time commit_start = absl::Now();
   // One commit or fence at a time: Status's abort and Commit never interleave.

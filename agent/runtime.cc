@@ -983,8 +983,10 @@ void AgentRuntime::Impl::End(const std::shared_ptr<LiveAgent>& live, EndCause ca
                              const std::string& reason) {
   absl::MutexLock lock(&live->mu);
   if (!live->running) return;
-  if (live->end_cause == EndCause::kNone || cause == EndCause::kVaultStop) {
-    // The first reason wins, except that a stopping vault keeps the record alive.
+  if (live->end_cause == EndCause::kNone ||
+      (cause == EndCause::kVaultStop && live->end_cause != EndCause::kDeparted)) {
+    // The first reason wins, except that a stopping vault keeps the record alive (not a
+    // departed agent's: its DEPARTED record is what stays).
     live->end_cause = cause;
     live->end_reason = reason;
   }
@@ -1050,6 +1052,7 @@ void AgentRuntime::Impl::OnExit(const std::shared_ptr<LiveAgent>& live,
   bool high = false;
   switch (live->end_cause) {
     case EndCause::kVaultStop:
+      FlushDeparture(*live);       // (none: a departed agent's end stays kDeparted)
       (void)PersistLocked(*live);  // stays RUNNING/PAUSED: resumed at the next start
       return;
     case EndCause::kDeparted: {

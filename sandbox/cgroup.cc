@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <optional>
 #include <set>
 #include <utility>
@@ -31,6 +32,7 @@
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "common/unique_fd.h"
+#include "spdlog/spdlog.h"
 
 namespace vault::sandbox {
 namespace {
@@ -520,14 +522,27 @@ class CgroupImpl final : public Cgroup {
       }
       homes.push_back(absl::StrCat(*home, "/tasks"));
     }
+    std::vector<std::string> fallbacks;
+    for (size_t i = 0; i < dirs_.size(); ++i) {
+      if (mounts_[i].version == 1) {
+        fallbacks.push_back(absl::StrCat(common::DirName(dirs_[i]), "/tasks"));
+      }
+    }
     size_t next_home = 0;
     for (size_t i = 0; i < dirs_.size(); ++i) {
       if (mounts_[i].version != 1) continue;
       if (absl::Status s = WriteControl(absl::StrCat(dirs_[i], "/tasks"), "0"); !s.ok()) {
-        (void)ReturnCallingThread(back);
+        if (absl::Status undone = ReturnCallingThread(back); !undone.ok()) {
+          // Left inside, this thread would be frozen and killed with the sandbox.
+          spdlog::critical("cannot take this thread out of cgroup {}: {}", dirs_[i],
+                           undone.ToString());
+          std::abort();
+        }
         return s;
       }
-      back.home_tasks.push_back(homes[next_home++]);
+      back.home_tasks.push_back(homes[next_home]);
+      back.fallback_tasks.push_back(fallbacks[next_home]);
+      ++next_home;
     }
     return back;
   }
@@ -964,7 +979,13 @@ class CgroupManagerImpl final : public CgroupManager {
 
 absl::Status ReturnCallingThread(const ThreadReturn& back) {
   absl::Status result;
-  for (const std::string& tasks : back.home_tasks) result.Update(WriteControl(tasks, "0"));
+  for (size_t i = 0; i < back.home_tasks.size(); ++i) {
+    absl::Status home = WriteControl(back.home_tasks[i], "0");
+    if (!home.ok() && i < back.fallback_tasks.size()) {
+      home = WriteControl(back.fallback_tasks[i], "0");
+    }
+    result.Update(home);
+  }
   return result;
 }
 

@@ -53,10 +53,13 @@ struct CgroupReadings {
 // (ReturnCallingThread).
 struct ThreadReturn {
   std::vector<std::string> home_tasks;
+  // Where to go instead when a home refuses the thread (an unprivileged vaultd whose own cgroup
+  // is not writable, only its delegated folder): that folder, which is never frozen or killed.
+  std::vector<std::string> fallback_tasks;
 };
 
-// Moves the calling thread back where EnterCallingThread found it, in every hierarchy it left
-// (all of them even when one fails; the first error is returned).
+// Moves the calling thread back where EnterCallingThread found it (or to the fallback), in
+// every hierarchy it left (all of them even when one fails; the first error is returned).
 absl::Status ReturnCallingThread(const ThreadReturn& back);
 
 class Cgroup {
@@ -72,7 +75,7 @@ class Cgroup {
   // ReturnCallingThread takes it back at once (nothing else may happen in between: while inside,
   // the thread is frozen, limited and killed with this cgroup). AddClonedProcess then moves the
   // clone into the rest (the v2 hierarchy, where a thread cannot move alone), if any.
-  // Nothing is left moved on failure.
+  // Nothing is left moved on failure (the process aborts if it cannot take the thread back).
   virtual absl::StatusOr<ThreadReturn> EnterCallingThread() = 0;
   virtual absl::Status AddClonedProcess(pid_t pid) = 0;
   // Freezes / thaws every task; Freeze returns once the kernel reports the group frozen
