@@ -594,12 +594,18 @@ class MigrationTest : public VaultTest {
     return out;
   }
 
+  // `state`: bytes to carry in the Commit as the state (CommitRequest.state), or none.
   absl::Status Commit(vault::v1::Migration::Stub* stub, const vault::v1::MigrationPackage& p,
-                      vault::v1::SignedReceipt* receipt = nullptr) {
+                      vault::v1::SignedReceipt* receipt = nullptr,
+                      const std::string* state = nullptr) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, absl::Seconds(10));
     vault::v1::CommitRequest req;
     *req.mutable_package() = p;
+    if (state != nullptr) {
+      req.set_state(*state);
+      req.set_state_carried(true);
+    }
     vault::v1::CommitResponse resp;
     absl::Status s = FromGrpc(stub->Commit(&ctx, req, &resp));
     if (s.ok() && receipt != nullptr) *receipt = resp.receipt();

@@ -468,33 +468,18 @@ TEST_F(MigrationTest, ACommitCarryingBytesThatAreNotTheStateIsRefused) {
   std::string flipped = state;
   flipped[0] = static_cast<char>(flipped[0] ^ 1);
   for (const std::string& bytes : {flipped, state + "x"}) {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, absl::Seconds(10));
-    vault::v1::CommitRequest req;
-    *req.mutable_package() = package;
-    req.set_state(bytes);
-    req.set_state_carried(true);
-    vault::v1::CommitResponse resp;
-    absl::Status s = FromGrpc(as_a->Commit(&ctx, req, &resp));
+    absl::Status s = Commit(as_a.get(), package, nullptr, &bytes);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_THAT(s.message(), HasSubstr("the state carried in the Commit: "));
     EXPECT_THAT(s.message(),
                 HasSubstr(bytes.size() == state.size() ? "digest mismatch" : "size mismatch"));
     EXPECT_EQ(Ctl("b", {"cas", "has", DigestText(bytes)}).exit_code, kExitNotFound);
   }
-  {
-    // Above 1 MiB a state is never carried: refused before anything is read into the CAS.
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, absl::Seconds(10));
-    vault::v1::CommitRequest req;
-    *req.mutable_package() = package;
-    req.set_state(std::string((1 << 20) + 1, 'x'));
-    req.set_state_carried(true);
-    vault::v1::CommitResponse resp;
-    absl::Status s = FromGrpc(as_a->Commit(&ctx, req, &resp));
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-    EXPECT_THAT(s.message(), HasSubstr("a Commit carries states of at most 1048576 bytes"));
-  }
+  // Above 1 MiB a state is never carried: refused before anything is read into the CAS.
+  const std::string too_big((1 << 20) + 1, 'x');
+  absl::Status big = Commit(as_a.get(), package, nullptr, &too_big);
+  EXPECT_EQ(big.code(), absl::StatusCode::kInvalidArgument) << big;
+  EXPECT_THAT(big.message(), HasSubstr("a Commit carries states of at most 1048576 bytes"));
   EXPECT_EQ(Audit("b", "agent.migrate.refused", id, 2).size(), 2u);
   EXPECT_EQ(Get("b", id).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(Audit("b", "agent.migrate.in", id, 0, absl::Milliseconds(1)).empty());
