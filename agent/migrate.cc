@@ -578,7 +578,7 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::Departed(
         {"to", m.to_vault()},
         {"transfer_id", TransferText(m.transfer_id())},
         {"hop", absl::StrCat(p->hop())},
-        {"receipt", absl::BytesToHexString(cas::Sha256::Hash(out.receipt()))}};
+        {"receipt", absl::BytesToHexString(out.receipt_sha256())}};
     if (process) {
       live->departure =
           ApplyTransition(*live, vault::v1::DEPARTED, live->end_reason, false, std::move(details));

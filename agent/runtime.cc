@@ -1052,7 +1052,7 @@ void AgentRuntime::Impl::OnExit(const std::shared_ptr<LiveAgent>& live,
   bool high = false;
   switch (live->end_cause) {
     case EndCause::kVaultStop:
-      FlushDeparture(*live);       // (none: a departed agent's end stays kDeparted)
+      FlushDeparture(*live);       // (defensive: a departed agent's end stays kDeparted)
       (void)PersistLocked(*live);  // stays RUNNING/PAUSED: resumed at the next start
       return;
     case EndCause::kDeparted: {

@@ -532,12 +532,7 @@ class CgroupImpl final : public Cgroup {
     for (size_t i = 0; i < dirs_.size(); ++i) {
       if (mounts_[i].version != 1) continue;
       if (absl::Status s = WriteControl(absl::StrCat(dirs_[i], "/tasks"), "0"); !s.ok()) {
-        if (absl::Status undone = ReturnCallingThread(back); !undone.ok()) {
-          // Left inside, this thread would be frozen and killed with the sandbox.
-          spdlog::critical("cannot take this thread out of cgroup {}: {}", dirs_[i],
-                           undone.ToString());
-          std::abort();
-        }
+        ReturnCallingThread(back);
         return s;
       }
       back.home_tasks.push_back(homes[next_home]);
@@ -977,16 +972,17 @@ class CgroupManagerImpl final : public CgroupManager {
 
 }  // namespace
 
-absl::Status ReturnCallingThread(const ThreadReturn& back) {
-  absl::Status result;
+void ReturnCallingThread(const ThreadReturn& back) {
   for (size_t i = 0; i < back.home_tasks.size(); ++i) {
     absl::Status home = WriteControl(back.home_tasks[i], "0");
     if (!home.ok() && i < back.fallback_tasks.size()) {
       home = WriteControl(back.fallback_tasks[i], "0");
     }
-    result.Update(home);
+    if (!home.ok()) {
+      spdlog::critical("a thread cannot leave a sandbox's cgroup: {}", home.ToString());
+      std::abort();
+    }
   }
-  return result;
 }
 
 absl::StatusOr<std::unique_ptr<CgroupManager>> CgroupManager::Detect(const Options& options) {

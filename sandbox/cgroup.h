@@ -59,8 +59,9 @@ struct ThreadReturn {
 };
 
 // Moves the calling thread back where EnterCallingThread found it (or to the fallback), in
-// every hierarchy it left (all of them even when one fails; the first error is returned).
-absl::Status ReturnCallingThread(const ThreadReturn& back);
+// every hierarchy it left. A thread that cannot leave aborts the process: left inside, it would
+// be frozen and killed with the sandbox (a v1 kill lists the whole process's pid).
+void ReturnCallingThread(const ThreadReturn& back);
 
 class Cgroup {
  public:

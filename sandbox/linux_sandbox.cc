@@ -610,15 +610,8 @@ void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
   }
   // Leaves the cgroup; called on every path from here.
   auto leave_cgroup = [&cgroup_return] {
-    if (cgroup_return.home_tasks.empty()) return;
-    if (absl::Status back = ReturnCallingThread(cgroup_return); !back.ok()) {
-      // Left inside, this thread would be frozen and killed with the sandbox (a v1 kill lists
-      // vaultd's own pid in cgroup.procs): nothing to go on with.
-      spdlog::critical("sandbox supervisor could not leave a sandbox's cgroup: {}",
-                       back.ToString());
-      std::abort();
-    }
-    cgroup_return.home_tasks.clear();
+    ReturnCallingThread(cgroup_return);  // (aborts rather than stay inside)
+    cgroup_return = {};
   };
   // As root, this thread takes the sandbox's host id as its effective id for the clone, so
   // that the new user namespace is owned by that id: what the kernel counts per user across
