@@ -1,24 +1,30 @@
 // replication_bench: push replication between two real vaults against rsync, in the same run.
 //
 //   replication_bench [--small=10000] [--small_bytes=4096] [--large=100]
-//                     [--large_bytes=10485760] [--streams=4] [--keep] [--dir=DIR]
+//                     [--large_bytes=10485760] [--streams=4] [--rounds=3] [--keep] [--dir=DIR]
 //   replication_bench --reconcile=100000 [--differences=10] [--reconcile_bytes=256]
 //
-// It makes a federation CA and two vaults a and b (`vaultctl federation create-ca`, `vaultctl
-// init`, `vaultctl federation add-member` both ways) in a temporary directory, starts a vaultd
-// for each on 127.0.0.1 (free ports; mutual TLS between them, storage.sync_writes as configured
-// by init: on), and writes the data sets as plain files from a fixed-seed generator:
-// --small files of --small_bytes and --large files of --large_bytes, every file distinct.
+// It makes a federation CA, a source vault a and one destination vault per round, b1..bN
+// (`vaultctl federation create-ca`, `vaultctl init`, `vaultctl federation add-member` both ways)
+// in a temporary directory, starts a vaultd for each on 127.0.0.1 (free ports; mutual TLS
+// between them, storage.sync_writes as configured by init: on), and writes the data sets as
+// plain files from a fixed-seed generator: --small files of --small_bytes and --large files of
+// --large_bytes, every file distinct.
 //
-// For each data set (small, then large):
-//   1. `vaultctl cas put DIR` into a (not timed);
-//   2. vault: `vaultctl -o json cas replicate --to b --all` (small) or `--since SEQ` (large: the
-//      objects stored after the small set), timed from the start of vaultctl to its exit; the
-//      objects are then checked on b (`vaultctl cas has`, all of them);
-//   3. rsync: `rsync -a DIR/ FRESH_DIR/`, timed the same way, and `rsync -a --fsync` into another
-//      fresh directory (rsync 3.2.4+; the vault's writes are fsynced, plain rsync's are not).
-// Every byte is in the page cache for both (just written). Printed: a table of seconds, MiB/s
-// and the ratio rsync time / vault time (above 1: the vault is faster).
+// For each data set (small, then large), `vaultctl cas put DIR` into a (not timed), then
+// --rounds rounds, each of:
+//   1. vault: `vaultctl -o json cas replicate --to bK --all` (small) or `--since SEQ` (large: the
+//      objects stored after the small set), timed from the start of vaultctl to its exit, with
+//      the CPU time both vaultds spent meanwhile (/proc/PID/stat); the objects are then checked
+//      on bK (`vaultctl cas has`, all of them);
+//   2. rsync: `rsync -a DIR/ FRESH_DIR/`, timed the same way, with its CPU time (its processes'
+//      rusage); in the first round also `rsync -a --fsync` into another fresh directory (rsync
+//      3.2.4+; the vault's writes are fsynced, plain rsync's are not).
+// Every byte is in the page cache for both (just written). The rounds alternate the two so that
+// both meet the machine in the same state: on a VM the first write into fresh page-cache memory
+// costs several times a later one, and one run of either can be off by 2x. Printed: each round,
+// then a table of medians: seconds, MiB/s, CPU seconds per GiB and the ratio rsync time / vault
+// time (above 1: the vault is faster).
 //
 // With --reconcile=N, instead: N shared files of --reconcile_bytes are put into both a and b,
 // then --differences more, half of them only into a and half only into b; `vaultctl -o json cas
@@ -36,16 +42,19 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -77,6 +86,7 @@ struct Flags {
   int large = 100;
   uint64_t large_bytes = 10 << 20;
   int streams = 4;
+  int rounds = 3;
   bool keep = false;
   std::string dir;
   int reconcile = 0;
@@ -88,6 +98,7 @@ struct RunResult {
   int code = -1;
   std::string out;
   double seconds = 0;
+  double cpu_seconds = 0;  // the process and the children it waited for
 };
 
 [[noreturn]] void Die(const std::string& what) {
@@ -117,8 +128,11 @@ RunResult Run(const std::vector<std::string>& argv) {
   while ((n = read(fds[0], buf, sizeof(buf))) > 0) r.out.append(buf, static_cast<size_t>(n));
   close(fds[0]);
   int status = 0;
-  waitpid(pid, &status, 0);
+  rusage usage{};
+  wait4(pid, &status, 0, &usage);
   r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  auto secs = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  r.cpu_seconds = secs(usage.ru_utime) + secs(usage.ru_stime);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
 }
@@ -208,6 +222,19 @@ class Vaultd {
     waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }
+  // User plus system CPU seconds of every thread so far (/proc/PID/stat, fields 14 and 15).
+  double CpuSeconds() const {
+    std::string stat = ReadAll(absl::StrCat("/proc/", pid_, "/stat"));
+    size_t paren = stat.rfind(')');
+    if (pid_ <= 0 || paren == std::string::npos) Die(absl::StrCat("no /proc stat for ", dir_));
+    std::vector<std::string> fields = absl::StrSplit(stat.substr(paren + 2), ' ');
+    double user = 0, sys = 0;
+    if (fields.size() < 13 || !absl::SimpleAtod(fields[11], &user) ||
+        !absl::SimpleAtod(fields[12], &sys)) {
+      Die("cannot parse " + stat);
+    }
+    return (user + sys) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  }
 
  private:
   const std::string dir_;
@@ -252,8 +279,23 @@ std::vector<std::string> Digests(const std::string& put_output) {
 struct Row {
   std::string name;
   uint64_t bytes = 0;
-  double vault = 0, vault_reported = 0, rsync = 0, rsync_fsync = 0;
   std::string set;  // "small" or "large"
+  // One entry per round.
+  std::vector<double> vault, vault_reported, vault_cpu, rsync, rsync_cpu;
+  double rsync_fsync = 0;  // first round only
+};
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+struct FormatSeconds {
+  void operator()(std::string* out, double s) const {
+    absl::StrAppend(out, absl::StrFormat("%.3f", s));
+  }
 };
 
 void ReconcileBench(const Flags& f, const std::string& root, const std::string& ctl,
@@ -306,6 +348,8 @@ int main(int argc, char** argv) {
       ok = absl::SimpleAtoi(*v, &f.large_bytes);
     else if (auto v = value("--streams="))
       ok = absl::SimpleAtoi(*v, &f.streams);
+    else if (auto v = value("--rounds="))
+      ok = absl::SimpleAtoi(*v, &f.rounds);
     else if (auto v = value("--dir="))
       f.dir = *v;
     else if (auto v = value("--reconcile="))
@@ -327,25 +371,36 @@ int main(int argc, char** argv) {
     root = tmpl;
   }
   const std::string ctl = REPLICATION_BENCH_VAULTCTL;
+  if (f.rounds < 1) Die("--rounds must be at least 1");
+  // The reconcile bench needs one destination; the replication bench one per round.
+  const int destinations = f.reconcile > 0 ? 1 : f.rounds;
+  std::vector<std::string> names = {"a"};
+  for (int k = 1; k <= destinations; ++k) names.push_back(absl::StrCat("b", k));
   MustRun({ctl, "federation", "create-ca", "--dir", root + "/ca"});
-  for (const char* name : {"a", "b"}) {
+  for (const std::string& name : names) {
     MustRun({ctl, "init", "--name", name, "--dir", absl::StrCat(root, "/", name), "--ca",
              root + "/ca", "--listen", absl::StrCat("127.0.0.1:", FreePort())});
   }
-  MustRun({ctl, "federation", "add-member", "--config", root + "/a/vault.conf", "--peer-config",
-           root + "/b/vault.conf"});
-  MustRun({ctl, "federation", "add-member", "--config", root + "/b/vault.conf", "--peer-config",
-           root + "/a/vault.conf"});
-  Vaultd a(root + "/a"), b(root + "/b");
-  a.Start();
-  b.Start();
-  const std::string sock_a = root + "/a/data/vault.sock";
-  const std::string sock_b = root + "/b/data/vault.sock";
+  for (size_t k = 1; k < names.size(); ++k) {
+    const std::string a_conf = root + "/a/vault.conf";
+    const std::string b_conf = absl::StrCat(root, "/", names[k], "/vault.conf");
+    MustRun({ctl, "federation", "add-member", "--config", a_conf, "--peer-config", b_conf});
+    MustRun({ctl, "federation", "add-member", "--config", b_conf, "--peer-config", a_conf});
+  }
+  std::vector<std::unique_ptr<Vaultd>> vaults;
+  for (const std::string& name : names) {
+    vaults.push_back(std::make_unique<Vaultd>(absl::StrCat(root, "/", name)));
+    vaults.back()->Start();
+  }
+  Vaultd& a = *vaults[0];
+  auto sock = [&](const std::string& name) {
+    return absl::StrCat(root, "/", name, "/data/vault.sock");
+  };
+  const std::string sock_a = sock("a");
 
   if (f.reconcile > 0) {
-    ReconcileBench(f, root, ctl, sock_a, sock_b);
-    a.Stop();
-    b.Stop();
+    ReconcileBench(f, root, ctl, sock_a, sock("b1"));
+    vaults.clear();
     if (!f.keep) std::filesystem::remove_all(root);
     return 0;
   }
@@ -359,6 +414,8 @@ int main(int argc, char** argv) {
     int count;
     uint64_t bytes;
   };
+  std::printf("%-18s %5s %9s %12s %10s %10s %12s\n", "data set", "round", "vault s", "cpu a + b s",
+              "rsync -a s", "rsync cpu s", "rsync/vault");
   for (const Set& set :
        {Set{"small", f.small, f.small_bytes}, Set{"large", f.large, f.large_bytes}}) {
     if (set.count == 0) continue;
@@ -367,90 +424,121 @@ int main(int argc, char** argv) {
     std::vector<std::string> digests =
         Digests(MustRun({ctl, "--vault", sock_a, "cas", "put", src}).out);
     if (static_cast<int>(digests.size()) != set.count) Die("cas put stored the wrong count");
-
-    std::vector<std::string> rep = {ctl,
-                                    "--vault",
-                                    sock_a,
-                                    "-o",
-                                    "json",
-                                    "cas",
-                                    "replicate",
-                                    "--to",
-                                    "b",
-                                    "--streams",
-                                    absl::StrCat(f.streams)};
-    if (since == 0) {
-      rep.push_back("--all");
-    } else {
-      rep.push_back("--since");
-      rep.push_back(absl::StrCat(since));
-    }
-    RunResult r = MustRun(rep);
-    if (JsonField(r.out, "objects") != absl::StrCat(set.count)) Die("replicate: " + r.out);
-    since += static_cast<uint64_t>(set.count);
-    // Every object is on b.
-    for (size_t i = 0; i < digests.size(); i += 1000) {
-      std::vector<std::string> has = {ctl, "--vault", sock_b, "cas", "has"};
-      for (size_t k = i; k < std::min(digests.size(), i + 1000); ++k) has.push_back(digests[k]);
-      RunResult h = Run(has);
-      if (h.code != 0) Die("objects missing on b after replication: " + h.out);
-    }
     Row row{.name = absl::StrFormat("%d x %s", set.count,
                                     set.bytes >= (1 << 20) ? absl::StrCat(set.bytes >> 20, " MiB")
                                                            : absl::StrCat(set.bytes >> 10, " KiB")),
             .bytes = set.bytes * static_cast<uint64_t>(set.count),
-            .vault = r.seconds};
-    double reported = 0;
-    (void)absl::SimpleAtod(JsonField(r.out, "seconds"), &reported);
-    row.vault_reported = reported;
-    row.set = set.name;
-    if (have_rsync) {
-      row.rsync =
-          MustRun({"rsync", "-a", src + "/", absl::StrCat(root, "/rsync-", set.name, "/")}).seconds;
-      row.rsync_fsync = MustRun({"rsync", "-a", "--fsync", src + "/",
-                                 absl::StrCat(root, "/rsync-fsync-", set.name, "/")})
-                            .seconds;
+            .set = set.name};
+    for (int k = 1; k <= f.rounds; ++k) {
+      const std::string dest = absl::StrCat("b", k);
+      std::vector<std::string> rep = {ctl,
+                                      "--vault",
+                                      sock_a,
+                                      "-o",
+                                      "json",
+                                      "cas",
+                                      "replicate",
+                                      "--to",
+                                      dest,
+                                      "--streams",
+                                      absl::StrCat(f.streams)};
+      if (since == 0) {
+        rep.push_back("--all");
+      } else {
+        rep.push_back("--since");
+        rep.push_back(absl::StrCat(since));
+      }
+      Vaultd& b = *vaults[static_cast<size_t>(k)];
+      const double cpu_before = a.CpuSeconds() + b.CpuSeconds();
+      RunResult r = MustRun(rep);
+      const double cpu = a.CpuSeconds() + b.CpuSeconds() - cpu_before;
+      if (JsonField(r.out, "objects") != absl::StrCat(set.count)) Die("replicate: " + r.out);
+      // Every object is on bK.
+      for (size_t i = 0; i < digests.size(); i += 1000) {
+        std::vector<std::string> has = {ctl, "--vault", sock(dest), "cas", "has"};
+        for (size_t j = i; j < std::min(digests.size(), i + 1000); ++j) has.push_back(digests[j]);
+        RunResult h = Run(has);
+        if (h.code != 0) Die("objects missing on " + dest + " after replication: " + h.out);
+      }
+      row.vault.push_back(r.seconds);
+      row.vault_cpu.push_back(cpu);
+      double reported = 0;
+      (void)absl::SimpleAtod(JsonField(r.out, "seconds"), &reported);
+      row.vault_reported.push_back(reported);
+      if (have_rsync) {
+        RunResult rs =
+            MustRun({"rsync", "-a", src + "/", absl::StrCat(root, "/rsync-", set.name, k, "/")});
+        row.rsync.push_back(rs.seconds);
+        row.rsync_cpu.push_back(rs.cpu_seconds);
+        if (k == 1) {
+          row.rsync_fsync = MustRun({"rsync", "-a", "--fsync", src + "/",
+                                     absl::StrCat(root, "/rsync-fsync-", set.name, "/")})
+                                .seconds;
+        }
+        std::printf("%-18s %5d %9.3f %12.3f %10.3f %10.3f %11.2fx\n", row.name.c_str(), k,
+                    r.seconds, cpu, rs.seconds, rs.cpu_seconds, rs.seconds / r.seconds);
+      } else {
+        std::printf("%-18s %5d %9.3f %12.3f %10s %10s %12s\n", row.name.c_str(), k, r.seconds, cpu,
+                    "-", "-", "-");
+      }
+      std::fflush(stdout);
     }
+    since += static_cast<uint64_t>(set.count);
     rows.push_back(row);
   }
-  a.Stop();
-  b.Stop();
+  vaults.clear();
 
   auto mibs = [](uint64_t bytes, double s) { return static_cast<double>(bytes) / (1 << 20) / s; };
-  std::printf("%-18s %10s %10s %10s %12s %9s %14s\n", "data set", "vault s", "(in vaultd)",
-              "rsync -a s", "vault MiB/s", "rsync/vault", "rsync --fsync s");
+  auto per_gib = [](uint64_t bytes, double s) {
+    return s / (static_cast<double>(bytes) / (1 << 30));
+  };
+  std::printf("\nmedians of %d rounds\n", f.rounds);
+  std::printf("%-18s %9s %11s %11s %12s %10s %11s %9s %14s\n", "data set", "vault s", "(in vaultd)",
+              "vault MiB/s", "cpu s/GiB", "rsync -a s", "rsync MiB/s", "rsync/vault",
+              "rsync --fsync s");
   for (const Row& r : rows) {
+    const double v = Median(r.vault), cpu = Median(r.vault_cpu);
     if (have_rsync) {
-      std::printf("%-18s %10.3f %10.3f %10.3f %12.1f %9.2fx %14.3f\n", r.name.c_str(), r.vault,
-                  r.vault_reported, r.rsync, mibs(r.bytes, r.vault), r.rsync / r.vault,
-                  r.rsync_fsync);
+      const double rs = Median(r.rsync);
+      std::printf("%-18s %9.3f %11.3f %11.1f %5.2f (%4.2f) %10.3f %11.1f %8.2fx %14.3f\n",
+                  r.name.c_str(), v, Median(r.vault_reported), mibs(r.bytes, v),
+                  per_gib(r.bytes, cpu), per_gib(r.bytes, Median(r.rsync_cpu)), rs,
+                  mibs(r.bytes, rs), rs / v, r.rsync_fsync);
     } else {
-      std::printf("%-18s %10.3f %10.3f %10s %12.1f %10s %14s\n", r.name.c_str(), r.vault,
-                  r.vault_reported, "-", mibs(r.bytes, r.vault), "-", "-");
+      std::printf("%-18s %9.3f %11.3f %11.1f %5.2f %6s %10s %11s %9s %14s\n", r.name.c_str(), v,
+                  Median(r.vault_reported), mibs(r.bytes, v), per_gib(r.bytes, cpu), "", "-", "-",
+                  "-", "-");
     }
   }
+  std::printf("(cpu s/GiB: both vaultds together, rsync's processes in brackets)\n");
   if (have_rsync) {
     bool faster = true;
-    for (const Row& r : rows) faster = faster && r.vault < r.rsync;
-    std::printf("target (faster than rsync -a in both): %s\n", faster ? "met" : "NOT met");
+    for (const Row& r : rows) faster = faster && Median(r.vault) < Median(r.rsync);
+    std::printf("target (faster than rsync -a in both, medians): %s\n", faster ? "met" : "NOT met");
   }
   std::printf("\n");
   for (const Row& r : rows) {
+    const double v = Median(r.vault);
     vault::bench::Result res;
     res.bench = "replication_bench";
     res.metric = absl::StrCat("replication.push.", r.set);
     res.label = absl::StrCat("replication a -> b (mTLS), ", r.name);
     res.issue = 8;
-    res.value = mibs(r.bytes, r.vault);
+    res.value = mibs(r.bytes, v);
     res.unit = "MiB/s";
-    if (have_rsync) res.baseline = mibs(r.bytes, r.rsync);
+    if (have_rsync) res.baseline = mibs(r.bytes, Median(r.rsync));
     res.baseline_name = have_rsync ? "rsync -a" : "rsync -a (not installed)";
     res.target = 1.0;
     res.target_on = vault::bench::TargetOn::kRatio;
-    res.note = absl::StrFormat("vault %.3f s", r.vault);
+    res.note = absl::StrFormat("medians of %d rounds: vault %.3f s (%s), %.2f CPU s/GiB", f.rounds,
+                               v, absl::StrJoin(r.vault, " ", FormatSeconds()),
+                               per_gib(r.bytes, Median(r.vault_cpu)));
     if (have_rsync) {
-      absl::StrAppend(&res.note, absl::StrFormat("; rsync -a %.3f s, rsync -a --fsync %.3f s",
-                                                 r.rsync, r.rsync_fsync));
+      absl::StrAppend(&res.note,
+                      absl::StrFormat("; rsync -a %.3f s (%s), %.2f CPU s/GiB; rsync -a --fsync "
+                                      "%.3f s (first round)",
+                                      Median(r.rsync), absl::StrJoin(r.rsync, " ", FormatSeconds()),
+                                      per_gib(r.bytes, Median(r.rsync_cpu)), r.rsync_fsync));
     }
     vault::bench::EmitResult(res);
   }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -64,6 +65,7 @@ std::optional<PackRef> DecodePackRef(absl::string_view value, uint64_t expected_
 
 PackStore::File::~File() {
   if (fd >= 0) close(fd);
+  if (direct_fd >= 0) close(direct_fd);
 }
 
 absl::StatusOr<std::unique_ptr<PackStore>> PackStore::Open(const PackOptions& options) {
@@ -103,6 +105,10 @@ absl::Status PackStore::NewFileLocked() {
   auto file = std::make_shared<File>();
   file->id = id;
   file->fd = fd;
+  if (options_.direct_writes && direct_ok_.load(std::memory_order_relaxed)) {
+    // EINVAL where the file system has no O_DIRECT: AppendUncached then writes through fd.
+    file->direct_fd = open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
+  }
   // The new name must survive a crash before anything in it is referenced. Rare (one file per
   // file_bytes written), so done here, under the lock.
   if (options_.sync) {
@@ -124,22 +130,55 @@ absl::StatusOr<PackRef> PackStore::Append(absl::string_view bytes, uint64_t* tic
   return refs[0];
 }
 
+absl::StatusOr<std::pair<std::shared_ptr<PackStore::File>, uint64_t>> PackStore::Reserve(
+    uint64_t bytes, uint64_t align) {
+  auto round_up = [align](uint64_t v) { return (v + align - 1) / align * align; };
+  absl::MutexLock lock(&mu_);
+  if (!failed_.ok()) return failed_;
+  if (current_ == nullptr || (tail_ > 0 && round_up(tail_) + bytes > options_.file_bytes)) {
+    if (absl::Status s = NewFileLocked(); !s.ok()) return s;
+  }
+  const uint64_t offset = round_up(tail_);
+  tail_ = round_up(offset + bytes);
+  return std::make_pair(current_, offset);
+}
+
+int PackStore::WriteAt(int fd, std::vector<iovec> iov, uint64_t offset) {
+  // pwritev takes at most IOV_MAX pieces and may write fewer bytes than asked: go on from
+  // wherever it stopped.
+  size_t first = 0;
+  uint64_t written = 0;
+  while (first < iov.size()) {
+    const int count = static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
+    ssize_t n = pwritev(fd, &iov[first], count, static_cast<off_t>(offset + written));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? errno : EIO;  // the range stays a hole or garbage
+    written += static_cast<uint64_t>(n);
+    size_t left = static_cast<size_t>(n);
+    while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+    if (left > 0) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+      iov[first].iov_len -= left;
+    }
+  }
+  return 0;
+}
+
+uint64_t PackStore::Completed(const std::shared_ptr<File>& file) {
+  absl::MutexLock lock(&mu_);
+  if (!file->dirty) {
+    file->dirty = true;
+    dirty_.push_back(file);
+  }
+  return ++completed_;
+}
+
 absl::StatusOr<std::vector<PackRef>> PackStore::AppendMany(
     absl::Span<const absl::string_view> values, uint64_t* ticket) {
   uint64_t total = 0;
   for (absl::string_view v : values) total += v.size();
-  std::shared_ptr<File> file;
-  uint64_t offset = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!failed_.ok()) return failed_;
-    if (current_ == nullptr || (tail_ > 0 && tail_ + total > options_.file_bytes)) {
-      if (absl::Status s = NewFileLocked(); !s.ok()) return s;
-    }
-    file = current_;
-    offset = tail_;
-    tail_ += total;
-  }
+  VAULT_ASSIGN_OR_RETURN(auto reserved, Reserve(total, 1));
+  const auto& [file, offset] = reserved;
   std::vector<PackRef> refs;
   refs.reserve(values.size());
   std::vector<iovec> iov;
@@ -151,33 +190,62 @@ absl::StatusOr<std::vector<PackRef>> PackStore::AppendMany(
     at += v.size();
     if (!v.empty()) iov.push_back(iovec{const_cast<char*>(v.data()), v.size()});
   }
-  // pwritev takes at most IOV_MAX pieces and may write fewer bytes than asked: go on from
-  // wherever it stopped.
-  size_t first = 0;
-  uint64_t written = 0;
-  while (first < iov.size()) {
-    const int count = static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
-    ssize_t n = pwritev(file->fd, &iov[first], count, static_cast<off_t>(offset + written));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      // The range stays a hole or garbage: nothing refers to it.
-      return ErrnoStatus(n < 0 ? errno : EIO, absl::StrCat("write pack file ", PathOf(file->id)));
-    }
-    written += static_cast<uint64_t>(n);
-    size_t left = static_cast<size_t>(n);
-    while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
-    if (left > 0) {
-      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
-      iov[first].iov_len -= left;
-    }
+  if (int err = WriteAt(file->fd, std::move(iov), offset); err != 0) {
+    return ErrnoStatus(err, absl::StrCat("write pack file ", PathOf(file->id)));
   }
-  absl::MutexLock lock(&mu_);
-  *ticket = ++completed_;
-  if (!file->dirty) {
-    file->dirty = true;
-    dirty_.push_back(file);
-  }
+  *ticket = Completed(file);
   return refs;
+}
+
+namespace {
+
+// A kDirectAlignment-aligned buffer per thread, kept between calls: a fresh one would fault
+// in new pages on every write, the cost O_DIRECT is there to avoid.
+struct AlignedBuffer {
+  char* data = nullptr;
+  size_t capacity = 0;
+  ~AlignedBuffer() { std::free(data); }
+  char* Get(size_t bytes) {
+    if (bytes > capacity) {
+      std::free(data);
+      data = static_cast<char*>(std::aligned_alloc(kDirectAlignment, bytes));
+      capacity = data != nullptr ? bytes : 0;
+    }
+    return data;
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<PackRef> PackStore::AppendUncached(absl::string_view bytes, uint64_t* ticket) {
+  const uint64_t padded =
+      (bytes.size() + kDirectAlignment - 1) / kDirectAlignment * kDirectAlignment;
+  VAULT_ASSIGN_OR_RETURN(auto reserved, Reserve(bytes.size(), kDirectAlignment));
+  const auto& [file, offset] = reserved;
+  const PackRef ref{
+      .file = file->id, .offset = offset, .size = static_cast<uint32_t>(bytes.size())};
+  int err = EINVAL;
+  if (file->direct_fd >= 0 && direct_ok_.load(std::memory_order_relaxed) && !bytes.empty()) {
+    thread_local AlignedBuffer buffer;
+    // Values of more than 64 MiB (none: chunks are at most 4 x 4 MiB) would not be kept.
+    char* buf = padded <= (uint64_t{64} << 20) ? buffer.Get(padded) : nullptr;
+    if (buf != nullptr) {
+      std::memcpy(buf, bytes.data(), bytes.size());
+      std::memset(buf + bytes.size(), 0, padded - bytes.size());
+      err = WriteAt(file->direct_fd, {iovec{buf, padded}}, offset);
+      if (err == EINVAL) direct_ok_.store(false, std::memory_order_relaxed);
+      if (err == 0) direct_appends_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  // Not written directly: an ordinary write of the same range (the padding stays a hole).
+  if (err == EINVAL) {
+    err = bytes.empty()
+              ? 0
+              : WriteAt(file->fd, {iovec{const_cast<char*>(bytes.data()), bytes.size()}}, offset);
+  }
+  if (err != 0) return ErrnoStatus(err, absl::StrCat("write pack file ", PathOf(file->id)));
+  *ticket = Completed(file);
+  return ref;
 }
 
 absl::Status PackStore::Sync(uint64_t ticket) {

@@ -17,15 +17,25 @@
 //   VAULT_RETURN_IF_ERROR(packs->Sync(ticket));  // durable: now refer to it from RocksDB
 //   VAULT_ASSIGN_OR_RETURN(std::string back, packs->Read(ref));
 //
+// Large values can bypass the page cache (AppendUncached: O_DIRECT, each value starting on a
+// 4 KiB boundary, the rest of its last block zero-filled). On a VM, copying into page-cache
+// pages just freed to the host costs about as much as hashing the bytes; O_DIRECT hands the
+// guest's buffer to the device instead, and the later fdatasync finds no dirty pages to write.
+// A file system that refuses O_DIRECT (tmpfs, some FUSE) gets ordinary writes.
+//
 // Thread-safety: every method is thread-safe. Concurrent Appends write disjoint ranges in
 // parallel; concurrent Syncs share one fdatasync per file (group sync).
 #ifndef VAULT_CAS_PACK_H_
 #define VAULT_CAS_PACK_H_
 
+#include <sys/uio.h>
+
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -58,7 +68,13 @@ struct PackOptions {
   uint64_t file_bytes = uint64_t{256} << 20;
   // fdatasync in Sync (false: Sync only orders, for stores whose RocksDB writes are unsynced).
   bool sync = true;
+  // AppendUncached uses O_DIRECT where the file system allows (false: ordinary writes).
+  bool direct_writes = true;
 };
+
+// The alignment of an O_DIRECT write's offset, length and buffer: the largest logical block size
+// in common use, so one value serves every device.
+inline constexpr uint64_t kDirectAlignment = 4096;
 
 class PackStore {
  public:
@@ -75,6 +91,13 @@ class PackStore {
   // allows (pwritev); the refs in input order.
   absl::StatusOr<std::vector<PackRef>> AppendMany(absl::Span<const absl::string_view> values,
                                                   uint64_t* ticket);
+  // As Append, for a value that is unlikely to be read again soon (a chunk of a large object):
+  // written with O_DIRECT, from a 4 KiB-aligned copy, at a 4 KiB-aligned offset. Ordinary
+  // writes where O_DIRECT is off, refused at open, or refused by a write (EINVAL: the rest of
+  // this process then writes ordinarily).
+  absl::StatusOr<PackRef> AppendUncached(absl::string_view bytes, uint64_t* ticket);
+  // Appends that went through O_DIRECT so far (for tests and metrics).
+  uint64_t direct_appends() const { return direct_appends_.load(std::memory_order_relaxed); }
   // Makes every Append whose ticket is <= `ticket` durable. After an fdatasync failure every
   // later Append and Sync fails (the kernel may have dropped the dirty pages).
   absl::Status Sync(uint64_t ticket);
@@ -88,6 +111,7 @@ class PackStore {
   struct File {
     uint64_t id = 0;
     int fd = -1;
+    int direct_fd = -1;  // O_WRONLY | O_DIRECT, or -1 (files of an earlier run, or refused)
     bool dirty = false;  // guarded by PackStore::mu_
     ~File();
   };
@@ -95,6 +119,14 @@ class PackStore {
   absl::StatusOr<std::shared_ptr<File>> OpenForRead(uint64_t id) const;
   absl::Status NewFileLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string PathOf(uint64_t id) const;
+  // Reserves `bytes` at the tail of the current file (a new file when it would overflow), the
+  // start rounded up to `align` and the tail after it too.
+  absl::StatusOr<std::pair<std::shared_ptr<File>, uint64_t>> Reserve(uint64_t bytes,
+                                                                     uint64_t align);
+  // Writes every piece at `offset` on `fd`, going on after short writes. The errno on failure.
+  static int WriteAt(int fd, std::vector<iovec> iov, uint64_t offset);
+  // Hands out the ticket of a finished write to `file`.
+  uint64_t Completed(const std::shared_ptr<File>& file);
 
   const PackOptions options_;
   mutable absl::Mutex mu_;
@@ -105,6 +137,9 @@ class PackStore {
   std::vector<std::shared_ptr<File>> dirty_ ABSL_GUARDED_BY(mu_);
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
   mutable absl::flat_hash_map<uint64_t, std::shared_ptr<File>> readers_ ABSL_GUARDED_BY(mu_);
+
+  std::atomic<bool> direct_ok_{true};  // cleared when a write refuses O_DIRECT
+  std::atomic<uint64_t> direct_appends_{0};
 
   absl::Mutex sync_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   uint64_t synced_ ABSL_GUARDED_BY(sync_mu_) = 0;  // tickets known durable

@@ -11,6 +11,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <thread>
+#include <tuple>
 
 #include "absl/strings/str_format.h"
 #include "cas/store_test_fixture.h"
@@ -170,6 +173,123 @@ TEST(PackStoreTest, WriteBeyondTheFileSizeLimitIsRefused) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+// Whether files in `dir` take O_DIRECT (tmpfs does not).
+bool TakesDirect(const std::string& dir) {
+  const std::string probe = dir + "/direct-probe";
+  int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+  if (fd >= 0) close(fd);
+  unlink(probe.c_str());
+  return fd >= 0;
+}
+
+// Uncached appends interleaved with ordinary ones, from several threads and across files: each
+// uncached value starts on a 4 KiB boundary, no value overlaps another, and every one reads back
+// exactly, after a reopen too.
+TEST(PackStoreTest, UncachedAppendsInterleaveWithOrdinaryOnesAndReadBack) {
+  common::testing::TempDir tmp("pack_test");
+  const std::string dir = tmp.path() + "/packs";
+  const bool direct = TakesDirect(tmp.path());
+  constexpr int kThreads = 4, kEach = 24;
+  std::vector<std::vector<std::tuple<PackRef, std::string, bool>>> got(kThreads);
+  {
+    absl::StatusOr<std::unique_ptr<PackStore>> packs =
+        PackStore::Open({.dir = dir, .file_bytes = 3 << 20});
+    ASSERT_EQ(packs.status(), absl::OkStatus());
+    std::vector<std::thread> threads;
+    std::atomic<int> errors{0};
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < kEach; ++i) {
+          const bool uncached = (i + t) % 3 != 0;
+          // Sizes on and off the 4 KiB grid, from one byte to past a file's size.
+          const size_t size = i == 5 ? 1 : i == 6 ? 4096 : i == 7 ? (4 << 20) : 1000 + 40961 * i;
+          std::string bytes = RandomBytes(size, 100 * t + i);
+          uint64_t ticket = 0;
+          absl::StatusOr<PackRef> ref = uncached ? (*packs)->AppendUncached(bytes, &ticket)
+                                                 : (*packs)->Append(bytes, &ticket);
+          if (!ref.ok() || !(*packs)->Sync(ticket).ok()) {
+            ++errors;
+            return;
+          }
+          got[t].emplace_back(*ref, std::move(bytes), uncached);
+        }
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    ASSERT_EQ(errors.load(), 0);
+    const int uncached_count = kThreads * kEach - kThreads * kEach / 3;
+    EXPECT_EQ((*packs)->direct_appends(), direct ? static_cast<uint64_t>(uncached_count) : 0u);
+  }
+  std::map<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>> ranges;  // file -> [from, to)
+  absl::StatusOr<std::unique_ptr<PackStore>> packs = PackStore::Open({.dir = dir});
+  ASSERT_EQ(packs.status(), absl::OkStatus());
+  for (const auto& list : got) {
+    for (const auto& [ref, bytes, uncached] : list) {
+      if (uncached) {
+        EXPECT_EQ(ref.offset % kDirectAlignment, 0u);
+      }
+      ranges[ref.file].emplace_back(ref.offset, ref.offset + ref.size);
+      absl::StatusOr<std::string> back = (*packs)->Read(ref);
+      ASSERT_EQ(back.status(), absl::OkStatus());
+      ASSERT_TRUE(SameBytes(*back, bytes)) << "file " << ref.file << " offset " << ref.offset;
+    }
+  }
+  for (auto& [file, list] : ranges) {
+    std::sort(list.begin(), list.end());
+    for (size_t i = 1; i < list.size(); ++i) {
+      EXPECT_LE(list[i - 1].second, list[i].first) << "file " << file << ": values overlap";
+    }
+  }
+}
+
+// With direct writes off, uncached appends are ordinary writes at aligned offsets.
+TEST(PackStoreTest, UncachedAppendsWithDirectWritesOffAreOrdinaryWrites) {
+  common::testing::TempDir tmp("pack_test");
+  absl::StatusOr<std::unique_ptr<PackStore>> packs =
+      PackStore::Open({.dir = tmp.path() + "/p", .direct_writes = false});
+  ASSERT_EQ(packs.status(), absl::OkStatus());
+  const std::string a = RandomBytes(5000, 1), b = RandomBytes(300000, 2);
+  uint64_t ticket = 0;
+  absl::StatusOr<PackRef> ra = (*packs)->Append(a, &ticket);
+  absl::StatusOr<PackRef> rb = (*packs)->AppendUncached(b, &ticket);
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  ASSERT_EQ((*packs)->Sync(ticket), absl::OkStatus());
+  EXPECT_EQ(rb->offset, 8192u);
+  EXPECT_EQ((*packs)->direct_appends(), 0u);
+  EXPECT_EQ(*(*packs)->Read(*ra), a);
+  EXPECT_TRUE(SameBytes(*(*packs)->Read(*rb), b));
+}
+
+// A full disk refuses an uncached append as clearly as an ordinary one, and nothing is
+// referenced. In a child process, so the file size limit binds nothing else.
+TEST(PackStoreTest, UncachedWriteBeyondTheFileSizeLimitIsRefused) {
+  common::testing::TempDir tmp("pack_test");
+  const std::string dir = tmp.path() + "/packs";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{.rlim_cur = 256 << 10, .rlim_max = 256 << 10};
+    if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(10);
+    absl::StatusOr<std::unique_ptr<PackStore>> packs = PackStore::Open({.dir = dir});
+    if (!packs.ok()) _exit(11);
+    uint64_t ticket = 0;
+    absl::StatusOr<PackRef> first = (*packs)->AppendUncached(std::string(100 << 10, 'a'), &ticket);
+    if (!first.ok()) _exit(12);
+    absl::StatusOr<PackRef> over = (*packs)->AppendUncached(std::string(200 << 10, 'b'), &ticket);
+    if (over.status().code() != StatusCode::kResourceExhausted) _exit(13);
+    if (over.status().message().find("write pack file") == std::string::npos) _exit(14);
+    if (!(*packs)->Sync(ticket).ok()) _exit(15);
+    absl::StatusOr<std::string> back = (*packs)->Read(*first);
+    if (!back.ok() || *back != std::string(100 << 10, 'a')) _exit(16);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
 TEST(PackStoreTest, OpenRefusesAFileWhereTheDirectoryShouldBe) {
   common::testing::TempDir tmp("pack_test");
   const std::string path = tmp.path() + "/packs";
@@ -282,6 +402,44 @@ TEST_F(PackedStoreTest, FlippedChunkInAPackIsDataLossOnlyWhereItIsRead) {
                 .code(),
             StatusCode::kDataLoss);
   EXPECT_TRUE(SameBytes(ReadRangeOk(d, 0, chunks[0].size()), chunks[0]));
+}
+
+// A reader told to skip verification passes a damaged chunk on as it is (its receiver hashes
+// every byte), and Verify then finds the damage; a verifying reader refuses it.
+TEST_F(PackedStoreTest, UnverifiedReadPassesDamageOnAndVerifyFindsIt) {
+  const std::string data = RandomBytes(1 << 20, 16);
+  const Digest d = Digest::Of(data);
+  ASSERT_EQ(UploadWhole(data).status(), absl::OkStatus());
+  const std::vector<std::string> chunks = ExpectedChunks(data);
+  ASSERT_GT(chunks.size(), 3u);
+  std::optional<PackRef> ref =
+      DecodePackRef(ValueOf("cas_chunks", Sha256::Hash(chunks[2])), chunks[2].size());
+  ASSERT_TRUE(ref.has_value());
+  absl::StatusOr<std::unique_ptr<ObjectReader>> clean = store_->OpenReader(d);
+  ASSERT_EQ(clean.status(), absl::OkStatus());
+  EXPECT_EQ((*clean)->Verify(), absl::OkStatus());
+  ASSERT_NO_FATAL_FAILURE(FlipPackByte(*ref, chunks[2].size() / 2));
+
+  absl::StatusOr<std::unique_ptr<ObjectReader>> reader = store_->OpenReader(d);
+  ASSERT_EQ(reader.status(), absl::OkStatus());
+  (*reader)->SkipVerification();
+  std::string got;
+  ASSERT_EQ((*reader)->Read(0, 0, 0,
+                            [&](uint64_t, absl::string_view piece) {
+                              got.append(piece.data(), piece.size());
+                              return absl::OkStatus();
+                            }),
+            absl::OkStatus());
+  ASSERT_EQ(got.size(), data.size());
+  const size_t flipped = chunks[0].size() + chunks[1].size() + chunks[2].size() / 2;
+  size_t differ = 0;
+  for (size_t i = 0; i < data.size(); ++i) differ += got[i] != data[i] ? 1 : 0;
+  EXPECT_EQ(differ, 1u);
+  EXPECT_NE(got[flipped], data[flipped]);
+  absl::Status verified = (*reader)->Verify();
+  EXPECT_EQ(verified.code(), StatusCode::kDataLoss) << verified;
+  EXPECT_NE(verified.message().find("corrupt storage"), std::string::npos) << verified;
+  EXPECT_EQ(store_->ReadAll(d).status().code(), StatusCode::kDataLoss);
 }
 
 TEST_F(PackedStoreTest, TruncatedOrDeletedPackIsDataLoss) {

@@ -78,8 +78,10 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(storage::Database* db,
   }
   std::unique_ptr<Store> store(new Store(db, options, chunker));
   if (!options.pack_dir.empty()) {
-    VAULT_ASSIGN_OR_RETURN(store->packs_, PackStore::Open({.dir = options.pack_dir,
-                                                           .sync = db->options().sync_writes}));
+    VAULT_ASSIGN_OR_RETURN(store->packs_,
+                           PackStore::Open({.dir = options.pack_dir,
+                                            .sync = db->options().sync_writes,
+                                            .direct_writes = options.direct_chunk_writes}));
   }
   VAULT_RETURN_IF_ERROR(store->Recover());
   return store;

@@ -64,6 +64,9 @@ struct StoreOptions {
   // Empty: every value stays in RocksDB.
   std::string pack_dir;
   uint64_t pack_min_bytes = 1 << 10;
+  // Chunks of large objects go to the packs with O_DIRECT where the file system allows it
+  // (PackStore::AppendUncached).
+  bool direct_chunk_writes = true;
   // An upload makes its chunks durable (one pack sync, one RocksDB write) per this many bytes,
   // and at Finish; the resume point moves by the same steps.
   uint64_t pack_sync_bytes = 8 << 20;
@@ -131,11 +134,22 @@ class ObjectReader {
   absl::Status Read(
       uint64_t offset, uint64_t limit, size_t piece_bytes,
       const std::function<absl::Status(uint64_t offset, absl::string_view)>& sink) const;
+  // Later Reads pass a chunked object's chunks on without checking them against their SHA-256:
+  // for a reader that hashes every byte itself (a peer's Put does), so the bytes are hashed once
+  // instead of twice. Damage then shows there, as a digest mismatch; Verify tells whether the
+  // damage is this store's.
+  void SkipVerification() { verify_ = false; }
+  // Reads every chunk and checks it: DATA_LOSS naming the object when one is damaged.
+  absl::Status Verify() const;
 
  private:
   friend class Store;
   explicit ObjectReader(const Store* store) : store_(store) {}
+  absl::Status ReadChunks(
+      uint64_t offset, uint64_t limit, size_t piece_bytes, bool verify,
+      const std::function<absl::Status(uint64_t offset, absl::string_view)>& sink) const;
   const Store* const store_;
+  bool verify_ = true;
   ObjectInfo info_;
   std::string inline_bytes_;                              // !chunked
   std::vector<std::pair<std::string, uint32_t>> chunks_;  // (sha256, size), chunked

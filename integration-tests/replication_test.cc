@@ -144,18 +144,20 @@ class ReplicationTest : public VaultTest {
     return out;
   }
 
-  // A Cas stub to b over mutual TLS, acting as member a (a's certificate).
-  std::unique_ptr<vault::v1::Cas::Stub> CasOfBAsMemberA() {
+  // A Cas stub to `to` (named `to_name`) over mutual TLS, acting as member `as` (its certificate).
+  static std::unique_ptr<vault::v1::Cas::Stub> CasOf(const VaultDir& to, const std::string& to_name,
+                                                     const VaultDir& as) {
     grpc::SslCredentialsOptions ssl;
-    ssl.pem_cert_chain = ReadFile(a_.dir + "/tls/vault.crt").value_or("");
-    ssl.pem_private_key = ReadFile(a_.dir + "/tls/vault.key").value_or("");
-    ssl.pem_root_certs = ReadFile(a_.dir + "/tls/ca.crt").value_or("");
+    ssl.pem_cert_chain = ReadFile(as.dir + "/tls/vault.crt").value_or("");
+    ssl.pem_private_key = ReadFile(as.dir + "/tls/vault.key").value_or("");
+    ssl.pem_root_certs = ReadFile(as.dir + "/tls/ca.crt").value_or("");
     grpc::ChannelArguments args;
-    args.SetSslTargetNameOverride("b");
+    args.SetSslTargetNameOverride(to_name);
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     return vault::v1::Cas::NewStub(
-        grpc::CreateCustomChannel(b_.address, grpc::SslCredentials(ssl), args));
+        grpc::CreateCustomChannel(to.address, grpc::SslCredentials(ssl), args));
   }
+  std::unique_ptr<vault::v1::Cas::Stub> CasOfBAsMemberA() { return CasOf(b_, "b", a_); }
 
   // Rewrites the address of `member` in `vault`'s vault.conf (read at vaultd's next start).
   void SetMemberAddress(const VaultDir& vault, const std::string& member,
@@ -914,6 +916,45 @@ absl::Status Corrupt(const VaultDir& vault, const std::string& cf, const std::st
   rocksdb::WriteBatch batch;
   batch.Put((*db)->Handle(cf), key, bytes);
   return (*db)->Write(&batch);
+}
+
+// The sender passes a large object's chunks on without hashing them (the receiver hashes every
+// byte). A chunk damaged on the sender's disk therefore reaches the receiver, which refuses the
+// object; the sender then checks its own copy and reports the damage as its own (DATA_LOSS),
+// not as the receiver's refusal. Nothing corrupt is stored, and the other objects go through.
+TEST_F(ReplicationTest, DamageOnTheSenderIsReportedAsItsOwnAndNothingCorruptIsStored) {
+  const std::string large = RandomBytes(rng_, 6 << 20), small = RandomBytes(rng_, 3000);
+  const std::string d_large = Put(a_, large), d_small = Put(a_, small);
+  std::string chunk_hash, chunk_bytes;  // the large object's second chunk
+  {
+    auto stub = CasOf(a_, "a", b_);
+    vault::v1::GetManifestRequest req;
+    *req.mutable_digest() = DigestProto(large);
+    vault::v1::GetManifestResponse manifest;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(10));
+    ASSERT_TRUE(stub->GetManifest(&ctx, req, &manifest).ok());
+    ASSERT_GE(manifest.chunks_size(), 3);
+    chunk_hash = manifest.chunks(1).sha256();
+    chunk_bytes = large.substr(manifest.chunks(0).size(), manifest.chunks(1).size());
+  }
+  ASSERT_EQ(vaultd_a_->Stop(), 0);
+  chunk_bytes[chunk_bytes.size() / 3] ^= 0x04;
+  ASSERT_EQ(Corrupt(a_, "cas_chunks", chunk_hash, chunk_bytes), absl::OkStatus());
+  ASSERT_EQ(vaultd_a_->Start(), absl::OkStatus());
+
+  RunResult r = Replicate({"--all"});
+  EXPECT_EQ(r.exit_code, kExitRefused) << r;
+  EXPECT_EQ(Field(r.out, "objects"), 1u) << r.out;
+  EXPECT_EQ(Field(r.out, "refused"), 1u) << r.out;
+  EXPECT_EQ(JsonField(r.out, "digest"), d_large) << r.out;
+  EXPECT_EQ(JsonField(r.out, "code"), "DATA_LOSS") << r.out;
+  EXPECT_EQ(JsonField(r.out, "message"),
+            absl::StrCat("stored bytes of a chunk of ", d_large,
+                         " do not match their digest (corrupt storage)"))
+      << r.out;
+  EXPECT_EQ(Vaultctl({"--vault", b_.socket, "cas", "has", d_large}).exit_code, kExitNotFound);
+  EXPECT_EQ(Get(b_, d_small), small);
 }
 
 TEST_F(ReplicationTest, ScrubFindsDamagedObjectsAndRepairsThemFromAPeer) {

@@ -159,6 +159,7 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
   if (c->log_format().empty()) c->set_log_format("text");
   auto* st = c->mutable_storage();
   if (!st->has_sync_writes()) st->set_sync_writes(true);
+  if (!st->has_direct_chunk_writes()) st->set_direct_chunk_writes(true);
   if (st->block_cache_mb() == 0) st->set_block_cache_mb(256);
   auto* cas = c->mutable_cas();
   if (cas->max_object_bytes() == 0) cas->set_max_object_bytes(uint64_t{64} << 30);

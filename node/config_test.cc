@@ -158,6 +158,7 @@ TEST(FinalizeConfig, FillsEveryDefault) {
   EXPECT_EQ(c.log_format(), "text");
   EXPECT_TRUE(c.storage().has_sync_writes());
   EXPECT_TRUE(c.storage().sync_writes());
+  EXPECT_TRUE(c.storage().direct_chunk_writes());
   EXPECT_EQ(c.storage().block_cache_mb(), 256u);
   EXPECT_EQ(c.cas().max_object_bytes(), uint64_t{64} << 30);
   EXPECT_EQ(c.cas().chunking_threshold_bytes(), uint64_t{4} << 20);

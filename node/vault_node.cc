@@ -165,6 +165,7 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
       .upload_ttl = absl::Hours(config.cas().upload_ttl_hours()),
       .max_upload_buffer_bytes = config.cas().max_upload_buffer_bytes(),
       .pack_dir = config.data_dir() + "/packs",
+      .direct_chunk_writes = config.storage().direct_chunk_writes(),
   };
   VAULT_ASSIGN_OR_RETURN(node->store_, cas::Store::Open(node->db_.get(), store_options));
   node->key_ = std::make_unique<capability::PrivateKey>(std::move(key));
