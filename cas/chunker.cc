@@ -113,4 +113,13 @@ std::optional<std::string> Chunker::Next(bool eof) {
   return chunk;
 }
 
+std::string Chunker::TakeAll() {
+  std::string chunk = consumed_ == 0 ? std::move(buffer_) : buffer_.substr(consumed_);
+  buffer_.clear();
+  consumed_ = 0;
+  scanned_ = 0;
+  scan_hash_ = 0;
+  return chunk;
+}
+
 }  // namespace vault::cas

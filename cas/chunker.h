@@ -45,6 +45,9 @@ class Chunker {
   // The next complete chunk, if one is known. With eof, the remaining bytes end the last chunk.
   std::optional<std::string> Next(bool eof);
   size_t buffered() const { return buffer_.size() - consumed_; }
+  // Every buffered byte as one chunk, wherever content would cut (for a boundary the caller
+  // knows); the chunker starts afresh after it.
+  std::string TakeAll();
 
  private:
   const ChunkerParams params_;

@@ -166,8 +166,16 @@ class Upload {
 
   // Bytes received so far (including those before a resume point).
   uint64_t offset() const { return offset_; }
-  // Takes the next bytes. INVALID_ARGUMENT past the claimed size.
-  absl::Status Append(absl::string_view data);
+  // Takes the next bytes. INVALID_ARGUMENT past the claimed size. `chunk_end`: with
+  // UseChunkHints, the sender's chunk ends with these bytes.
+  absl::Status Append(absl::string_view data, bool chunk_end = false);
+  // The sender marks the ends of its own chunks (Append's chunk_end), as a replicating peer
+  // does: the bytes between two marks become one chunk here without a search for a
+  // content-defined boundary, as long as each is within this store's chunk size bounds (the
+  // object's last chunk may be shorter). A mark outside the bounds, or a chunk growing past the
+  // largest size, switches the rest of the upload back to content-defined chunking: marks can
+  // cost deduplication, never correctness, since every chunk is hashed here all the same.
+  void UseChunkHints() { hints_ = chunked_; }
   // Takes as the next bytes a chunk this store already holds (read and verified here, then
   // hashed like received bytes). FAILED_PRECONDITION when the store lacks it.
   absl::Status AppendStoredChunk(absl::string_view sha256, uint32_t size);
@@ -180,6 +188,8 @@ class Upload {
   friend class Store;
   Upload(Store* store, Digest digest);
   absl::Status FlushChunks(bool eof);
+  // Hashes, records and writes (to the packs) one chunk: the next bytes of the object.
+  absl::Status TakeChunk(absl::string_view chunk);
   // Makes the chunks taken since the last call durable and records them for a resume.
   absl::Status WritePending();
 
@@ -192,6 +202,7 @@ class Upload {
   bool chunked_ = false;
   std::string inline_data_;  // !chunked_
   std::unique_ptr<Chunker> chunker_;
+  bool hints_ = false;  // cutting at the sender's marks (UseChunkHints)
   std::vector<std::pair<std::string, uint32_t>> chunks_;  // (sha256, size) in order
   Sha256 hash_;
   uint64_t committed_offset_ = 0;  // durable bytes (chunk boundaries)

@@ -162,7 +162,7 @@ absl::Status Store::PersistChunk(const std::string& upload_key, uint32_t index,
   return absl::OkStatus();
 }
 
-absl::Status Upload::Append(absl::string_view data) {
+absl::Status Upload::Append(absl::string_view data, bool chunk_end) {
   if (finished_) return absl::FailedPreconditionError("upload already finished");
   VAULT_RETURN_IF_ERROR(store_->CheckCurrentUpload(key_, generation_));
   if (data.size() > digest_.size() - offset_) {
@@ -177,6 +177,22 @@ absl::Status Upload::Append(absl::string_view data) {
     inline_data_.append(data.data(), data.size());
     return absl::OkStatus();
   }
+  if (hints_) {
+    const ChunkerParams& bounds = store_->chunker_params_;
+    const size_t held = chunker_->buffered();
+    const uint64_t n = held + data.size();
+    if (n <= bounds.max_size && !chunk_end) {
+      chunker_->Append(data);  // the rest of the sender's chunk follows
+      return absl::OkStatus();
+    }
+    if (chunk_end && n == 0) return absl::OkStatus();
+    if (chunk_end && n <= bounds.max_size && (n >= bounds.min_size || offset_ == digest_.size())) {
+      if (held == 0) return TakeChunk(data);  // the usual case: one message, one chunk
+      chunker_->Append(data);
+      return TakeChunk(chunker_->TakeAll());
+    }
+    hints_ = false;  // out of bounds: content decides from here on
+  }
   chunker_->Append(data);
   return FlushChunks(/*eof=*/false);
 }
@@ -189,28 +205,33 @@ absl::Status Upload::AppendStoredChunk(absl::string_view sha256, uint32_t size) 
                      " names a chunk this vault does not store; send its bytes"));
   }
   if (!chunk.ok()) return chunk.status();
-  return Append(*chunk);
+  return Append(*chunk, /*chunk_end=*/true);  // a chunk of the sender's, named
 }
 
 absl::Status Upload::FlushChunks(bool eof) {
   while (std::optional<std::string> chunk = chunker_->Next(eof)) {
-    std::string hash = Sha256::Hash(*chunk);
-    vault::v1::UploadRecord rec;
-    rec.set_committed_offset(pending_offset_ + chunk->size());
-    rec.set_chunk_count(chunk_count_ + 1);
-    rec.set_started_unix_ms(started_unix_ms_);
-    rec.set_updated_unix_ms(NowMs());
-    if (pending_ == nullptr) pending_ = std::make_unique<rocksdb::WriteBatch>();
-    VAULT_RETURN_IF_ERROR(store_->PersistChunk(key_, chunk_count_, *chunk, hash, rec,
-                                               pending_.get(), &pending_ticket_));
-    pending_offset_ += chunk->size();
-    pending_bytes_ += chunk->size();
-    ++chunk_count_;
-    chunks_.emplace_back(std::move(hash), static_cast<uint32_t>(chunk->size()));
-    // Without packs every chunk is written at once, as its own RocksDB write.
-    if (store_->packs_ == nullptr || pending_bytes_ >= store_->options_.pack_sync_bytes) {
-      VAULT_RETURN_IF_ERROR(WritePending());
-    }
+    VAULT_RETURN_IF_ERROR(TakeChunk(*chunk));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Upload::TakeChunk(absl::string_view chunk) {
+  std::string hash = Sha256::Hash(chunk);
+  vault::v1::UploadRecord rec;
+  rec.set_committed_offset(pending_offset_ + chunk.size());
+  rec.set_chunk_count(chunk_count_ + 1);
+  rec.set_started_unix_ms(started_unix_ms_);
+  rec.set_updated_unix_ms(NowMs());
+  if (pending_ == nullptr) pending_ = std::make_unique<rocksdb::WriteBatch>();
+  VAULT_RETURN_IF_ERROR(
+      store_->PersistChunk(key_, chunk_count_, chunk, hash, rec, pending_.get(), &pending_ticket_));
+  pending_offset_ += chunk.size();
+  pending_bytes_ += chunk.size();
+  ++chunk_count_;
+  chunks_.emplace_back(std::move(hash), static_cast<uint32_t>(chunk.size()));
+  // Without packs every chunk is written at once, as its own RocksDB write.
+  if (store_->packs_ == nullptr || pending_bytes_ >= store_->options_.pack_sync_bytes) {
+    VAULT_RETURN_IF_ERROR(WritePending());
   }
   return absl::OkStatus();
 }

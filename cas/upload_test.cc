@@ -1,4 +1,5 @@
 #include "cas/store_test_fixture.h"
+#include "common/status_macros.h"
 
 namespace vault::cas {
 namespace {
@@ -53,6 +54,95 @@ TEST_F(UploadTest, LargeObjectUploadInOddPiecesIsChunked) {
     EXPECT_EQ(manifest.chunks(static_cast<int>(i)).sha256(), Sha256::Hash(expected[i]));
     EXPECT_EQ(manifest.chunks(static_cast<int>(i)).size(), expected[i].size());
   }
+}
+
+// ---- Chunk hints (a replicating sender marks the ends of its own chunks)
+
+// Sizes of `d`'s chunks, from its reader.
+std::vector<uint32_t> ChunkSizes(Store* store, const Digest& d) {
+  std::vector<uint32_t> sizes;
+  absl::StatusOr<std::unique_ptr<ObjectReader>> reader = store->OpenReader(d);
+  EXPECT_EQ(reader.status(), absl::OkStatus());
+  if (!reader.ok()) return sizes;
+  for (const auto& [hash, size] : (*reader)->chunks()) sizes.push_back(size);
+  return sizes;
+}
+
+// Sends `data` in messages of `pieces` bytes; a negative size marks a chunk's end.
+absl::StatusOr<PutOutcome> UploadHinted(Store* store, absl::string_view data,
+                                        const std::vector<int64_t>& pieces) {
+  absl::StatusOr<std::unique_ptr<Upload>> up = store->StartUpload(Digest::Of(data), 0);
+  if (!up.ok()) return up.status();
+  (*up)->UseChunkHints();
+  uint64_t at = 0;
+  for (int64_t p : pieces) {
+    const uint64_t n = static_cast<uint64_t>(p < 0 ? -p : p);
+    VAULT_RETURN_IF_ERROR((*up)->Append(data.substr(at, n), /*chunk_end=*/p < 0));
+    at += n;
+  }
+  if (at != data.size()) return absl::InternalError("pieces do not add up to the data");
+  return (*up)->Finish();
+}
+
+// Marks within the bounds (16..256 KiB here; the last chunk shorter) are where the chunks end,
+// a chunk sent in several messages included, and the object reads back whole.
+TEST_F(UploadTest, ChunkHintsWithinTheBoundsAreTheChunks) {
+  const std::string data = RandomBytes((600 << 10) + 100, 40);
+  ASSERT_EQ(UploadHinted(store_.get(), data,
+                         {-(100 << 10), 60 << 10, -(140 << 10), -(16 << 10), -(256 << 10),
+                          -(28 << 10), -100})
+                .status(),
+            absl::OkStatus());
+  const Digest d = Digest::Of(data);
+  EXPECT_EQ(ChunkSizes(store_.get(), d),
+            (std::vector<uint32_t>{100 << 10, 200 << 10, 16 << 10, 256 << 10, 28 << 10, 100}));
+  EXPECT_TRUE(SameBytes(ReadAllOk(d), data));
+  // Content alone would have cut elsewhere.
+  EXPECT_NE(ExpectedChunks(data).size(), 6u);
+}
+
+// A mark below the smallest chunk (not the last), or a chunk growing past the largest without
+// one, switches the rest of the upload to content-defined chunking: the chunks before stay as
+// marked, the rest are exactly what content gives from there.
+TEST_F(UploadTest, ChunkHintsOutOfTheBoundsFallBackToContentDefinedChunks) {
+  const std::string data = RandomBytes(1 << 20, 41);
+  // 100 KiB marked, then a 1-byte "chunk": content decides from byte 100 KiB on.
+  ASSERT_EQ(
+      UploadHinted(store_.get(), data, {-(100 << 10), -1, (1 << 20) - (100 << 10) - 1}).status(),
+      absl::OkStatus());
+  std::vector<uint32_t> want = {100 << 10};
+  for (const std::string& c : ExpectedChunks(absl::string_view(data).substr(100 << 10))) {
+    want.push_back(static_cast<uint32_t>(c.size()));
+  }
+  EXPECT_EQ(ChunkSizes(store_.get(), Digest::Of(data)), want);
+  EXPECT_TRUE(SameBytes(ReadAllOk(Digest::Of(data)), data));
+
+  // 300 KiB without a mark (past the 256 KiB bound): content-defined from the start.
+  const std::string other = RandomBytes(1 << 20, 42);
+  ASSERT_EQ(UploadHinted(store_.get(), other, {300 << 10, -((1 << 20) - (300 << 10))}).status(),
+            absl::OkStatus());
+  std::vector<uint32_t> content;
+  for (const std::string& c : ExpectedChunks(other)) {
+    content.push_back(static_cast<uint32_t>(c.size()));
+  }
+  EXPECT_EQ(ChunkSizes(store_.get(), Digest::Of(other)), content);
+  EXPECT_TRUE(SameBytes(ReadAllOk(Digest::Of(other)), other));
+}
+
+// Marks do not vouch for anything: content that does not hash to the digest is refused, and
+// no chunk of it is left referenced by an object.
+TEST_F(UploadTest, ChunkHintsDoNotBypassTheDigestCheck) {
+  const std::string data = RandomBytes(512 << 10, 43);
+  std::string claimed = data;
+  claimed[300 << 10] ^= 1;
+  absl::StatusOr<std::unique_ptr<Upload>> up = store_->StartUpload(Digest::Of(claimed), 0);
+  ASSERT_EQ(up.status(), absl::OkStatus());
+  (*up)->UseChunkHints();
+  ASSERT_EQ((*up)->Append(absl::string_view(data).substr(0, 256 << 10), true), absl::OkStatus());
+  ASSERT_EQ((*up)->Append(absl::string_view(data).substr(256 << 10), true), absl::OkStatus());
+  absl::StatusOr<PutOutcome> out = (*up)->Finish();
+  EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument) << out.status();
+  EXPECT_EQ(store_->Stat(Digest::Of(claimed)).status().code(), StatusCode::kNotFound);
 }
 
 TEST_F(UploadTest, ObjectJustAtThresholdIsChunked) {

@@ -156,6 +156,10 @@ class PutReactor final : public grpc::ServerReadReactor<PutRequest> {
           store_->StartUpload(digest_, req_.offset());
       if (!upload.ok()) return Done(ToGrpc(upload.status()));
       upload_ = std::move(*upload);
+      if (req_.chunk_hints()) upload_->UseChunkHints();
+    } else if (req_.chunk_hints()) {
+      return Done(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                               "Put: chunk_hints belongs in the first message only"));
     } else if (req_.has_digest() || req_.offset() != 0) {
       return Done(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                "Put: digest and offset belong in the first message only"));
@@ -172,7 +176,7 @@ class PutReactor final : public grpc::ServerReadReactor<PutRequest> {
       }
       s = upload_->AppendStoredChunk(req_.chunk().sha256(), req_.chunk().size());
     } else {
-      s = upload_->Append(req_.data());
+      s = upload_->Append(req_.data(), req_.chunk_end());
     }
     if (!s.ok()) return Done(ToGrpc(s));
     req_.Clear();

@@ -292,8 +292,14 @@ class Pusher::Run {
         std::unique_ptr<grpc::ClientWriter<vault::v1::PutRequest>> writer =
             p_->stub_->Put(ctx.get(), &resp);
         vault::v1::PutRequest msg;
-        ToProto(d, msg.mutable_digest());
-        msg.set_offset(offset);
+        // The peer cuts its chunks where this vault's end (no boundary search there); the
+        // chunks it already has are named whole below.
+        auto first_fields = [&] {
+          ToProto(d, msg.mutable_digest());
+          msg.set_offset(offset);
+          msg.set_chunk_hints(!chunks.empty());
+        };
+        first_fields();
         bool first = true;
         bool broken = false;
         auto send = [&]() {
@@ -304,20 +310,18 @@ class Pusher::Run {
           return !broken;
         };
         auto send_bytes = [&](uint64_t from, uint64_t n) -> absl::Status {
-          return (*reader)->Read(from, n, opt_.piece_bytes,
-                                 [&](uint64_t, absl::string_view piece) -> absl::Status {
-                                   if (first) {
-                                     ToProto(d, msg.mutable_digest());
-                                     msg.set_offset(offset);
-                                   }
-                                   msg.set_data(piece.data(), piece.size());
-                                   {
-                                     absl::MutexLock lock(&mu_);
-                                     stats_.sent_bytes += piece.size();
-                                   }
-                                   if (!send()) return absl::UnavailableError("stream broke");
-                                   return absl::OkStatus();
-                                 });
+          return (*reader)->Read(
+              from, n, opt_.piece_bytes, [&](uint64_t at, absl::string_view piece) -> absl::Status {
+                if (first) first_fields();
+                msg.set_data(piece.data(), piece.size());
+                msg.set_chunk_end(!chunks.empty() && at + piece.size() == from + n);
+                {
+                  absl::MutexLock lock(&mu_);
+                  stats_.sent_bytes += piece.size();
+                }
+                if (!send()) return absl::UnavailableError("stream broke");
+                return absl::OkStatus();
+              });
         };
         absl::Status local = absl::OkStatus();
         if (chunks.empty()) {
@@ -329,10 +333,8 @@ class Pusher::Run {
             if (s < offset) {
               local = send_bytes(offset, s + z - offset);
             } else if (skip_chunks && !peer_lacks.contains(chunks[i].first)) {
-              if (first) {
-                ToProto(d, msg.mutable_digest());
-                msg.set_offset(offset);
-              }
+              if (first) first_fields();
+              msg.set_chunk_end(true);
               msg.mutable_chunk()->set_sha256(chunks[i].first);
               msg.mutable_chunk()->set_size(static_cast<uint32_t>(z));
               send();
