@@ -107,7 +107,7 @@ absl::Status PackStore::NewFileLocked() {
   file->fd = fd;
   if (options_.direct_writes && direct_ok_.load(std::memory_order_relaxed)) {
     // EINVAL where the file system has no O_DIRECT: AppendUncached then writes through fd.
-    file->direct_fd = open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
+    file->direct_fd = open(path.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
   }
   // The new name must survive a crash before anything in it is referenced. Rare (one file per
   // file_bytes written), so done here, under the lock.
@@ -197,25 +197,17 @@ absl::StatusOr<std::vector<PackRef>> PackStore::AppendMany(
   return refs;
 }
 
-namespace {
+AlignedBuffer::~AlignedBuffer() { std::free(data_); }
 
-// A kDirectAlignment-aligned buffer per thread, kept between calls: a fresh one would fault
-// in new pages on every write, the cost O_DIRECT is there to avoid.
-struct AlignedBuffer {
-  char* data = nullptr;
-  size_t capacity = 0;
-  ~AlignedBuffer() { std::free(data); }
-  char* Get(size_t bytes) {
-    if (bytes > capacity) {
-      std::free(data);
-      data = static_cast<char*>(std::aligned_alloc(kDirectAlignment, bytes));
-      capacity = data != nullptr ? bytes : 0;
-    }
-    return data;
+char* AlignedBuffer::Get(size_t bytes) {
+  if (bytes > capacity_) {
+    std::free(data_);
+    const size_t rounded = (bytes + kDirectAlignment - 1) / kDirectAlignment * kDirectAlignment;
+    data_ = static_cast<char*>(std::aligned_alloc(kDirectAlignment, rounded));
+    capacity_ = data_ != nullptr ? rounded : 0;
   }
-};
-
-}  // namespace
+  return data_;
+}
 
 absl::StatusOr<PackRef> PackStore::AppendUncached(absl::string_view bytes, uint64_t* ticket) {
   const uint64_t padded =
@@ -226,7 +218,7 @@ absl::StatusOr<PackRef> PackStore::AppendUncached(absl::string_view bytes, uint6
       .file = file->id, .offset = offset, .size = static_cast<uint32_t>(bytes.size())};
   int err = EINVAL;
   if (file->direct_fd >= 0 && direct_ok_.load(std::memory_order_relaxed) && !bytes.empty()) {
-    thread_local AlignedBuffer buffer;
+    thread_local AlignedBuffer buffer;  // one per writing thread, kept
     // Values of more than 64 MiB (none: chunks are at most 4 x 4 MiB) would not be kept.
     char* buf = padded <= (uint64_t{64} << 20) ? buffer.Get(padded) : nullptr;
     if (buf != nullptr) {
@@ -294,6 +286,7 @@ absl::StatusOr<std::shared_ptr<PackStore::File>> PackStore::OpenForRead(uint64_t
   auto file = std::make_shared<File>();
   file->id = id;
   file->fd = fd;
+  file->direct_fd = open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);  // -1: not offered
   absl::MutexLock lock(&mu_);
   if (readers_.size() >= kMaxReaders) readers_.clear();
   auto [it, inserted] = readers_.emplace(id, file);
@@ -317,6 +310,53 @@ absl::StatusOr<std::string> PackStore::Read(const PackRef& ref) const {
     done += static_cast<size_t>(n);
   }
   return out;
+}
+
+absl::StatusOr<absl::string_view> PackStore::ReadUncached(const PackRef& ref,
+                                                          AlignedBuffer* buffer) const {
+  absl::StatusOr<std::shared_ptr<File>> file = OpenForRead(ref.file);
+  if (!file.ok()) return file.status();
+  const uint64_t from = ref.offset / kDirectAlignment * kDirectAlignment;
+  const uint64_t end = ref.offset + ref.size;  // what must be read
+  const uint64_t to = (end + kDirectAlignment - 1) / kDirectAlignment * kDirectAlignment;
+  char* buf = buffer->Get(static_cast<size_t>(to - from));
+  if (buf == nullptr) return absl::ResourceExhaustedError("no memory for a pack read");
+  auto truncated = [&] {
+    return absl::DataLossError(
+        absl::StrCat("pack file ", PathOf(ref.file), " ends before ", end, " bytes (truncated)"));
+  };
+  if ((*file)->direct_fd >= 0 && direct_reads_ok_.load(std::memory_order_relaxed)) {
+    uint64_t done = 0;
+    int err = 0;
+    while (from + done < end) {
+      ssize_t n = pread((*file)->direct_fd, buf + done, static_cast<size_t>(to - from - done),
+                        static_cast<off_t>(from + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        err = errno;
+        break;
+      }
+      if (n == 0) return truncated();
+      done += static_cast<uint64_t>(n);
+      // A short read ends at the end of the file, past which an aligned read cannot go on.
+      if (from + done < end && done % kDirectAlignment != 0) return truncated();
+    }
+    if (err == 0) return absl::string_view(buf + (ref.offset - from), ref.size);
+    if (err != EINVAL) {
+      return ErrnoStatus(err, absl::StrCat("read pack file ", PathOf(ref.file)));
+    }
+    direct_reads_ok_.store(false, std::memory_order_relaxed);  // ordinary reads from now on
+  }
+  uint64_t done = 0;
+  while (done < ref.size) {
+    ssize_t n =
+        pread((*file)->fd, buf + done, ref.size - done, static_cast<off_t>(ref.offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, absl::StrCat("read pack file ", PathOf(ref.file)));
+    if (n == 0) return truncated();
+    done += static_cast<uint64_t>(n);
+  }
+  return absl::string_view(buf, ref.size);
 }
 
 }  // namespace vault::cas

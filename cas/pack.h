@@ -62,6 +62,22 @@ std::string EncodePackRef(const PackRef& ref);
 // packed, so a stored value of the expected size is never mistaken for a ref.
 std::optional<PackRef> DecodePackRef(absl::string_view value, uint64_t expected_size);
 
+// A kDirectAlignment-aligned buffer that is kept between uses: a fresh one would fault in new
+// pages every time, the cost O_DIRECT is there to avoid. Not thread-safe.
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  ~AlignedBuffer();
+  // At least `bytes` bytes (contents undefined), or nullptr when memory is short.
+  char* Get(size_t bytes);
+
+ private:
+  char* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
 struct PackOptions {
   std::string dir;
   // A file takes appends until this size (a larger value gets a file of its own).
@@ -104,6 +120,10 @@ class PackStore {
   // The bytes a ref names, unverified (the caller checks their SHA-256). DATA_LOSS when the
   // file is missing or too short.
   absl::StatusOr<std::string> Read(const PackRef& ref) const;
+  // As Read, with O_DIRECT into `buffer` (the 4 KiB blocks around the value), for bulk reads
+  // that should neither fill nor evict the page cache: the bytes are valid until the buffer's
+  // next use. An ordinary read where O_DIRECT is refused.
+  absl::StatusOr<absl::string_view> ReadUncached(const PackRef& ref, AlignedBuffer* buffer) const;
 
   const std::string& dir() const { return options_.dir; }
 
@@ -111,7 +131,9 @@ class PackStore {
   struct File {
     uint64_t id = 0;
     int fd = -1;
-    int direct_fd = -1;  // O_WRONLY | O_DIRECT, or -1 (files of an earlier run, or refused)
+    // The same file with O_DIRECT (read-write for files of this run, read-only for older
+    // ones), or -1 where refused.
+    int direct_fd = -1;
     bool dirty = false;  // guarded by PackStore::mu_
     ~File();
   };
@@ -138,7 +160,8 @@ class PackStore {
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
   mutable absl::flat_hash_map<uint64_t, std::shared_ptr<File>> readers_ ABSL_GUARDED_BY(mu_);
 
-  std::atomic<bool> direct_ok_{true};  // cleared when a write refuses O_DIRECT
+  std::atomic<bool> direct_ok_{true};                // cleared when a write refuses O_DIRECT
+  mutable std::atomic<bool> direct_reads_ok_{true};  // cleared when a read refuses it
   std::atomic<uint64_t> direct_appends_{0};
 
   absl::Mutex sync_mu_ ABSL_ACQUIRED_BEFORE(mu_);

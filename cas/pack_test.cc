@@ -221,6 +221,7 @@ TEST(PackStoreTest, UncachedAppendsInterleaveWithOrdinaryOnesAndReadBack) {
     EXPECT_EQ((*packs)->direct_appends(), direct ? static_cast<uint64_t>(uncached_count) : 0u);
   }
   std::map<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>> ranges;  // file -> [from, to)
+  AlignedBuffer buffer;
   absl::StatusOr<std::unique_ptr<PackStore>> packs = PackStore::Open({.dir = dir});
   ASSERT_EQ(packs.status(), absl::OkStatus());
   for (const auto& list : got) {
@@ -232,6 +233,9 @@ TEST(PackStoreTest, UncachedAppendsInterleaveWithOrdinaryOnesAndReadBack) {
       absl::StatusOr<std::string> back = (*packs)->Read(ref);
       ASSERT_EQ(back.status(), absl::OkStatus());
       ASSERT_TRUE(SameBytes(*back, bytes)) << "file " << ref.file << " offset " << ref.offset;
+      absl::StatusOr<absl::string_view> uncached = (*packs)->ReadUncached(ref, &buffer);
+      ASSERT_EQ(uncached.status(), absl::OkStatus());
+      ASSERT_TRUE(SameBytes(*uncached, bytes)) << "file " << ref.file << " offset " << ref.offset;
     }
   }
   for (auto& [file, list] : ranges) {
@@ -288,6 +292,38 @@ TEST(PackStoreTest, UncachedWriteBeyondTheFileSizeLimitIsRefused) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// An uncached read of a value at the very end of a file (not padded to a block) stops at the
+// end of the file; one of a truncated file is DATA_LOSS, never short bytes.
+TEST(PackStoreTest, UncachedReadsStopAtTheEndOfTheFileAndRefuseTruncation) {
+  common::testing::TempDir tmp("pack_test");
+  const std::string dir = tmp.path() + "/packs";
+  const std::string a = RandomBytes(100000, 1), b = RandomBytes(5000, 2);
+  PackRef ra, rb;
+  {
+    absl::StatusOr<std::unique_ptr<PackStore>> packs = PackStore::Open({.dir = dir});
+    ASSERT_EQ(packs.status(), absl::OkStatus());
+    uint64_t ticket = 0;
+    ra = *(*packs)->AppendUncached(a, &ticket);
+    rb = *(*packs)->Append(b, &ticket);  // ends the file, 5000 bytes into a block
+    ASSERT_EQ((*packs)->Sync(ticket), absl::OkStatus());
+  }
+  absl::StatusOr<std::unique_ptr<PackStore>> packs = PackStore::Open({.dir = dir});
+  ASSERT_EQ(packs.status(), absl::OkStatus());
+  AlignedBuffer buffer;
+  EXPECT_TRUE(SameBytes(*(*packs)->ReadUncached(rb, &buffer), b));
+  EXPECT_TRUE(SameBytes(*(*packs)->ReadUncached(ra, &buffer), a));
+  packs->reset();  // no open descriptors
+  const std::vector<std::string> files = PackFiles(dir);
+  ASSERT_EQ(files.size(), 1u);
+  ASSERT_EQ(truncate(files[0].c_str(), static_cast<off_t>(rb.offset + 100)), 0);
+  packs = PackStore::Open({.dir = dir});
+  ASSERT_EQ(packs.status(), absl::OkStatus());
+  absl::StatusOr<absl::string_view> cut = (*packs)->ReadUncached(rb, &buffer);
+  EXPECT_EQ(cut.status().code(), StatusCode::kDataLoss) << cut.status();
+  EXPECT_NE(cut.status().message().find("truncated"), std::string::npos) << cut.status();
+  EXPECT_TRUE(SameBytes(*(*packs)->ReadUncached(ra, &buffer), a));
 }
 
 TEST(PackStoreTest, OpenRefusesAFileWhereTheDirectoryShouldBe) {
@@ -423,6 +459,7 @@ TEST_F(PackedStoreTest, UnverifiedReadPassesDamageOnAndVerifyFindsIt) {
   absl::StatusOr<std::unique_ptr<ObjectReader>> reader = store_->OpenReader(d);
   ASSERT_EQ(reader.status(), absl::OkStatus());
   (*reader)->SkipVerification();
+  (*reader)->BypassCache();
   std::string got;
   ASSERT_EQ((*reader)->Read(0, 0, 0,
                             [&](uint64_t, absl::string_view piece) {

@@ -477,9 +477,10 @@ absl::StatusOr<std::string> Store::PackNow(absl::string_view bytes) {
   return EncodePackRef(ref);
 }
 
-absl::StatusOr<std::string> Store::Resolve(std::string value, uint64_t expected_size) const {
+absl::StatusOr<std::optional<PackRef>> Store::RefOf(absl::string_view value,
+                                                    uint64_t expected_size) const {
   std::optional<PackRef> ref = DecodePackRef(value, expected_size);
-  if (!ref.has_value()) return value;
+  if (!ref.has_value()) return ref;
   if (ref->size != expected_size) {
     return absl::DataLossError(absl::StrCat("a pack reference names ", ref->size, " bytes where ",
                                             expected_size, " are stored (corrupt storage)"));
@@ -487,7 +488,21 @@ absl::StatusOr<std::string> Store::Resolve(std::string value, uint64_t expected_
   if (packs_ == nullptr) {
     return absl::DataLossError("a value is in a pack file but this store has no pack directory");
   }
+  return ref;
+}
+
+absl::StatusOr<std::string> Store::Resolve(std::string value, uint64_t expected_size) const {
+  VAULT_ASSIGN_OR_RETURN(std::optional<PackRef> ref, RefOf(value, expected_size));
+  if (!ref.has_value()) return value;
   return packs_->Read(*ref);
+}
+
+absl::StatusOr<absl::string_view> Store::ResolveUncached(absl::string_view value,
+                                                         uint64_t expected_size,
+                                                         AlignedBuffer* buffer) const {
+  VAULT_ASSIGN_OR_RETURN(std::optional<PackRef> ref, RefOf(value, expected_size));
+  if (!ref.has_value()) return value;
+  return packs_->ReadUncached(*ref, buffer);
 }
 
 absl::StatusOr<RangeSummary> Store::RangeFingerprint(absl::string_view start, absl::string_view end,

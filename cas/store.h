@@ -139,6 +139,10 @@ class ObjectReader {
   // instead of twice. Damage then shows there, as a digest mismatch; Verify tells whether the
   // damage is this store's.
   void SkipVerification() { verify_ = false; }
+  // Later Reads take packed chunks with O_DIRECT into a buffer of this reader's (see
+  // PackStore::ReadUncached): for bulk reads, which would only fill the page cache with bytes
+  // read once and evict hotter ones. Such a reader must then be used by one thread at a time.
+  void BypassCache() { bypass_cache_ = true; }
   // Reads every chunk and checks it: DATA_LOSS naming the object when one is damaged.
   absl::Status Verify() const;
 
@@ -150,6 +154,8 @@ class ObjectReader {
       const std::function<absl::Status(uint64_t offset, absl::string_view)>& sink) const;
   const Store* const store_;
   bool verify_ = true;
+  bool bypass_cache_ = false;
+  mutable AlignedBuffer buffer_;  // for bypass_cache_
   ObjectInfo info_;
   std::string inline_bytes_;                              // !chunked
   std::vector<std::pair<std::string, uint32_t>> chunks_;  // (sha256, size), chunked
@@ -334,6 +340,13 @@ class Store {
   absl::StatusOr<std::string> PackNow(absl::string_view bytes);
   // A stored value of `expected_size` bytes: `value` itself, or the pack bytes it refers to.
   absl::StatusOr<std::string> Resolve(std::string value, uint64_t expected_size) const;
+  // As Resolve, for a packed value read with PackStore::ReadUncached into `buffer`; `value`
+  // itself when it holds the bytes.
+  absl::StatusOr<absl::string_view> ResolveUncached(absl::string_view value, uint64_t expected_size,
+                                                    AlignedBuffer* buffer) const;
+  // The ref a stored value holds (nullopt: the value is the bytes), checked against the size.
+  absl::StatusOr<std::optional<PackRef>> RefOf(absl::string_view value,
+                                               uint64_t expected_size) const;
   absl::StatusOr<std::string> GetValue(rocksdb::ColumnFamilyHandle* cf, const std::string& key,
                                        absl::string_view what) const;
   void ReleaseUpload(const std::string& key, uint64_t generation, uint64_t reserved);

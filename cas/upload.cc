@@ -407,7 +407,9 @@ absl::Status ObjectReader::ReadChunks(
         storage::ToStatus(got, absl::StrCat("read a chunk of ", digest.ToString())));
     absl::string_view bytes = storage::View(chunk);
     std::string packed;
-    if (DecodePackRef(bytes, size).has_value()) {
+    if (bypass_cache_) {
+      VAULT_ASSIGN_OR_RETURN(bytes, store_->ResolveUncached(bytes, size, &buffer_));
+    } else if (DecodePackRef(bytes, size).has_value()) {
       VAULT_ASSIGN_OR_RETURN(packed, store_->Resolve(std::string(bytes), size));
       bytes = packed;
     }

@@ -240,6 +240,8 @@ class Pusher::Run {
     // digest): checking the chunks here too would hash them twice. A mismatch it reports is then
     // checked against this store's own copy below.
     (*reader)->SkipVerification();
+    // Read once, to be sent: past the page cache (this thread alone uses the reader).
+    (*reader)->BypassCache();
     const auto& chunks = (*reader)->chunks();
     std::vector<uint64_t> starts;
     absl::flat_hash_set<std::string> peer_lacks;
