@@ -106,8 +106,10 @@ absl::Status PackStore::NewFileLocked() {
   file->id = id;
   file->fd = fd;
   if (options_.direct_writes && direct_ok_.load(std::memory_order_relaxed)) {
-    // EINVAL where the file system has no O_DIRECT: AppendUncached then writes through fd.
+    // EINVAL where the file system has no O_DIRECT: AppendUncached then writes through fd, and
+    // no longer aligns (its padding would only leave holes).
     file->direct_fd = open(path.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
+    if (file->direct_fd < 0) direct_ok_.store(false, std::memory_order_relaxed);
   }
   // The new name must survive a crash before anything in it is referenced. Rare (one file per
   // file_bytes written), so done here, under the lock.
@@ -212,12 +214,13 @@ char* AlignedBuffer::Get(size_t bytes) {
 absl::StatusOr<PackRef> PackStore::AppendUncached(absl::string_view bytes, uint64_t* ticket) {
   const uint64_t padded =
       (bytes.size() + kDirectAlignment - 1) / kDirectAlignment * kDirectAlignment;
-  VAULT_ASSIGN_OR_RETURN(auto reserved, Reserve(bytes.size(), kDirectAlignment));
+  const bool aligned = options_.direct_writes && direct_ok_.load(std::memory_order_relaxed);
+  VAULT_ASSIGN_OR_RETURN(auto reserved, Reserve(bytes.size(), aligned ? kDirectAlignment : 1));
   const auto& [file, offset] = reserved;
   const PackRef ref{
       .file = file->id, .offset = offset, .size = static_cast<uint32_t>(bytes.size())};
   int err = EINVAL;
-  if (file->direct_fd >= 0 && direct_ok_.load(std::memory_order_relaxed) && !bytes.empty()) {
+  if (aligned && file->direct_fd >= 0 && offset % kDirectAlignment == 0 && !bytes.empty()) {
     thread_local AlignedBuffer buffer;  // one per writing thread, kept
     // Values of more than 64 MiB (none: chunks are at most 4 x 4 MiB) would not be kept.
     char* buf = padded <= (uint64_t{64} << 20) ? buffer.Get(padded) : nullptr;
@@ -286,7 +289,9 @@ absl::StatusOr<std::shared_ptr<PackStore::File>> PackStore::OpenForRead(uint64_t
   auto file = std::make_shared<File>();
   file->id = id;
   file->fd = fd;
-  file->direct_fd = open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);  // -1: not offered
+  if (options_.direct_writes) {
+    file->direct_fd = open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);  // -1: not offered
+  }
   absl::MutexLock lock(&mu_);
   if (readers_.size() >= kMaxReaders) readers_.clear();
   auto [it, inserted] = readers_.emplace(id, file);

@@ -84,7 +84,8 @@ struct PackOptions {
   uint64_t file_bytes = uint64_t{256} << 20;
   // fdatasync in Sync (false: Sync only orders, for stores whose RocksDB writes are unsynced).
   bool sync = true;
-  // AppendUncached uses O_DIRECT where the file system allows (false: ordinary writes).
+  // AppendUncached and ReadUncached use O_DIRECT where the file system allows (false: ordinary
+  // writes, unpadded, and reads).
   bool direct_writes = true;
 };
 

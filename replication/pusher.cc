@@ -365,7 +365,7 @@ class Pusher::Run {
     }
     if (absl::IsInvalidArgument(outcome)) {
       // The peer's hash of the bytes sent does not match: were they damaged here?
-      if (absl::Status mine = (*reader)->Verify(); !mine.ok()) outcome = mine;
+      if (absl::Status mine = (*reader)->Verify(); absl::IsDataLoss(mine)) outcome = mine;
     }
     absl::MutexLock lock(&mu_);
     if (internal::Transient(outcome) || absl::IsCancelled(outcome)) return outcome;
