@@ -749,7 +749,8 @@ absl::StatusOr<std::vector<vault::v1::Digest>> AgentRuntime::Impl::OfferIn(
 }
 
 absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
-    const vault::v1::MigrationPackage& p, const std::string& caller, const std::string* state) {
+    const vault::v1::MigrationPackage& p, const std::string& caller, const std::string* state,
+    std::function<void()>* after_answer) {
   if (caller != p.source_vault()) {
     return absl::PermissionDeniedError(
         absl::StrCat("member ", caller, " commits an agent from ", p.source_vault()));
@@ -931,7 +932,12 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
   const absl::Time committed = absl::Now();
   ForwardLocation(p.home_vault(), receipt, p.agent_id());
   // Its RUNNING state need not be synced: the committed record starts it again after a crash.
-  absl::Status launched = Launch(live, std::nullopt, /*sync_started=*/false);
+  // A held process is adopted now, and reads its first frame once the answer has left: its
+  // first steps (typically reading its state back) then do not delay the answer.
+  const bool defer_io = prestarted && after_answer != nullptr;
+  absl::Status launched = Launch(live, std::nullopt, /*sync_started=*/false, defer_io);
+  // (Also after a failed launch: StartIo serves a process that still runs, as Launch would have.)
+  if (defer_io) *after_answer = [this, live] { StartIo(live); };
   const absl::Time started = absl::Now();
   const std::string transfer = TransferText(last.transfer_id());
   if (!launched.ok()) {

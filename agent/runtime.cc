@@ -172,8 +172,9 @@ absl::StatusOr<std::vector<vault::v1::Digest>> AgentRuntime::OfferIn(
   return impl_->OfferIn(p, caller);
 }
 absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::CommitIn(
-    const vault::v1::MigrationPackage& p, const std::string& caller, const std::string* state) {
-  return impl_->CommitIn(p, caller, state);
+    const vault::v1::MigrationPackage& p, const std::string& caller, const std::string* state,
+    std::function<void()>* after_answer) {
+  return impl_->CommitIn(p, caller, state, after_answer);
 }
 absl::StatusOr<vault::v1::TransferStatusResponse> AgentRuntime::TransferStatus(
     const std::string& transfer_id, bool abort_if_unknown, const std::string& caller) {
@@ -737,7 +738,7 @@ absl::Status AgentRuntime::Impl::StartProcess(const std::shared_ptr<LiveAgent>& 
 
 absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live,
                                         std::optional<vault::v1::AuditEntry> entry,
-                                        bool sync_started) {
+                                        bool sync_started, bool defer_io) {
   absl::MutexLock lock(&live->mu);
   AgentRecord& r = live->record;
   // The record, with `entry` when there is one, in one durable write.
@@ -786,8 +787,10 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live,
       std::vector<vault::v1::Grant>(r.grants().begin(), r.grants().end()));
   live->started = absl::Now();
   live->last_heartbeat = live->started;
-  live->conn_token = Register(live, live->conn->fd(), /*output=*/false);
-  live->out_token = Register(live, live->out_fd.get(), /*output=*/true);
+  if (!defer_io) {
+    live->conn_token = Register(live, live->conn->fd(), /*output=*/false);
+    live->out_token = Register(live, live->out_fd.get(), /*output=*/true);
+  }
   if (r.state() == vault::v1::SPAWNED || r.state() == vault::v1::AGENT_STATE_UNSPECIFIED) {
     r.set_state(vault::v1::RUNNING);
     r.set_reason("started");
@@ -995,6 +998,25 @@ void AgentRuntime::Impl::End(const std::shared_ptr<LiveAgent>& live, EndCause ca
     if (!s.ok()) {
       common::LogAgent(spdlog::level::warn, live->id, "agent {}: kill: {}", live->id, s.ToString());
     }
+  }
+}
+
+void AgentRuntime::Impl::StartIo(const std::shared_ptr<LiveAgent>& live) {
+  absl::MutexLock lock(&live->mu);
+  // Ended meanwhile (its exit handler unregisters only what it finds): nothing to read.
+  if (live->conn_token != 0 || !live->running || live->conn == nullptr || live->exited.load() ||
+      live->end_cause != EndCause::kNone) {
+    return;
+  }
+  // Its heartbeats count from now: it could send none before.
+  live->last_heartbeat = absl::Now();
+  live->conn_token = Register(live, live->conn->fd(), /*output=*/false);
+  live->out_token = Register(live, live->out_fd.get(), /*output=*/true);
+  if (live->conn->wants_write()) {  // a frame sent before, waiting for room
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLOUT;
+    ev.data.u64 = live->conn_token;
+    (void)epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, live->conn->fd(), &ev);
   }
 }
 

@@ -166,9 +166,14 @@ class AgentRuntime {
   absl::StatusOr<std::vector<vault::v1::Digest>> OfferIn(const vault::v1::MigrationPackage& p,
                                                          const std::string& caller);
   // `state`: the state's bytes when the Commit carries them (CommitRequest.state), or null.
+  // `after_answer`: when non-null, CommitIn may set it to work that must run once the answer
+  // has left (or the call has ended): the agent, whose process is adopted and RUNNING by then,
+  // gets its first frame only after it, so that its first steps do not compete with the answer
+  // for the CPU. Null: everything happens before CommitIn returns.
   absl::StatusOr<vault::v1::SignedReceipt> CommitIn(const vault::v1::MigrationPackage& p,
                                                     const std::string& caller,
-                                                    const std::string* state = nullptr);
+                                                    const std::string* state = nullptr,
+                                                    std::function<void()>* after_answer = nullptr);
   // Answers only the member whose transfer it is (`caller`).
   absl::StatusOr<vault::v1::TransferStatusResponse> TransferStatus(const std::string& transfer_id,
                                                                    bool abort_if_unknown,

@@ -35,12 +35,16 @@ grpc::ServerUnaryReactor* MigrationService::Offer(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* MigrationService::Commit(grpc::CallbackServerContext* ctx,
                                                    const vault::v1::CommitRequest* req,
                                                    vault::v1::CommitResponse* resp) {
-  return RunUnary(ctx, executor_, [this, req, resp, caller = CallerMember(ctx)]() -> absl::Status {
-    VAULT_ASSIGN_OR_RETURN(
-        *resp->mutable_receipt(),
-        runtime_->CommitIn(req->package(), caller, req->state_carried() ? &req->state() : nullptr));
-    return absl::OkStatus();
-  });
+  return RunUnaryThen(
+      ctx, executor_,
+      [this, req, resp,
+       caller = CallerMember(ctx)](std::function<void()>* after_answer) -> absl::Status {
+        VAULT_ASSIGN_OR_RETURN(
+            *resp->mutable_receipt(),
+            runtime_->CommitIn(req->package(), caller,
+                               req->state_carried() ? &req->state() : nullptr, after_answer));
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* MigrationService::Status(grpc::CallbackServerContext* ctx,

@@ -36,6 +36,29 @@ inline grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* ctx,
   return reactor;
 }
 
+// As RunUnary, for work that leaves something to do once the answer has left: `work` may set
+// its argument, which then runs when the call is done (its status sent, or the call cancelled),
+// on a gRPC thread, so it must be quick.
+inline grpc::ServerUnaryReactor* RunUnaryThen(
+    grpc::CallbackServerContext* ctx, common::Executor* executor,
+    std::function<absl::Status(std::function<void()>* after_answer)> work) {
+  class Reactor final : public grpc::ServerUnaryReactor {
+   public:
+    void OnDone() override {
+      if (after_answer_) after_answer_();
+      delete this;
+    }
+    std::function<void()> after_answer_;  // set before Finish, read after it
+  };
+  auto* reactor = new Reactor();
+  bool queued = executor->Schedule([reactor, work = std::move(work)] {
+    absl::Status s = work(&reactor->after_answer_);
+    reactor->Finish(ToGrpc(s));
+  });
+  if (!queued) reactor->Finish(BusyStatus());
+  return reactor;
+}
+
 }  // namespace vault::node
 
 #endif  // VAULT_NODE_UNARY_H_

@@ -151,9 +151,14 @@ class AgentRuntime::Impl {
   // spawn's; on failure it gets an "error" detail). `sync_started`: false when the record's
   // previous state is durable and starts it again anyway after a crash (an arrival: its commit
   // wrote it), so its new state and incarnation need not be synced before this returns.
+  // `defer_io`: the agent's channel and output are not read yet (its hello waits): StartIo
+  // later does it.
   absl::Status Launch(const std::shared_ptr<LiveAgent>& live,
                       std::optional<vault::v1::AuditEntry> entry = std::nullopt,
-                      bool sync_started = true);
+                      bool sync_started = true, bool defer_io = false);
+  // Starts reading a launched agent's channel and output (Launch with defer_io), unless its
+  // process has ended meanwhile.
+  void StartIo(const std::shared_ptr<LiveAgent>& live);
   // Ends the process (if any) for `cause`; the exit handler finishes the transition.
   void End(const std::shared_ptr<LiveAgent>& live, EndCause cause, const std::string& reason);
   // Persists a state change and audits it.
@@ -286,7 +291,8 @@ class AgentRuntime::Impl {
                                                          const std::string& caller);
   absl::StatusOr<vault::v1::SignedReceipt> CommitIn(const vault::v1::MigrationPackage& p,
                                                     const std::string& caller,
-                                                    const std::string* state);
+                                                    const std::string* state,
+                                                    std::function<void()>* after_answer);
   absl::StatusOr<vault::v1::TransferStatusResponse> TransferStatus(const std::string& transfer_id,
                                                                    bool abort_if_unknown,
                                                                    const std::string& caller);
