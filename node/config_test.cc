@@ -196,6 +196,7 @@ TEST(FinalizeConfig, KeepsExplicitValues) {
   c.set_metrics_listen("127.0.0.1:9701");
   c.mutable_storage()->set_sync_writes(false);
   c.mutable_storage()->set_block_cache_mb(16);
+  c.mutable_storage()->set_direct_chunk_writes(false);
   c.mutable_cas()->set_max_object_bytes(1 << 30);
   c.mutable_cas()->set_chunking_threshold_bytes(1 << 20);
   c.mutable_cas()->set_chunk_avg_bytes(64 << 10);
