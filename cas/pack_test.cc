@@ -147,30 +147,40 @@ TEST(PackStoreTest, AppendManyWritesMoreValuesThanOneSystemCallTakes) {
 }
 
 // A full disk (here: the file size limit, EFBIG) is a clear error and nothing is referenced;
-// smaller values still fit afterwards. In a child process, so the limit binds nothing else.
-TEST(PackStoreTest, WriteBeyondTheFileSizeLimitIsRefused) {
+// what was written before still reads back. In a child process, so the limit binds nothing else.
+void ExpectWriteBeyondTheFileSizeLimitRefused(bool uncached) {
   common::testing::TempDir tmp("pack_test");
   const std::string dir = tmp.path() + "/packs";
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     signal(SIGXFSZ, SIG_IGN);
-    rlimit lim{.rlim_cur = 64 << 10, .rlim_max = 64 << 10};
+    rlimit lim{.rlim_cur = 256 << 10, .rlim_max = 256 << 10};
     if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(10);
     absl::StatusOr<std::unique_ptr<PackStore>> packs = PackStore::Open({.dir = dir});
     if (!packs.ok()) _exit(11);
     uint64_t ticket = 0;
-    if (!(*packs)->Append(std::string(40 << 10, 'a'), &ticket).ok()) _exit(12);
-    absl::StatusOr<PackRef> over = (*packs)->Append(std::string(40 << 10, 'b'), &ticket);
+    auto append = [&](const std::string& bytes) {
+      return uncached ? (*packs)->AppendUncached(bytes, &ticket) : (*packs)->Append(bytes, &ticket);
+    };
+    absl::StatusOr<PackRef> first = append(std::string(100 << 10, 'a'));
+    if (!first.ok()) _exit(12);
+    absl::StatusOr<PackRef> over = append(std::string(200 << 10, 'b'));
     if (over.status().code() != StatusCode::kResourceExhausted) _exit(13);
-    if (over.status().message().find("pack") == std::string::npos) _exit(14);
+    if (over.status().message().find("write pack file") == std::string::npos) _exit(14);
     if (!(*packs)->Sync(ticket).ok()) _exit(15);
+    absl::StatusOr<std::string> back = (*packs)->Read(*first);
+    if (!back.ok() || *back != std::string(100 << 10, 'a')) _exit(16);
     _exit(0);
   }
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST(PackStoreTest, WriteBeyondTheFileSizeLimitIsRefused) {
+  ExpectWriteBeyondTheFileSizeLimitRefused(/*uncached=*/false);
 }
 
 // Whether files in `dir` take O_DIRECT (tmpfs does not).
@@ -264,34 +274,8 @@ TEST(PackStoreTest, UncachedAppendsWithDirectWritesOffAreOrdinaryWrites) {
   EXPECT_TRUE(SameBytes(*(*packs)->Read(*rb), b));
 }
 
-// A full disk refuses an uncached append as clearly as an ordinary one, and nothing is
-// referenced. In a child process, so the file size limit binds nothing else.
 TEST(PackStoreTest, UncachedWriteBeyondTheFileSizeLimitIsRefused) {
-  common::testing::TempDir tmp("pack_test");
-  const std::string dir = tmp.path() + "/packs";
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    signal(SIGXFSZ, SIG_IGN);
-    rlimit lim{.rlim_cur = 256 << 10, .rlim_max = 256 << 10};
-    if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(10);
-    absl::StatusOr<std::unique_ptr<PackStore>> packs = PackStore::Open({.dir = dir});
-    if (!packs.ok()) _exit(11);
-    uint64_t ticket = 0;
-    absl::StatusOr<PackRef> first = (*packs)->AppendUncached(std::string(100 << 10, 'a'), &ticket);
-    if (!first.ok()) _exit(12);
-    absl::StatusOr<PackRef> over = (*packs)->AppendUncached(std::string(200 << 10, 'b'), &ticket);
-    if (over.status().code() != StatusCode::kResourceExhausted) _exit(13);
-    if (over.status().message().find("write pack file") == std::string::npos) _exit(14);
-    if (!(*packs)->Sync(ticket).ok()) _exit(15);
-    absl::StatusOr<std::string> back = (*packs)->Read(*first);
-    if (!back.ok() || *back != std::string(100 << 10, 'a')) _exit(16);
-    _exit(0);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  ExpectWriteBeyondTheFileSizeLimitRefused(/*uncached=*/true);
 }
 
 // An uncached read of a value at the very end of a file (not padded to a block) stops at the

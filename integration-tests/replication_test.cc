@@ -159,6 +159,29 @@ class ReplicationTest : public VaultTest {
   }
   std::unique_ptr<vault::v1::Cas::Stub> CasOfBAsMemberA() { return CasOf(b_, "b", a_); }
 
+  // `data`'s manifest as the vault behind `stub` stores it.
+  static absl::StatusOr<vault::v1::GetManifestResponse> ManifestOf(vault::v1::Cas::Stub* stub,
+                                                                   const std::string& data) {
+    vault::v1::GetManifestRequest req;
+    *req.mutable_digest() = DigestProto(data);
+    vault::v1::GetManifestResponse manifest;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, absl::Seconds(10));
+    grpc::Status s = stub->GetManifest(&ctx, req, &manifest);
+    if (!s.ok())
+      return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+    return manifest;
+  }
+  // The second chunk of chunked `data` on the vault behind `stub`: its hash and bytes.
+  static void SecondChunk(vault::v1::Cas::Stub* stub, const std::string& data, std::string* hash,
+                          std::string* bytes) {
+    absl::StatusOr<vault::v1::GetManifestResponse> manifest = ManifestOf(stub, data);
+    ASSERT_TRUE(manifest.ok()) << manifest.status();
+    ASSERT_GE(manifest->chunks_size(), 3);
+    *hash = manifest->chunks(1).sha256();
+    *bytes = data.substr(manifest->chunks(0).size(), manifest->chunks(1).size());
+  }
+
   // Rewrites the address of `member` in `vault`'s vault.conf (read at vaultd's next start).
   void SetMemberAddress(const VaultDir& vault, const std::string& member,
                         const std::string& address) {
@@ -306,14 +329,9 @@ TEST_F(ReplicationTest, LyingUploadsAreRefusedAndAudited) {
   // A Put that names chunks b has, plus bytes, whose content does not hash to the claimed digest.
   const std::string real = RandomBytes(rng_, 8 << 20);
   const std::string d_real = Put(b_, real);
-  vault::v1::GetManifestRequest mreq;
-  *mreq.mutable_digest() = DigestProto(real);
-  vault::v1::GetManifestResponse manifest;
-  {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, absl::Seconds(10));
-    ASSERT_TRUE(stub->GetManifest(&ctx, mreq, &manifest).ok());
-  }
+  absl::StatusOr<vault::v1::GetManifestResponse> got = ManifestOf(stub.get(), real);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const vault::v1::GetManifestResponse& manifest = *got;
   ASSERT_GE(manifest.chunks_size(), 3);
   // Claim: a digest of other content of the same size; send the real chunks by name.
   std::string claimed_content = real;
@@ -926,18 +944,7 @@ TEST_F(ReplicationTest, DamageOnTheSenderIsReportedAsItsOwnAndNothingCorruptIsSt
   const std::string large = RandomBytes(rng_, 6 << 20), small = RandomBytes(rng_, 3000);
   const std::string d_large = Put(a_, large), d_small = Put(a_, small);
   std::string chunk_hash, chunk_bytes;  // the large object's second chunk
-  {
-    auto stub = CasOf(a_, "a", b_);
-    vault::v1::GetManifestRequest req;
-    *req.mutable_digest() = DigestProto(large);
-    vault::v1::GetManifestResponse manifest;
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, absl::Seconds(10));
-    ASSERT_TRUE(stub->GetManifest(&ctx, req, &manifest).ok());
-    ASSERT_GE(manifest.chunks_size(), 3);
-    chunk_hash = manifest.chunks(1).sha256();
-    chunk_bytes = large.substr(manifest.chunks(0).size(), manifest.chunks(1).size());
-  }
+  ASSERT_NO_FATAL_FAILURE(SecondChunk(CasOf(a_, "a", b_).get(), large, &chunk_hash, &chunk_bytes));
   ASSERT_EQ(vaultd_a_->Stop(), 0);
   chunk_bytes[chunk_bytes.size() / 3] ^= 0x04;
   ASSERT_EQ(Corrupt(a_, "cas_chunks", chunk_hash, chunk_bytes), absl::OkStatus());
@@ -964,19 +971,7 @@ TEST_F(ReplicationTest, ScrubFindsDamagedObjectsAndRepairsThemFromAPeer) {
   ASSERT_EQ(Put(b_, small), d_small);
   ASSERT_EQ(Put(b_, large), d_large);
   std::string chunk_hash, chunk_bytes;  // the large object's second chunk
-  {
-    auto stub = CasOfBAsMemberA();
-    vault::v1::GetManifestRequest req;
-    *req.mutable_digest() = DigestProto(large);
-    vault::v1::GetManifestResponse manifest;
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, absl::Seconds(10));
-    ASSERT_TRUE(stub->GetManifest(&ctx, req, &manifest).ok());
-    ASSERT_GE(manifest.chunks_size(), 3);
-    uint64_t offset = manifest.chunks(0).size();
-    chunk_hash = manifest.chunks(1).sha256();
-    chunk_bytes = large.substr(offset, manifest.chunks(1).size());
-  }
+  ASSERT_NO_FATAL_FAILURE(SecondChunk(CasOfBAsMemberA().get(), large, &chunk_hash, &chunk_bytes));
 
   // b's disk goes bad under both: one flipped byte in each.
   ASSERT_EQ(vaultd_b_->Stop(), 0);
