@@ -339,6 +339,18 @@ class PackedStoreTest : public StoreTest {
     ASSERT_EQ(pwrite(fd, &c, 1, static_cast<off_t>(ref.offset + at)), 1);
     close(fd);
   }
+  // Uploads `data` (chunked, at least 4 chunks), then flips the byte in the middle of its third
+  // chunk in the pack file. Sets *chunks to its chunks.
+  void UploadAndDamageThirdChunk(const std::string& data, std::vector<std::string>* chunks) {
+    ASSERT_EQ(UploadWhole(data).status(), absl::OkStatus());
+    *chunks = ExpectedChunks(data);
+    ASSERT_GT(chunks->size(), 3u);
+    const std::string& third = (*chunks)[2];
+    std::optional<PackRef> ref =
+        DecodePackRef(ValueOf("cas_chunks", Sha256::Hash(third)), third.size());
+    ASSERT_TRUE(ref.has_value());
+    ASSERT_NO_FATAL_FAILURE(FlipPackByte(*ref, third.size() / 2));
+  }
 };
 
 TEST_F(PackedStoreTest, LargeValuesArePackedSmallOnesAreNot) {
@@ -409,13 +421,8 @@ TEST_F(PackedStoreTest, FlippedPackByteIsDataLoss) {
 TEST_F(PackedStoreTest, FlippedChunkInAPackIsDataLossOnlyWhereItIsRead) {
   const std::string data = RandomBytes(1 << 20, 6);
   const Digest d = Digest::Of(data);
-  ASSERT_EQ(UploadWhole(data).status(), absl::OkStatus());
-  const std::vector<std::string> chunks = ExpectedChunks(data);
-  ASSERT_GT(chunks.size(), 3u);
-  std::optional<PackRef> ref =
-      DecodePackRef(ValueOf("cas_chunks", Sha256::Hash(chunks[2])), chunks[2].size());
-  ASSERT_TRUE(ref.has_value());
-  ASSERT_NO_FATAL_FAILURE(FlipPackByte(*ref, chunks[2].size() / 2));
+  std::vector<std::string> chunks;
+  ASSERT_NO_FATAL_FAILURE(UploadAndDamageThirdChunk(data, &chunks));
   EXPECT_EQ(store_->ReadAll(d).status().code(), StatusCode::kDataLoss);
   EXPECT_EQ(store_->ReadChunk(Sha256::Hash(chunks[2]), static_cast<uint32_t>(chunks[2].size()))
                 .status()
@@ -427,18 +434,17 @@ TEST_F(PackedStoreTest, FlippedChunkInAPackIsDataLossOnlyWhereItIsRead) {
 // A reader told to skip verification passes a damaged chunk on as it is (its receiver hashes
 // every byte), and Verify then finds the damage; a verifying reader refuses it.
 TEST_F(PackedStoreTest, UnverifiedReadPassesDamageOnAndVerifyFindsIt) {
-  const std::string data = RandomBytes(1 << 20, 16);
-  const Digest d = Digest::Of(data);
-  ASSERT_EQ(UploadWhole(data).status(), absl::OkStatus());
-  const std::vector<std::string> chunks = ExpectedChunks(data);
-  ASSERT_GT(chunks.size(), 3u);
-  std::optional<PackRef> ref =
-      DecodePackRef(ValueOf("cas_chunks", Sha256::Hash(chunks[2])), chunks[2].size());
-  ASSERT_TRUE(ref.has_value());
-  absl::StatusOr<std::unique_ptr<ObjectReader>> clean = store_->OpenReader(d);
+  // An intact object verifies.
+  const std::string intact = RandomBytes(1 << 20, 17);
+  ASSERT_EQ(UploadWhole(intact).status(), absl::OkStatus());
+  absl::StatusOr<std::unique_ptr<ObjectReader>> clean = store_->OpenReader(Digest::Of(intact));
   ASSERT_EQ(clean.status(), absl::OkStatus());
   EXPECT_EQ((*clean)->Verify(), absl::OkStatus());
-  ASSERT_NO_FATAL_FAILURE(FlipPackByte(*ref, chunks[2].size() / 2));
+
+  const std::string data = RandomBytes(1 << 20, 16);
+  const Digest d = Digest::Of(data);
+  std::vector<std::string> chunks;
+  ASSERT_NO_FATAL_FAILURE(UploadAndDamageThirdChunk(data, &chunks));
 
   absl::StatusOr<std::unique_ptr<ObjectReader>> reader = store_->OpenReader(d);
   ASSERT_EQ(reader.status(), absl::OkStatus());
