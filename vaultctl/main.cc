@@ -11,8 +11,7 @@
 #include "absl/time/time.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
-#include "vaultctl/commands.h"
-#include "vaultctl/health_command.h"
+#include "vaultctl/command_groups.h"
 #include "vaultctl/output.h"
 
 int main(int argc, char** argv) {
@@ -53,17 +52,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
 
   Command command;
-  AddInitCommands(app, g, command);
-  AddStatusCommand(app, g, command);
-  AddHealthCommand(app, g, command);
-  AddCasCommands(app, g, command);
-  AddAuditCommands(app, g, command);
-  AddKeyCommands(app, g, command);
-  AddCapCommands(app, g, command);
-  AddSandboxCommands(app, g, command);
-  AddAgentCommands(app, g, command);
-  AddPolicyCommands(app, g, command);
-  AddMigrateCommands(app, g, command);
+  AddCommandGroups(app, g, command, argc, argv);
   for (int i = 1; i < argc; ++i) {
     if (std::string_view(argv[i]) == "--") {
       g.after_dashes.assign(argv + i + 1, argv + argc);
