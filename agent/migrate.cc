@@ -419,8 +419,11 @@ absl::StatusOr<AgentRuntime::Impl::Sent> AgentRuntime::Impl::OfferAndSend(
   if (package.state().size() <= kStateInCommit &&
       package.ByteSizeLong() + package.state().size() + (64 << 10) <= (2u << 20)) {
     VAULT_ASSIGN_OR_RETURN(cas::Digest digest, ToDigest(package.state()));
-    state_read = std::async(std::launch::async | std::launch::deferred,
-                            [this, digest] { return deps_.cas->ReadAll(digest); });
+    // Unverified: the destination hashes every byte (a mismatch it reports is checked against
+    // this store's copy, RunTransfer).
+    state_read = std::async(std::launch::async | std::launch::deferred, [this, digest] {
+      return deps_.cas->ReadAll(digest, cas::ReadCheck::kUnverified);
+    });
   }
   VAULT_ASSIGN_OR_RETURN(std::vector<vault::v1::Digest> missing,
                          transport_->Offer(to_vault, package));
@@ -480,6 +483,16 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::RunTransfer(
       // Committed, with a receipt that does not verify: never resume; ask again (below).
     } else if (!IsAmbiguous(receipt.status())) {
       commit_refused = receipt.status();
+      // The state was read without being checked (OfferAndSend): a mismatch the destination
+      // found may be damage here, which is then what the hop reports.
+      if (absl::IsInvalidArgument(commit_refused) && sent->state.has_value()) {
+        absl::StatusOr<cas::Digest> digest = ToDigest(package.state());
+        absl::Status mine = digest.ok() ? deps_.cas->ReadAll(*digest).status() : digest.status();
+        if (absl::IsDataLoss(mine)) {
+          commit_refused = absl::DataLossError(
+              absl::StrCat("the agent's state is damaged on this vault: ", mine.message()));
+        }
+      }
     }
     common::LogWith(spdlog::level::warn, {.agent = live->id, .transfer = TransferText(transfer_id)},
                     "agent {}: Commit to {} failed ({}); asking for the transfer's outcome",

@@ -446,9 +446,9 @@ TEST_F(PackedStoreTest, UnverifiedReadPassesDamageOnAndVerifyFindsIt) {
   std::vector<std::string> chunks;
   ASSERT_NO_FATAL_FAILURE(UploadAndDamageThirdChunk(data, &chunks));
 
-  absl::StatusOr<std::unique_ptr<ObjectReader>> reader = store_->OpenReader(d);
+  absl::StatusOr<std::unique_ptr<ObjectReader>> reader =
+      store_->OpenReader(d, ReadCheck::kUnverified);
   ASSERT_EQ(reader.status(), absl::OkStatus());
-  (*reader)->SkipVerification();
   (*reader)->BypassCache();
   std::string got;
   ASSERT_EQ((*reader)->Read(0, 0, 0,
@@ -463,6 +463,38 @@ TEST_F(PackedStoreTest, UnverifiedReadPassesDamageOnAndVerifyFindsIt) {
   for (size_t i = 0; i < data.size(); ++i) differ += got[i] != data[i] ? 1 : 0;
   EXPECT_EQ(differ, 1u);
   EXPECT_NE(got[flipped], data[flipped]);
+  absl::Status verified = (*reader)->Verify();
+  EXPECT_EQ(verified.code(), StatusCode::kDataLoss) << verified;
+  EXPECT_NE(verified.message().find("corrupt storage"), std::string::npos) << verified;
+  EXPECT_EQ(store_->ReadAll(d).status().code(), StatusCode::kDataLoss);
+}
+
+// The same for an object stored whole (below the chunking threshold): an unverified read passes
+// exactly the flipped byte on, Verify and a verified read find it.
+TEST_F(PackedStoreTest, UnverifiedReadOfAWholeObjectPassesDamageOnAndVerifyFindsIt) {
+  const std::string intact = RandomBytes(100 << 10, 18);
+  PutOk(intact);
+  absl::StatusOr<std::unique_ptr<ObjectReader>> clean =
+      store_->OpenReader(Digest::Of(intact), ReadCheck::kUnverified);
+  ASSERT_EQ(clean.status(), absl::OkStatus());
+  EXPECT_EQ((*clean)->Verify(), absl::OkStatus());
+
+  const std::string data = RandomBytes(100 << 10, 19);
+  const Digest d = Digest::Of(data);
+  PutOk(data);
+  std::optional<PackRef> ref = DecodePackRef(ValueOf("cas_data", d.Key()), data.size());
+  ASSERT_TRUE(ref.has_value());
+  ASSERT_NO_FATAL_FAILURE(FlipPackByte(*ref, 4321));
+  absl::StatusOr<std::string> got = store_->ReadAll(d, ReadCheck::kUnverified);
+  ASSERT_EQ(got.status(), absl::OkStatus());
+  ASSERT_EQ(got->size(), data.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < data.size(); ++i) differ += (*got)[i] != data[i] ? 1 : 0;
+  EXPECT_EQ(differ, 1u);
+  EXPECT_NE((*got)[4321], data[4321]);
+  absl::StatusOr<std::unique_ptr<ObjectReader>> reader =
+      store_->OpenReader(d, ReadCheck::kUnverified);
+  ASSERT_EQ(reader.status(), absl::OkStatus());
   absl::Status verified = (*reader)->Verify();
   EXPECT_EQ(verified.code(), StatusCode::kDataLoss) << verified;
   EXPECT_NE(verified.message().find("corrupt storage"), std::string::npos) << verified;

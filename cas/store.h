@@ -120,6 +120,9 @@ struct StoreTotals {
 
 class Store;
 
+// Whether a read checks the stored bytes against their hashes (Store::OpenReader).
+enum class ReadCheck { kVerified, kUnverified };
+
 // Reads one stored object: the record and, for a chunked object, its manifest are loaded and
 // verified once (an inline object's bytes are read and verified once), then any number of
 // ranges are served; a range costs a binary search plus the chunks it covers, each verified
@@ -134,16 +137,12 @@ class ObjectReader {
   absl::Status Read(
       uint64_t offset, uint64_t limit, size_t piece_bytes,
       const std::function<absl::Status(uint64_t offset, absl::string_view)>& sink) const;
-  // Later Reads pass a chunked object's chunks on without checking them against their SHA-256:
-  // for a reader that hashes every byte itself (a peer's Put does), so the bytes are hashed once
-  // instead of twice. Damage then shows there, as a digest mismatch; Verify tells whether the
-  // damage is this store's.
-  void SkipVerification() { verify_ = false; }
   // Later Reads take packed chunks with O_DIRECT into a buffer of this reader's (see
   // PackStore::ReadUncached): for bulk reads, which would only fill the page cache with bytes
   // read once and evict hotter ones. Such a reader must then be used by one thread at a time.
   void BypassCache() { bypass_cache_ = true; }
-  // Reads every chunk and checks it: DATA_LOSS naming the object when one is damaged.
+  // Reads every chunk (an inline object: its bytes) and checks it: DATA_LOSS naming the object
+  // when one is damaged. For a reader opened with ReadCheck::kUnverified.
   absl::Status Verify() const;
 
  private:
@@ -286,9 +285,17 @@ class Store {
   absl::Status Read(
       const Digest& digest, uint64_t offset, uint64_t limit, size_t piece_bytes,
       const std::function<absl::Status(uint64_t offset, absl::string_view)>& sink) const;
-  absl::StatusOr<std::string> ReadAll(const Digest& digest) const;
+  // ReadCheck::kUnverified: see OpenReader.
+  absl::StatusOr<std::string> ReadAll(const Digest& digest,
+                                      ReadCheck check = ReadCheck::kVerified) const;
   // NOT_FOUND when the object is not stored; DATA_LOSS when its record or manifest is damaged.
-  absl::StatusOr<std::unique_ptr<ObjectReader>> OpenReader(const Digest& digest) const;
+  // kUnverified: the bytes (an inline object's, or a chunked one's chunks) are passed on without
+  // being checked against their SHA-256, for a receiver that hashes every byte itself (a
+  // member's Put does): they are hashed once instead of twice. Damage then shows there, as a
+  // digest mismatch; ObjectReader::Verify tells whether it is this store's. (The record and a
+  // manifest are checked either way.)
+  absl::StatusOr<std::unique_ptr<ObjectReader>> OpenReader(
+      const Digest& digest, ReadCheck check = ReadCheck::kVerified) const;
 
   // Begins (offset 0) or resumes (offset = UploadOffset) a streaming upload.
   absl::StatusOr<std::unique_ptr<Upload>> StartUpload(const Digest& digest, uint64_t offset);

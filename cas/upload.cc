@@ -304,7 +304,8 @@ absl::StatusOr<PutOutcome> Upload::Finish() {
   return op.outcome;
 }
 
-absl::StatusOr<std::unique_ptr<ObjectReader>> Store::OpenReader(const Digest& digest) const {
+absl::StatusOr<std::unique_ptr<ObjectReader>> Store::OpenReader(const Digest& digest,
+                                                                ReadCheck check) const {
   absl::StatusOr<std::string> rec_value = GetValue(meta_, digest.Key(), "look up object");
   if (absl::IsNotFound(rec_value.status())) {
     return absl::NotFoundError(absl::StrCat("object ", digest.ToString(), " is not stored"));
@@ -316,6 +317,7 @@ absl::StatusOr<std::unique_ptr<ObjectReader>> Store::OpenReader(const Digest& di
         absl::StrCat("object record of ", digest.ToString(), " does not parse"));
   }
   std::unique_ptr<ObjectReader> reader(new ObjectReader(this));
+  reader->verify_ = check == ReadCheck::kVerified;
   reader->info_ = ObjectInfo{.digest = digest,
                              .seq = rec.seq(),
                              .chunked = rec.chunked(),
@@ -329,7 +331,9 @@ absl::StatusOr<std::unique_ptr<ObjectReader>> Store::OpenReader(const Digest& di
   if (!value.ok()) return value.status();
   if (!rec.chunked()) {
     VAULT_ASSIGN_OR_RETURN(std::string bytes, Resolve(*std::move(value), digest.size()));
-    VAULT_RETURN_IF_ERROR(VerifyBytes(bytes, digest.sha256(), digest.size(), digest.ToString()));
+    if (reader->verify_) {
+      VAULT_RETURN_IF_ERROR(VerifyBytes(bytes, digest.sha256(), digest.size(), digest.ToString()));
+    }
     reader->inline_bytes_ = std::move(bytes);
     return reader;
   }
@@ -359,7 +363,10 @@ absl::Status ObjectReader::Read(
 }
 
 absl::Status ObjectReader::Verify() const {
-  // An inline object was verified whole when the reader was opened.
+  if (!info_.chunked) {
+    return VerifyBytes(inline_bytes_, info_.digest.sha256(), info_.digest.size(),
+                       info_.digest.ToString());
+  }
   return ReadChunks(0, 0, 0, /*verify=*/true,
                     [](uint64_t, absl::string_view) { return absl::OkStatus(); });
 }
@@ -394,8 +401,8 @@ absl::Status ObjectReader::ReadChunks(
     if (size == 0) continue;
     rocksdb::PinnableSlice chunk;
     // Every chunk is checked against its SHA-256 below (or by whoever receives it, see
-    // SkipVerification), which RocksDB's CRC32C (computed in software by the packaged library)
-    // would only repeat.
+    // ReadCheck::kUnverified), which RocksDB's CRC32C (computed in software by the packaged
+    // library) would only repeat.
     rocksdb::ReadOptions ro;
     ro.verify_checksums = false;
     rocksdb::Status got = store_->db_->db()->Get(ro, store_->chunks_, hash, &chunk);
@@ -429,9 +436,9 @@ absl::Status Store::Read(
   return reader->Read(offset, limit, piece_bytes, sink);
 }
 
-absl::StatusOr<std::string> Store::ReadAll(const Digest& digest) const {
-  VAULT_ASSIGN_OR_RETURN(std::unique_ptr<ObjectReader> reader, OpenReader(digest));
-  // An object stored whole was read and verified whole: no second copy.
+absl::StatusOr<std::string> Store::ReadAll(const Digest& digest, ReadCheck check) const {
+  VAULT_ASSIGN_OR_RETURN(std::unique_ptr<ObjectReader> reader, OpenReader(digest, check));
+  // An object stored whole was read (and verified) whole: no second copy.
   if (!reader->info_.chunked) return std::move(reader->inline_bytes_);
   std::string out;
   out.reserve(digest.size());

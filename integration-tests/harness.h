@@ -43,6 +43,7 @@ namespace vault::integration {
 
 // vaultctl's exit codes (vaultctl/output.h), restated: the tests pin the contract.
 inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitNotFound = 3;
 inline constexpr int kExitRefused = 4;

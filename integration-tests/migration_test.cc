@@ -13,6 +13,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <random>
+
 #include "capability/grant.h"
 #include "integration-tests/migration_fixture.h"
 
@@ -20,6 +24,7 @@ namespace vault::integration {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Optional;
 using ::testing::StartsWith;
 using vault::v1::AgentStatus;
 
@@ -483,6 +488,54 @@ TEST_F(MigrationTest, ACommitCarryingBytesThatAreNotTheStateIsRefused) {
   EXPECT_EQ(Audit("b", "agent.migrate.refused", id, 2).size(), 2u);
   EXPECT_EQ(Get("b", id).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(Audit("b", "agent.migrate.in", id, 0, absl::Milliseconds(1)).empty());
+  ExpectRunsOnlyOn(id, "a");
+}
+
+// The source carries a state without checking it (the destination hashes every byte). A state
+// damaged on the source's disk is refused by the destination, and the source then reports the
+// damage as its own; the agent resumes at the source, and the destination stores nothing.
+TEST_F(MigrationTest, AStateDamagedAtTheSourceIsRefusedAndReportedAsTheSourcesDamage) {
+  ASSERT_NO_FATAL_FAILURE(TrustOwnerEverywhere());
+  std::mt19937_64 rng(20261123);
+  std::string state(16 << 10, '\0');  // above pack_min_bytes: in a pack file
+  for (char& c : state) c = static_cast<char>(rng());
+  const std::string spec =
+      WriteAgent("damaged", kProbeAgent, "(write (path \"/vault/pub\")) (migrate (vaults a b c))",
+                 "(max-runtime 300) (max-migrations 3)");
+  const std::string id = Spawn("a", spec, owner_key_, state);
+  ASSERT_FALSE(id.empty());
+  WaitRunning("a", id);
+  // One flipped byte in a's pack files, the way a failing disk would.
+  int flipped = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(V("a").data_dir + "/packs")) {
+    absl::StatusOr<std::string> pack = ReadFile(entry.path().string());
+    ASSERT_TRUE(pack.ok()) << pack.status();
+    for (size_t at = pack->find(state); at != std::string::npos; at = pack->find(state, at + 1)) {
+      std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(static_cast<std::streamoff>(at + 5000));
+      f.put(static_cast<char>(state[5000] ^ 0x08));
+      ASSERT_TRUE(f.good());
+      ++flipped;
+    }
+  }
+  ASSERT_EQ(flipped, 1);
+
+  RunResult r = Ctl("a", {"migrate", id, "--to", "b", "--no-checkpoint"});
+  EXPECT_EQ(r.exit_code, kExitFailure) << r;
+  EXPECT_EQ(r.err, absl::StrCat("vaultctl: migration to b refused: the agent's state is damaged on "
+                                "this vault: stored bytes of ",
+                                DigestText(state),
+                                " do not match their digest (corrupt storage) [DATA_LOSS]\n"));
+  AgentStatus st = WaitRunning("a", id);
+  EXPECT_EQ(st.record().hop(), 0u);
+  EXPECT_FALSE(st.record().has_migration());
+  std::vector<std::string> refused = Audit("b", "agent.migrate.refused", id);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_THAT(JsonField(refused[0], "motivation"),
+              Optional(StartsWith("the state carried in the Commit: digest mismatch")))
+      << refused[0];
+  EXPECT_EQ(Ctl("b", {"cas", "has", DigestText(state)}).exit_code, kExitNotFound);
+  EXPECT_EQ(Get("b", id).status().code(), absl::StatusCode::kNotFound);
   ExpectRunsOnlyOn(id, "a");
 }
 

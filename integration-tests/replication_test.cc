@@ -924,6 +924,14 @@ TEST_F(ReplicationTest, ReconcileWithASizeSelectionCopiesOnlyThoseSizes) {
   EXPECT_EQ(r.err, "vaultctl: --min-bytes is above --max-bytes [INVALID_ARGUMENT]\n");
 }
 
+// The key of a stored object's record and bytes in the CAS column families: sha256 || size
+// (big-endian).
+std::string DataKey(absl::string_view data) {
+  std::string key = DigestProto(data).sha256() + std::string(8, '\0');
+  for (int i = 0; i < 8; ++i) key[32 + i] = static_cast<char>(data.size() >> (8 * (7 - i)));
+  return key;
+}
+
 // Overwrites stored bytes of a stopped vault's database (the way a failing disk would): the
 // value of `key` in column family `cf`, with `bytes`.
 absl::Status Corrupt(const VaultDir& vault, const std::string& cf, const std::string& key,
@@ -936,31 +944,38 @@ absl::Status Corrupt(const VaultDir& vault, const std::string& cf, const std::st
   return (*db)->Write(&batch);
 }
 
-// The sender passes a large object's chunks on without hashing them (the receiver hashes every
-// byte). A chunk damaged on the sender's disk therefore reaches the receiver, which refuses the
-// object; the sender then checks its own copy and reports the damage as its own (DATA_LOSS),
-// not as the receiver's refusal. Nothing corrupt is stored, and the other objects go through.
+// The sender passes objects on without hashing them (the receiver hashes every byte). A chunk of
+// a large object and a small object (sent in a batch) damaged on the sender's disk therefore
+// reach the receiver, which refuses them; the sender then checks its own copy and reports the
+// damage as its own (DATA_LOSS), not as the receiver's refusal. Nothing corrupt is stored, and
+// the other objects go through.
 TEST_F(ReplicationTest, DamageOnTheSenderIsReportedAsItsOwnAndNothingCorruptIsStored) {
   const std::string large = RandomBytes(rng_, 6 << 20), small = RandomBytes(rng_, 3000);
+  const std::string damaged_small = RandomBytes(rng_, 3001);
   const std::string d_large = Put(a_, large), d_small = Put(a_, small);
+  const std::string d_damaged_small = Put(a_, damaged_small);
   std::string chunk_hash, chunk_bytes;  // the large object's second chunk
   ASSERT_NO_FATAL_FAILURE(SecondChunk(CasOf(a_, "a", b_).get(), large, &chunk_hash, &chunk_bytes));
   ASSERT_EQ(vaultd_a_->Stop(), 0);
   chunk_bytes[chunk_bytes.size() / 3] ^= 0x04;
   ASSERT_EQ(Corrupt(a_, "cas_chunks", chunk_hash, chunk_bytes), absl::OkStatus());
+  std::string bad_small = damaged_small;
+  bad_small[100] ^= 0x10;
+  ASSERT_EQ(Corrupt(a_, "cas_data", DataKey(damaged_small), bad_small), absl::OkStatus());
   ASSERT_EQ(vaultd_a_->Start(), absl::OkStatus());
 
   RunResult r = Replicate({"--all"});
   EXPECT_EQ(r.exit_code, kExitRefused) << r;
   EXPECT_EQ(Field(r.out, "objects"), 1u) << r.out;
-  EXPECT_EQ(Field(r.out, "refused"), 1u) << r.out;
-  EXPECT_EQ(JsonField(r.out, "digest"), d_large) << r.out;
-  EXPECT_EQ(JsonField(r.out, "code"), "DATA_LOSS") << r.out;
-  EXPECT_EQ(JsonField(r.out, "message"),
-            absl::StrCat("stored bytes of a chunk of ", d_large,
-                         " do not match their digest (corrupt storage)"))
-      << r.out;
-  EXPECT_EQ(Vaultctl({"--vault", b_.socket, "cas", "has", d_large}).exit_code, kExitNotFound);
+  EXPECT_EQ(Field(r.out, "refused"), 2u) << r.out;
+  for (const auto& [digest, what] : {std::pair{d_large, absl::StrCat("a chunk of ", d_large)},
+                                     std::pair{d_damaged_small, d_damaged_small}}) {
+    const std::string refusal = absl::StrCat(
+        "{\"digest\":\"", digest, "\",\"code\":\"DATA_LOSS\",\"message\":\"stored bytes of ", what,
+        " do not match their digest (corrupt storage)\"}");
+    EXPECT_NE(r.out.find(refusal), std::string::npos) << refusal << "\n" << r.out;
+    EXPECT_EQ(Vaultctl({"--vault", b_.socket, "cas", "has", digest}).exit_code, kExitNotFound);
+  }
   EXPECT_EQ(Get(b_, d_small), small);
 }
 
@@ -978,9 +993,7 @@ TEST_F(ReplicationTest, ScrubFindsDamagedObjectsAndRepairsThemFromAPeer) {
   std::string bad_small = small, bad_chunk = chunk_bytes;
   bad_small[1234] ^= 0x20;
   bad_chunk[bad_chunk.size() / 2] ^= 0x01;
-  std::string key = DigestProto(small).sha256() + std::string(8, '\0');  // sha256 || size
-  for (int i = 0; i < 8; ++i) key[32 + i] = static_cast<char>(small.size() >> (8 * (7 - i)));
-  ASSERT_EQ(Corrupt(b_, "cas_data", key, bad_small), absl::OkStatus());
+  ASSERT_EQ(Corrupt(b_, "cas_data", DataKey(small), bad_small), absl::OkStatus());
   ASSERT_EQ(Corrupt(b_, "cas_chunks", chunk_hash, bad_chunk), absl::OkStatus());
   ASSERT_EQ(vaultd_b_->Start(), absl::OkStatus());
   EXPECT_TRUE(absl::StartsWith(Get(b_, d_small), "<missing")) << "the damage is not visible";

@@ -184,7 +184,8 @@ class Pusher::Run {
     std::vector<cas::Digest> sent;
     std::vector<std::pair<cas::Digest, absl::Status>> unreadable;
     for (const cas::Digest& d : digests) {
-      absl::StatusOr<std::string> data = p_->source_->ReadAll(d);
+      // Unverified: the peer hashes every item (a mismatch it reports is checked below).
+      absl::StatusOr<std::string> data = p_->source_->ReadAll(d, cas::ReadCheck::kUnverified);
       if (!data.ok()) {
         unreadable.emplace_back(d, data.status());
         continue;
@@ -206,12 +207,23 @@ class Pusher::Run {
         return s;
       }));
     }
+    std::vector<absl::Status> outcomes;
+    for (size_t i = 0; i < sent.size(); ++i) {
+      absl::Status s = FromItem(resp.results(static_cast<int>(i)).status());
+      if (absl::IsInvalidArgument(s)) {
+        // The peer's hash of the bytes sent does not match: were they damaged here?
+        if (absl::Status mine = p_->source_->ReadAll(sent[i]).status(); absl::IsDataLoss(mine)) {
+          s = mine;
+        }
+      }
+      outcomes.push_back(std::move(s));
+    }
     absl::MutexLock lock(&mu_);
     for (const auto& [d, s] : unreadable) Refuse(d, s);
     for (size_t i = 0; i < sent.size(); ++i) {
       const vault::v1::PutResult& r = resp.results(static_cast<int>(i));
       stats_.sent_bytes += sent[i].size();
-      absl::Status s = FromItem(r.status());
+      const absl::Status& s = outcomes[i];
       if (!s.ok()) {
         Refuse(sent[i], s);
       } else if (r.already_present()) {
@@ -229,17 +241,17 @@ class Pusher::Run {
   // One object in a Put stream, resumed at the peer's durable offset, with the chunks the peer
   // has named rather than sent.
   absl::Status SendLarge(const cas::Digest& d) {
-    absl::StatusOr<std::unique_ptr<cas::ObjectReader>> reader = p_->source_->OpenReader(d);
+    // Unverified: the peer hashes every byte it receives (each chunk, and the whole object
+    // against its digest), so checking them here too would hash them twice. A mismatch it
+    // reports is then checked against this store's own copy below.
+    absl::StatusOr<std::unique_ptr<cas::ObjectReader>> reader =
+        p_->source_->OpenReader(d, cas::ReadCheck::kUnverified);
     if (!reader.ok()) {
       absl::MutexLock lock(&mu_);
       Refuse(d, reader.status());
       Report();
       return absl::OkStatus();
     }
-    // The peer hashes every byte it receives (each chunk, and the whole object against its
-    // digest): checking the chunks here too would hash them twice. A mismatch it reports is then
-    // checked against this store's own copy below.
-    (*reader)->SkipVerification();
     // Read once, to be sent: past the page cache (this thread alone uses the reader).
     (*reader)->BypassCache();
     const auto& chunks = (*reader)->chunks();
