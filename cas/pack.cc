@@ -298,6 +298,16 @@ absl::StatusOr<std::shared_ptr<PackStore::File>> PackStore::OpenForRead(uint64_t
   return it->second;
 }
 
+void PackStore::Discard(const PackRef& ref) {
+  if (ref.size == 0) return;
+  const int fd = open(PathOf(ref.file).c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  // (EOPNOTSUPP where the file system has no holes: the bytes then stay, unreferenced.)
+  (void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(ref.offset),
+                  static_cast<off_t>(ref.size));
+  close(fd);
+}
+
 absl::StatusOr<std::string> PackStore::Read(const PackRef& ref) const {
   absl::StatusOr<std::shared_ptr<File>> file = OpenForRead(ref.file);
   if (!file.ok()) return file.status();

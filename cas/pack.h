@@ -9,7 +9,8 @@
 // Files are `pack-<16 hex digits>` in one directory, filled up to a size and never rewritten;
 // a process appends only to files it created (a restart starts a new one), so bytes written by
 // an earlier run are never moved. Bytes written but never referenced (a crash before the commit,
-// a duplicate, a failed write) stay as garbage: nothing in the CAS is deleted yet.
+// a duplicate, a failed write) stay as garbage: nothing in the CAS is deleted yet. (Bytes that
+// failed their check after being written are punched out: Discard.)
 //
 //   VAULT_ASSIGN_OR_RETURN(auto packs, PackStore::Open({.dir = dir + "/packs"}));
 //   uint64_t ticket = 0;
@@ -118,6 +119,10 @@ class PackStore {
   // Makes every Append whose ticket is <= `ticket` durable. After an fdatasync failure every
   // later Append and Sync fails (the kernel may have dropped the dirty pages).
   absl::Status Sync(uint64_t ticket);
+  // Gives the bytes of a value that nothing refers to back to the file system (a hole punched
+  // where they were, which reads as zeros): for a value written before its check failed. Best
+  // effort: where the file system cannot punch holes, the bytes stay as garbage.
+  void Discard(const PackRef& ref);
   // The bytes a ref names, unverified (the caller checks their SHA-256). DATA_LOSS when the
   // file is missing or too short.
   absl::StatusOr<std::string> Read(const PackRef& ref) const;

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -499,6 +500,43 @@ TEST_F(PackedStoreTest, UnverifiedReadOfAWholeObjectPassesDamageOnAndVerifyFinds
   EXPECT_EQ(verified.code(), StatusCode::kDataLoss) << verified;
   EXPECT_NE(verified.message().find("corrupt storage"), std::string::npos) << verified;
   EXPECT_EQ(store_->ReadAll(d).status().code(), StatusCode::kDataLoss);
+}
+
+// A put of one large object hashes it while its bytes are written and synced. A mismatch is
+// still refused, with the content's own digest; nothing refers to the bytes written, and they are
+// punched out of the pack file. The bytes under their own digest are stored; wrong bytes for an
+// object already stored are refused and change nothing.
+TEST_F(PackedStoreTest, ALargePutHashedBesideItsWriteRefusesAMismatchAndGivesItsBytesBack) {
+  options_.chunking_threshold = 4 << 20;  // objects of 1 MiB are put whole
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  const std::string data = RandomBytes(1 << 20, 21), other = RandomBytes(1 << 20, 22);
+  auto allocated = [&] {
+    int64_t bytes = 0;
+    for (const std::string& f : PackFiles(PackDir())) {
+      struct stat st;
+      EXPECT_EQ(stat(f.c_str(), &st), 0) << f;
+      bytes += static_cast<int64_t>(st.st_blocks) * 512;
+    }
+    return bytes;
+  };
+  const int64_t before = allocated();
+  const Digest claimed = Digest::Of(other);
+  absl::StatusOr<PutOutcome> bad = store_->Put(claimed, data);
+  EXPECT_EQ(bad.status(),
+            absl::InvalidArgumentError(absl::StrCat(
+                "digest mismatch: claimed ", claimed.ToString(), ", content hashes to ",
+                Digest::Of(data).ToString(), "; nothing stored")));
+  EXPECT_EQ(store_->ReadAll(claimed).status().code(), StatusCode::kNotFound);
+  EXPECT_LT(allocated() - before, 64 << 10) << "the refused bytes still take space";
+
+  PutOutcome stored = PutOk(data);
+  EXPECT_FALSE(stored.already_present);
+  EXPECT_TRUE(SameBytes(ReadAllOk(Digest::Of(data)), data));
+  EXPECT_GE(allocated() - before, 1 << 20);
+  absl::StatusOr<PutOutcome> wrong = store_->Put(Digest::Of(data), other);
+  EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument) << wrong.status();
+  EXPECT_TRUE(SameBytes(ReadAllOk(Digest::Of(data)), data));
+  EXPECT_EQ(store_->last_seq(), 1u);
 }
 
 TEST_F(PackedStoreTest, TruncatedOrDeletedPackIsDataLoss) {
