@@ -800,25 +800,10 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
     return v.status();
   }
   // A state carried in the Commit is stored as the CAS would: every byte checked against its
-  // digest first; a mismatch is refused (and audited), never stored. Its bytes are synced in
-  // their pack file by the put; its record needs no WAL sync of its own: the commit's synced
-  // write below covers it (the CAS, the agents and the audit log share one database, so one
-  // WAL), and a Commit refused after the store syncs the WAL on its way out.
-  bool wal_covered = true;
-  absl::Cleanup cover_state = [&] {
-    if (wal_covered) return;
-    if (absl::Status synced = deps_.db->SyncWal(); !synced.ok()) {
-      common::LogAgent(spdlog::level::warn, p.agent_id(),
-                       "agent {}: the WAL sync after its refused Commit failed: {}", p.agent_id(),
-                       synced.ToString());
-    }
-  };
+  // digest first; a mismatch is refused (and audited), never stored.
   if (state != nullptr) {
     VAULT_ASSIGN_OR_RETURN(cas::Digest want, ToDigest(p.state()));
-    wal_covered = false;
-    if (absl::Status put =
-            deps_.cas->Put(want, *state, cas::Store::Sync::kByNextSyncedWrite).status();
-        !put.ok()) {
+    if (absl::Status put = deps_.cas->Put(want, *state).status(); !put.ok()) {
       absl::Status bad(put.code(),
                        absl::StrCat("the state carried in the Commit: ", put.message()));
       vault::v1::AuditEntry e = audit::MakeEntry(p.source_vault(), "agent.migrate.refused",
@@ -938,7 +923,6 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
                                                       storage::ToSlice(transfer_bytes));
                                          })
                             .status());
-  wal_covered = true;
   // Committed: from here on the answer is the receipt, whatever happens to the start.
   // The process started at the Offer, if it was started for exactly this hop, is adopted.
   std::shared_ptr<LiveAgent> live =

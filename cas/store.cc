@@ -172,12 +172,12 @@ absl::Status Store::CheckSpace(uint64_t bytes) const {
       options_.min_free_bytes >> 20, " MiB in reserve for its database; nothing stored"));
 }
 
-absl::StatusOr<PutOutcome> Store::Put(const Digest& digest, absl::string_view data, Sync sync) {
-  std::vector<absl::StatusOr<PutOutcome>> out = PutMany({PutItem{digest, data}}, sync);
+absl::StatusOr<PutOutcome> Store::Put(const Digest& digest, absl::string_view data) {
+  std::vector<absl::StatusOr<PutOutcome>> out = PutMany({PutItem{digest, data}});
   return std::move(out[0]);
 }
 
-std::vector<absl::StatusOr<PutOutcome>> Store::PutMany(absl::Span<const PutItem> items, Sync sync) {
+std::vector<absl::StatusOr<PutOutcome>> Store::PutMany(absl::Span<const PutItem> items) {
   std::vector<absl::StatusOr<PutOutcome>> results(items.size(), PutOutcome{});
   uint64_t total = 0;
   for (const PutItem& item : items) total += item.data.size();
@@ -278,7 +278,7 @@ std::vector<absl::StatusOr<PutOutcome>> Store::PutMany(absl::Span<const PutItem>
   std::vector<CommitOp*> ptrs;
   ptrs.reserve(ops.size());
   for (CommitOp& op : ops) ptrs.push_back(&op);
-  absl::Status written = committer_->CommitMany(ptrs, sync == Sync::kNow);
+  absl::Status written = committer_->CommitMany(ptrs);
   for (size_t k = 0; k < ops.size(); ++k) {
     if (written.ok()) {
       results[op_index[k]] = ops[k].status.ok() ? absl::StatusOr<PutOutcome>(ops[k].outcome)

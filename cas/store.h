@@ -234,21 +234,10 @@ class Store {
   Store& operator=(const Store&) = delete;
   ~Store();
 
-  // How a put's records reach the disk. Its bytes in a pack file are synced either way.
-  enum class Sync {
-    kNow,  // the put returns once its records are durable
-    // Written to the database's WAL without a sync of their own, for a caller that makes a
-    // synced write to the same database next (or calls Database::SyncWal): that sync covers
-    // them, as the WAL is one file. A crash of the process loses nothing; one of the machine
-    // before that sync may lose the record (its object then reads as missing, never as wrong).
-    kByNextSyncedWrite,
-  };
   // Verifies `data` against `digest` and stores it.
-  absl::StatusOr<PutOutcome> Put(const Digest& digest, absl::string_view data,
-                                 Sync sync = Sync::kNow);
+  absl::StatusOr<PutOutcome> Put(const Digest& digest, absl::string_view data);
   // Many small objects, each verified; all valid ones are stored by one durable write.
-  std::vector<absl::StatusOr<PutOutcome>> PutMany(absl::Span<const PutItem> items,
-                                                  Sync sync = Sync::kNow);
+  std::vector<absl::StatusOr<PutOutcome>> PutMany(absl::Span<const PutItem> items);
 
   // The digests that are not stored, in input order, without duplicates.
   absl::StatusOr<std::vector<Digest>> FindMissing(absl::Span<const Digest> digests) const;

@@ -40,41 +40,6 @@ TEST_F(StoreTest, PutThenReadAllReturnsExactBytes) {
   EXPECT_EQ(store_->last_seq(), objects.size());
 }
 
-// A put whose records the caller's next synced write covers syncs no WAL of its own (counted by
-// RocksDB's statistics); its object reads back at once and after a reopen, packed or not.
-TEST_F(StoreTest, PutCoveredByTheNextSyncedWriteSyncsNoWalOfItsOwn) {
-  store_.reset();
-  db_.reset();
-  std::shared_ptr<rocksdb::Statistics> stats = rocksdb::CreateDBStatistics();
-  absl::StatusOr<std::unique_ptr<storage::Database>> db = storage::Database::Open(
-      {.path = dir_ + "/db", .sync_writes = true, .block_cache_mb = 8, .statistics = stats},
-      Store::ColumnFamilies());
-  ASSERT_EQ(db.status(), absl::OkStatus());
-  db_ = std::move(*db);
-  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(db_.get(), options_);
-  ASSERT_EQ(store.status(), absl::OkStatus());
-  store_ = std::move(*store);
-  auto syncs = [&] { return stats->getTickerCount(rocksdb::WAL_FILE_SYNCED); };
-  const std::string small = "a state of a few bytes";
-  const std::string packed = RandomBytes(64 << 10, 7);  // above pack_min_bytes
-  const std::string synced = RandomBytes(64 << 10, 8);
-  const uint64_t before = syncs();
-  for (const std::string* data : {&small, &packed}) {
-    absl::StatusOr<PutOutcome> out =
-        store_->Put(Digest::Of(*data), *data, Store::Sync::kByNextSyncedWrite);
-    ASSERT_EQ(out.status(), absl::OkStatus());
-    EXPECT_FALSE(out->already_present);
-    EXPECT_TRUE(SameBytes(ReadAllOk(Digest::Of(*data)), *data));
-  }
-  EXPECT_EQ(syncs(), before);
-  PutOk(synced);  // Sync::kNow
-  EXPECT_EQ(syncs(), before + 1);
-  ASSERT_NO_FATAL_FAILURE(Reopen());
-  for (const std::string* data : {&small, &packed, &synced}) {
-    EXPECT_TRUE(SameBytes(ReadAllOk(Digest::Of(*data)), *data));
-  }
-}
-
 TEST_F(StoreTest, PutWithWrongHashIsRefusedAndNothingStored) {
   const Digest claimed = Digest::Of("hellp");
   absl::StatusOr<PutOutcome> out = store_->Put(claimed, "hello");

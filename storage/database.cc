@@ -50,7 +50,6 @@ absl::StatusOr<std::unique_ptr<Database>> Database::Open(const DatabaseOptions& 
   db_options.create_missing_column_families = true;
   db_options.env = options.env != nullptr ? options.env : rocksdb::Env::Default();
   db_options.paranoid_checks = true;
-  db_options.statistics = options.statistics;
   db_options.IncreaseParallelism(2);
   db_options.max_background_jobs = 2;
   db_options.enable_pipelined_write = true;
@@ -138,7 +137,5 @@ absl::Status Database::WriteUnsynced(rocksdb::WriteBatch* batch) const {
   wo.sync = false;
   return ToStatus(db_->Write(wo, batch), "write");
 }
-
-absl::Status Database::SyncWal() const { return ToStatus(db_->SyncWAL(), "sync the WAL"); }
 
 }  // namespace vault::storage

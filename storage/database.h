@@ -24,7 +24,6 @@
 #include "absl/strings/string_view.h"
 #include "rocksdb/db.h"
 #include "rocksdb/env.h"
-#include "rocksdb/statistics.h"
 
 namespace vault::storage {
 
@@ -52,8 +51,6 @@ struct DatabaseOptions {
   // fsync the WAL before a write returns (power-loss durability).
   bool sync_writes = true;
   uint32_t block_cache_mb = 256;
-  // RocksDB's counters (e.g. WAL syncs), when a test wants them; none by default.
-  std::shared_ptr<rocksdb::Statistics> statistics;
 };
 
 // Our Abseil's string_view is its own type, not std::string_view: convert at the RocksDB edge.
@@ -84,8 +81,6 @@ class Database {
   // Writes without waiting for fsync: for state that may be lost with a crash of the machine
   // (never of the process alone) because a later synced write covers it.
   absl::Status WriteUnsynced(rocksdb::WriteBatch* batch) const;
-  // Syncs the WAL: what WriteUnsynced wrote before is durable once it returns.
-  absl::Status SyncWal() const;
 
   const DatabaseOptions& options() const { return options_; }
 

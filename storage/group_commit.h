@@ -48,13 +48,10 @@ class GroupCommitter {
   // Commits `op` as part of some group; returns that group's status.
   absl::Status Commit(Op* op) { return CommitMany(absl::MakeSpan(&op, 1)); }
 
-  // Commits several operations of one caller; they land in the same group. `sync` false: the
-  // caller needs no WAL sync of its own (a synced write it makes next covers these records); the
-  // group is synced if any of its callers needs it.
-  absl::Status CommitMany(absl::Span<Op* const> ops, bool sync = true) {
+  // Commits several operations of one caller; they land in the same group.
+  absl::Status CommitMany(absl::Span<Op* const> ops) {
     Writer w;
     w.ops = ops;
-    w.sync = sync;
     absl::MutexLock lock(&mu_);
     queue_.push_back(&w);
     auto my_turn = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -66,21 +63,17 @@ class GroupCommitter {
     // Leader: take every queued writer, up to max_group_ operations.
     std::vector<Writer*> group;
     std::vector<Op*> all;
-    bool synced = false;
     for (Writer* q : queue_) {
       if (!group.empty() && all.size() + q->ops.size() > max_group_) break;
       group.push_back(q);
       all.insert(all.end(), q->ops.begin(), q->ops.end());
-      synced = synced || q->sync;
     }
     mu_.Unlock();
     // Reserved for the usual records of an operation (keys, small values, refs into pack
     // files), so that building a large group does not copy the batch again and again.
     rocksdb::WriteBatch batch(all.size() * kReservedBytesPerOp);
     absl::Status status = hooks_.prepare(all, &batch);
-    if (status.ok() && batch.Count() > 0) {
-      status = synced ? db_->Write(&batch) : db_->WriteUnsynced(&batch);
-    }
+    if (status.ok() && batch.Count() > 0) status = db_->Write(&batch);
     if (hooks_.finish) hooks_.finish(all, status);
     mu_.Lock();
     for (Writer* q : group) {
@@ -94,7 +87,6 @@ class GroupCommitter {
  private:
   struct Writer {
     absl::Span<Op* const> ops;
-    bool sync = true;
     bool done = false;
     absl::Status status;
   };

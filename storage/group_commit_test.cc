@@ -20,7 +20,6 @@
 #include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
 #include "rocksdb/iterator.h"
-#include "rocksdb/statistics.h"
 #include "storage/database.h"
 
 namespace vault::storage {
@@ -307,70 +306,6 @@ TEST_F(GroupCommitTest, FinishHookIsOptional) {
   std::vector<TestOp*> both = {&a, &b};
   EXPECT_EQ(committer.CommitMany(both), absl::OkStatus());
   EXPECT_EQ(StoredKeys(), (std::vector<std::string>{Key(1), Key(2)}));
-}
-
-// A group's write is synced when one of its callers needs it, and only then (WAL syncs counted by
-// RocksDB's statistics).
-TEST_F(GroupCommitTest, AGroupIsSyncedWhenOneOfItsCallersNeedsItAndOnlyThen) {
-  db_.reset();
-  std::shared_ptr<rocksdb::Statistics> stats = rocksdb::CreateDBStatistics();
-  absl::StatusOr<std::unique_ptr<Database>> db = Database::Open(
-      {.path = dir_ + "/db", .sync_writes = true, .block_cache_mb = 8, .statistics = stats},
-      {{.name = "ops"}});
-  ASSERT_EQ(db.status(), absl::OkStatus());
-  db_ = std::move(*db);
-  auto syncs = [&] { return stats->getTickerCount(rocksdb::WAL_FILE_SYNCED); };
-  GateFirstGroup gate;
-  absl::Mutex mu;
-  std::vector<std::vector<int>> groups;
-  GroupCommitter<TestOp> committer(
-      db_.get(), {.prepare = [&](absl::Span<TestOp* const> ops, rocksdb::WriteBatch* batch) {
-        gate.WaitInFirstPrepare();
-        std::vector<int> ids;
-        for (TestOp* op : ops) {
-          batch->Put(db_->Handle("ops"), Key(op->id), "v");
-          ids.push_back(op->id);
-        }
-        std::sort(ids.begin(), ids.end());
-        absl::MutexLock lock(&mu);
-        groups.push_back(ids);
-        return absl::OkStatus();
-      }});
-  auto commit = [&](int id, bool sync) {
-    TestOp op{.id = id};
-    TestOp* ptr = &op;
-    return committer.CommitMany(absl::MakeSpan(&ptr, 1), sync);
-  };
-  const uint64_t before = syncs();
-  // An unsynced leader holds two callers back, one of which needs a sync: they form one group.
-  std::thread first([&] { EXPECT_EQ(commit(0, false), absl::OkStatus()); });
-  gate.WaitForFirstPrepare();
-  std::atomic<int> calling{0};
-  std::vector<std::thread> followers;
-  for (const auto& [id, sync] : std::vector<std::pair<int, bool>>{{1, false}, {2, true}}) {
-    followers.emplace_back([&, id = id, sync = sync] {
-      calling.fetch_add(1);
-      EXPECT_EQ(commit(id, sync), absl::OkStatus());
-    });
-  }
-  while (calling.load() < 2) absl::SleepFor(absl::Milliseconds(1));
-  absl::SleepFor(absl::Milliseconds(200));
-  gate.Release();
-  first.join();
-  for (std::thread& t : followers) t.join();
-  EXPECT_EQ(syncs() - before, 1u);
-  // Alone: unsynced, then synced (Commit's default).
-  EXPECT_EQ(commit(3, false), absl::OkStatus());
-  EXPECT_EQ(syncs() - before, 1u);
-  TestOp four{.id = 4};
-  EXPECT_EQ(committer.Commit(&four), absl::OkStatus());
-  EXPECT_EQ(syncs() - before, 2u);
-  EXPECT_EQ(groups, (std::vector<std::vector<int>>{{0}, {1, 2}, {3}, {4}}));
-  EXPECT_EQ(StoredKeys().size(), 5u);
-  // Database::SyncWal syncs what unsynced writes left.
-  EXPECT_EQ(commit(5, false), absl::OkStatus());
-  EXPECT_EQ(db_->SyncWal(), absl::OkStatus());
-  EXPECT_EQ(syncs() - before, 3u);
 }
 
 }  // namespace
