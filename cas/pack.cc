@@ -298,14 +298,20 @@ absl::StatusOr<std::shared_ptr<PackStore::File>> PackStore::OpenForRead(uint64_t
   return it->second;
 }
 
-void PackStore::Discard(const PackRef& ref) {
-  if (ref.size == 0) return;
-  const int fd = open(PathOf(ref.file).c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  // (EOPNOTSUPP where the file system has no holes: the bytes then stay, unreferenced.)
-  (void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(ref.offset),
-                  static_cast<off_t>(ref.size));
+absl::Status PackStore::Discard(const PackRef& ref) {
+  if (ref.size == 0) return absl::OkStatus();
+  const std::string path = PathOf(ref.file);
+  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open pack file ", path));
+  const int punched = fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                static_cast<off_t>(ref.offset), static_cast<off_t>(ref.size));
+  const int err = errno;
   close(fd);
+  if (punched == 0) return absl::OkStatus();
+  if (err == EOPNOTSUPP) {
+    return absl::UnimplementedError(absl::StrCat("the file system of ", path, " has no holes"));
+  }
+  return ErrnoStatus(err, absl::StrCat("punch a hole in pack file ", path));
 }
 
 absl::StatusOr<std::string> PackStore::Read(const PackRef& ref) const {

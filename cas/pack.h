@@ -120,9 +120,9 @@ class PackStore {
   // later Append and Sync fails (the kernel may have dropped the dirty pages).
   absl::Status Sync(uint64_t ticket);
   // Gives the bytes of a value that nothing refers to back to the file system (a hole punched
-  // where they were, which reads as zeros): for a value written before its check failed. Best
-  // effort: where the file system cannot punch holes, the bytes stay as garbage.
-  void Discard(const PackRef& ref);
+  // where they were, which reads as zeros): for a value written before its check failed. An
+  // error (e.g. UNIMPLEMENTED where the file system cannot punch holes) leaves them as garbage.
+  absl::Status Discard(const PackRef& ref);
   // The bytes a ref names, unverified (the caller checks their SHA-256). DATA_LOSS when the
   // file is missing or too short.
   absl::StatusOr<std::string> Read(const PackRef& ref) const;

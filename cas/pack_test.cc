@@ -519,6 +519,9 @@ TEST_F(PackedStoreTest, ALargePutHashedBesideItsWriteRefusesAMismatchAndGivesIts
     }
     return bytes;
   };
+  // Neighbours in the same pack file, written just before and just after.
+  const std::string left = RandomBytes(5000, 23), right = RandomBytes(7000, 24);
+  PutOk(left);
   const int64_t before = allocated();
   const Digest claimed = Digest::Of(other);
   absl::StatusOr<PutOutcome> bad = store_->Put(claimed, data);
@@ -528,6 +531,10 @@ TEST_F(PackedStoreTest, ALargePutHashedBesideItsWriteRefusesAMismatchAndGivesIts
                 Digest::Of(data).ToString(), "; nothing stored")));
   EXPECT_EQ(store_->ReadAll(claimed).status().code(), StatusCode::kNotFound);
   EXPECT_LT(allocated() - before, 64 << 10) << "the refused bytes still take space";
+  PutOk(right);
+  EXPECT_EQ(PackFiles(PackDir()).size(), 1u);
+  EXPECT_TRUE(SameBytes(ReadAllOk(Digest::Of(left)), left));
+  EXPECT_TRUE(SameBytes(ReadAllOk(Digest::Of(right)), right));
 
   PutOutcome stored = PutOk(data);
   EXPECT_FALSE(stored.already_present);
@@ -536,7 +543,36 @@ TEST_F(PackedStoreTest, ALargePutHashedBesideItsWriteRefusesAMismatchAndGivesIts
   absl::StatusOr<PutOutcome> wrong = store_->Put(Digest::Of(data), other);
   EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument) << wrong.status();
   EXPECT_TRUE(SameBytes(ReadAllOk(Digest::Of(data)), data));
-  EXPECT_EQ(store_->last_seq(), 1u);
+  EXPECT_EQ(store_->last_seq(), 3u);
+}
+
+// Discard punches exactly the value's range: the bytes around it are untouched, the range reads
+// as zeros; a ref into a file that is gone is an error (the store then stops writing before it
+// hashes).
+TEST(PackStoreTest, DiscardPunchesExactlyTheValue) {
+  common::testing::TempDir tmp("pack_discard");
+  absl::StatusOr<std::unique_ptr<PackStore>> packs = PackStore::Open({.dir = tmp.path()});
+  ASSERT_EQ(packs.status(), absl::OkStatus());
+  const std::string a(5001, 'a'), b(300000, 'b'), c(7001, 'c');
+  uint64_t ticket = 0;
+  absl::StatusOr<std::vector<PackRef>> refs = (*packs)->AppendMany({a, b, c}, &ticket);
+  ASSERT_EQ(refs.status(), absl::OkStatus());
+  ASSERT_EQ((*packs)->Sync(ticket), absl::OkStatus());
+  ASSERT_EQ((*packs)->Discard((*refs)[1]), absl::OkStatus());
+  absl::StatusOr<std::string> got = (*packs)->Read((*refs)[0]);
+  ASSERT_EQ(got.status(), absl::OkStatus());
+  EXPECT_EQ(*got, a);
+  got = (*packs)->Read((*refs)[2]);
+  ASSERT_EQ(got.status(), absl::OkStatus());
+  EXPECT_EQ(*got, c);
+  got = (*packs)->Read((*refs)[1]);
+  ASSERT_EQ(got.status(), absl::OkStatus());
+  EXPECT_EQ(*got, std::string(b.size(), '\0'));
+  PackRef gone = (*refs)[0];
+  gone.file += 100;
+  absl::Status missing = (*packs)->Discard(gone);
+  EXPECT_EQ(missing.code(), StatusCode::kUnavailable) << missing;
+  EXPECT_NE(missing.message().find("open pack file"), std::string::npos) << missing;
 }
 
 TEST_F(PackedStoreTest, TruncatedOrDeletedPackIsDataLoss) {

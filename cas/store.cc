@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <future>
 #include <optional>
+#include <system_error>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -206,10 +207,8 @@ std::vector<absl::StatusOr<PutOutcome>> Store::PutMany(absl::Span<const PutItem>
                        options_.chunking_threshold, " bytes): upload it with the streaming Put"));
     }
     if (s.ok() && items.size() == 1 && item.data.size() >= kHashBesideWriteBytes &&
-        ShouldPack(item.data.size())) {
-      // (async|deferred: without a thread to spare, get() below hashes on this one.)
-      hashed_beside = std::async(std::launch::async | std::launch::deferred,
-                                 [data = item.data] { return Sha256::Hash(data); });
+        ShouldPack(item.data.size()) && hash_beside_.load(std::memory_order_relaxed)) {
+      hashed_beside = HashBeside(item.data);
     } else if (s.ok()) {
       std::string actual = Sha256::Hash(item.data);
       if (actual != item.digest.sha256()) s = DigestMismatch(item.digest, actual);
@@ -261,6 +260,14 @@ std::vector<absl::StatusOr<PutOutcome>> Store::PutMany(absl::Span<const PutItem>
     }
     if (!packed.ok()) {
       for (size_t i : op_index) results[i] = packed;
+      // Wrong bytes are refused as such, whatever became of their write.
+      if (hashed_beside.valid()) {
+        const std::string actual = hashed_beside.get();
+        if (actual != items[0].digest.sha256()) {
+          DiscardBeside(written_beside);
+          results[0] = DigestMismatch(items[0].digest, actual);
+        }
+      }
       return results;
     }
     for (size_t k = 0; k < ops.size(); ++k) {
@@ -270,7 +277,7 @@ std::vector<absl::StatusOr<PutOutcome>> Store::PutMany(absl::Span<const PutItem>
   if (hashed_beside.valid()) {
     const std::string actual = hashed_beside.get();
     if (actual != items[0].digest.sha256()) {
-      if (written_beside.has_value()) packs_->Discard(*written_beside);
+      DiscardBeside(written_beside);
       results[0] = DigestMismatch(items[0].digest, actual);
       return results;
     }
@@ -288,6 +295,23 @@ std::vector<absl::StatusOr<PutOutcome>> Store::PutMany(absl::Span<const PutItem>
     }
   }
   return results;
+}
+
+std::future<std::string> Store::HashBeside(absl::string_view data) {
+  auto hash = [data] { return Sha256::Hash(data); };
+  try {
+    // (async|deferred: without a thread to spare, get() hashes on the caller's.)
+    return std::async(std::launch::async | std::launch::deferred, hash);
+  } catch (const std::system_error&) {
+    return std::async(std::launch::deferred, hash);
+  }
+}
+
+void Store::DiscardBeside(const std::optional<PackRef>& written) {
+  if (!written.has_value()) return;
+  // Where the bytes cannot be given back, wrong puts would each leave theirs: from then on
+  // every object is hashed before it is written.
+  if (!packs_->Discard(*written).ok()) hash_beside_.store(false, std::memory_order_relaxed);
 }
 
 absl::Status Store::PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::WriteBatch* batch) {

@@ -28,7 +28,9 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -376,6 +378,12 @@ class Store {
   StoreTotals leader_totals_;
   uint64_t pending_next_seq_ = 1;
   StoreTotals pending_totals_;
+  // PutMany's hash of one large object, on a helper thread (on the caller's when none can start).
+  static std::future<std::string> HashBeside(absl::string_view data);
+  // Gives back the bytes of a put that failed its check (PackStore::Discard); when that fails,
+  // turns hashing beside the write off for good.
+  void DiscardBeside(const std::optional<PackRef>& written);
+  std::atomic<bool> hash_beside_{true};
   std::unique_ptr<storage::GroupCommitter<CommitOp>> committer_;
 
   std::atomic<uint64_t> last_seq_{0};
