@@ -1,7 +1,8 @@
 // vaultctl: which subcommands to build. Building every group's CLI11 subcommands took ~0.4 ms of
 // each command's ~6 ms (`vaultctl status`), so only the group the command line names is built.
 //
-//   AddCommandGroups(app, global, command, argc, argv);  // after the global options
+//   AddGlobalOptions(app, global);
+//   AddCommandGroups(app, global, command, argc, argv);
 //
 // Thread-safety: main thread only, like the commands.
 #ifndef VAULT_VAULTCTL_COMMAND_GROUPS_H_
@@ -24,9 +25,14 @@ struct CommandGroup {
 // Every group, in the order of `vaultctl --help`.
 const std::vector<CommandGroup>& CommandGroups();
 
-// The command line's first word that is neither a global option nor a global option's value:
-// "vaultctl --vault S -o json migrate ..." -> "migrate". nullopt when there is none.
-std::optional<std::string_view> CommandWord(int argc, const char* const* argv);
+// The global options, which every command takes (main.cc adds them before the groups).
+void AddGlobalOptions(CLI::App& app, GlobalOptions& global);
+
+// The command line's first word that is neither an option of `app` (the global options: they
+// come before the command word) nor such an option's value: "vaultctl --vault S -o json migrate
+// ..." -> "migrate". Which options take a value is read from `app` itself. nullopt when there is
+// none.
+std::optional<std::string_view> CommandWord(const CLI::App& app, int argc, const char* const* argv);
 
 // Adds the group that CommandWord names, or every group when it names none of theirs (the
 // top-level help, a usage error, an unknown command: CLI11 then answers as with all of them).

@@ -26,14 +26,18 @@ struct Built {
   Command command;
   explicit Built(std::vector<const char*> words) {
     words.insert(words.begin(), "vaultctl");
+    AddGlobalOptions(app, global);
     AddCommandGroups(app, global, command, static_cast<int>(words.size()), words.data());
   }
 };
 
 TEST(CommandWordTest, SkipsGlobalOptionsAndTheirValues) {
-  auto word = [](std::vector<const char*> words) {
+  CLI::App app{"vaultctl", "vaultctl"};
+  GlobalOptions global;
+  AddGlobalOptions(app, global);
+  auto word = [&](std::vector<const char*> words) {
     words.insert(words.begin(), "vaultctl");
-    return CommandWord(static_cast<int>(words.size()), words.data());
+    return CommandWord(app, static_cast<int>(words.size()), words.data());
   };
   EXPECT_THAT(word({"migrate", "a-1", "--to", "b"}), Optional(std::string_view("migrate")));
   EXPECT_THAT(word({"--vault", "status", "-o", "json", "--timeout", "3", "cas", "ls"}),
@@ -46,6 +50,23 @@ TEST(CommandWordTest, SkipsGlobalOptionsAndTheirValues) {
   EXPECT_EQ(word({"--help"}), std::nullopt);
   EXPECT_EQ(word({}), std::nullopt);
   EXPECT_EQ(word({"--", "status"}), std::nullopt);
+  EXPECT_THAT(word({"-h", "status"}), Optional(std::string_view("status")));
+  // Every global option that takes a value, by each of its names, with a command name as that
+  // value: the command is the word after it.
+  int with_value = 0;
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->get_items_expected_max() == 0) continue;  // a flag
+    std::vector<std::string> names;
+    for (const std::string& l : option->get_lnames()) names.push_back("--" + l);
+    for (const std::string& s : option->get_snames()) names.push_back("-" + s);
+    for (const std::string& name : names) {
+      EXPECT_THAT(word({name.c_str(), "status", "cas", "ls"}), Optional(std::string_view("cas")))
+          << name;
+      ++with_value;
+    }
+  }
+  EXPECT_EQ(with_value, 9);  // --vault --config --tls-cert --tls-key --tls-ca --server-name
+                             // --timeout --output -o
 }
 
 // Each group adds exactly the names the table gives it; together they are every command, in
@@ -56,6 +77,7 @@ TEST(CommandGroupsTest, EachGroupAddsExactlyItsNames) {
     CLI::App app{"vaultctl", "vaultctl"};
     GlobalOptions global;
     Command command;
+    AddGlobalOptions(app, global);
     group.add(app, global, command);
     EXPECT_THAT(TopLevelNames(app), ElementsAreArray(group.names));
     all.insert(all.end(), group.names.begin(), group.names.end());

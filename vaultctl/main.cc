@@ -34,22 +34,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();  // global options may also follow the subcommand
   GlobalOptions g;
-  app.add_option("--vault", g.connect.vault,
-                 "Vault address: a Unix socket path (admin) or host:port (mTLS). Env VAULT_ADDR")
-      ->envname("VAULT_ADDR");
-  app.add_option("--config", g.connect.config,
-                 "A vault config: its admin socket (or, for host:port, its TLS material) is used");
-  app.add_option("--tls-cert", g.connect.tls_cert, "Client certificate (PEM) for mTLS");
-  app.add_option("--tls-key", g.connect.tls_key, "Client key (PEM) for mTLS");
-  app.add_option("--tls-ca", g.connect.tls_ca, "Federation CA certificate (PEM) for mTLS");
-  app.add_option("--server-name", g.connect.server_name,
-                 "Name of the vault at a host:port (its certificate's name)");
-  app.add_option("--timeout", g.timeout_seconds, "Seconds each call may take (streams get more)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("-o,--output", g.output, "Output format")
-      ->check(CLI::IsMember({"text", "json"}))
-      ->capture_default_str();
+  AddGlobalOptions(app, g);
 
   Command command;
   AddCommandGroups(app, g, command, argc, argv);
