@@ -7,7 +7,8 @@
 //    the Commit still held by the proxy (never committed: the source must fence it with Status
 //    and resume the agent), and after the Commit with the receipt held by the proxy (committed:
 //    the source must learn it with Status), each for less and for longer than the source's
-//    inline resolve (3 s). Each scenario is repeated kRepeats times with a fresh agent.
+//    inline resolve (3 s), and with the destination SIGKILLed at the cut (restarted at the heal).
+//    Each scenario is repeated kRepeats times with a fresh agent.
 //    Afterwards the agent runs in exactly one vault (its processes, and its tally lines whose
 //    vaults never interleave), its state there is the one it handed over, and every vault's
 //    audit log verifies.
@@ -300,8 +301,12 @@ class LinkCutTest : public ProxiedMigrationTest {
 
   // The hop committed: a recorded the departure with b's receipt, b runs the agent (only b) from
   // exactly the state a handed over, and the tally moved from a to b once.
+  // With `b_restarted` (b was SIGKILLed after it committed), the agent started again on b from
+  // its last checkpoint there: a count it checkpointed but had not written yet is skipped, none
+  // is written twice.
   void ExpectCommittedOnB(const std::string& id, const std::string& name,
-                          const vault::v1::AgentRecord& migrating, uint64_t handed) {
+                          const vault::v1::AgentRecord& migrating, uint64_t handed,
+                          bool b_restarted = false) {
     AgentStatus src = WaitFor(
         "a", id, [](const AgentStatus& s) { return s.record().state() == vault::v1::DEPARTED; },
         absl::Seconds(20), "departed");
@@ -323,8 +328,10 @@ class LinkCutTest : public ProxiedMigrationTest {
     ASSERT_EQ(in.size(), 1u);
     EXPECT_EQ(JsonField(in[0], "state"), DigestText(migrating.migration().state())) << in[0];
     EXPECT_EQ(JsonField(in[0], "transfer_id"), Hex(migrating.migration().transfer_id())) << in[0];
-    WaitLog("b", id,
-            absl::StrCat("start vault=b hop=1 inc=", dst.record().incarnation(), " n=", handed));
+    if (!b_restarted) {
+      WaitLog("b", id,
+              absl::StrCat("start vault=b hop=1 inc=", dst.record().incarnation(), " n=", handed));
+    }
     ExpectRunsOnlyOn(id, "b");
     ASSERT_TRUE(Poll([&] { return !TallyLines("b", name).empty(); }, absl::Seconds(10)))
         << "agent " << id << " does not count on b";
@@ -332,7 +339,16 @@ class LinkCutTest : public ProxiedMigrationTest {
     EXPECT_EQ(Stays(lines), (std::vector<std::string>{"a", "b"}));
     for (size_t i = 1; i < lines.size(); ++i) {
       if (lines[i].vault == lines[i - 1].vault) {
-        EXPECT_EQ(lines[i].n, lines[i - 1].n + 1) << "line " << i;
+        if (b_restarted && lines[i].vault == "b") {
+          EXPECT_GT(lines[i].n, lines[i - 1].n) << "line " << i << ": a count written twice";
+          EXPECT_LE(lines[i].n, lines[i - 1].n + 2) << "line " << i;
+        } else {
+          EXPECT_EQ(lines[i].n, lines[i - 1].n + 1) << "line " << i;
+        }
+      } else if (b_restarted) {
+        EXPECT_GT(lines[i].n, handed) << "the first line on b continues the handed state";
+        EXPECT_LE(lines[i].n, handed + 2) << "the first line on b continues the handed state";
+        EXPECT_LE(lines[i - 1].n, handed) << "a counted past the state it handed over";
       } else {
         EXPECT_EQ(lines[i].n, handed + 1) << "the first line on b continues the handed state";
         EXPECT_LE(lines[i - 1].n, handed) << "a counted past the state it handed over";
@@ -350,9 +366,12 @@ class LinkCutTest : public ProxiedMigrationTest {
 
   // A hop of a fresh agent (its count starts at `start`) with the Commit held by the proxy
   // (a -> b delayed: never committed) or the receipt (b -> a delayed: committed) when the link is
-  // cut; healed after `cut_for`. Checks what vaultctl says and where the agent ends up.
+  // cut, and with kKillDestination b SIGKILLed at that moment too; healed (b restarted) after
+  // `cut_for`. Checks what vaultctl says and where the agent ends up.
   enum class Lost { kCommit, kReceipt };
-  void CutMidCommit(const std::string& name, uint64_t start, Lost lost, absl::Duration cut_for);
+  enum class Fault { kCut, kKillDestination };
+  void CutMidCommit(const std::string& name, uint64_t start, Lost lost, absl::Duration cut_for,
+                    Fault fault = Fault::kCut);
 };
 
 TEST_F(LinkCutTest, CutBeforeTheOfferFailsTheHopAndTheAgentGoesOnAtTheSource) {
@@ -404,7 +423,8 @@ TEST_F(LinkCutTest, CutInTheMiddleOfTheObjectStreamFailsTheHopAndTheAgentGoesOnA
 }
 
 void LinkCutTest::CutMidCommit(const std::string& name, uint64_t start, Lost lost,
-                               absl::Duration cut_for) {
+                               absl::Duration cut_for, Fault fault) {
+  const bool kill = fault == Fault::kKillDestination;
   std::string id = SpawnTally(name, start);
   ASSERT_FALSE(id.empty());
   ASSERT_NO_FATAL_FAILURE(WarmLink());
@@ -437,6 +457,7 @@ void LinkCutTest::CutMidCommit(const std::string& name, uint64_t start, Lost los
         << "b never committed; the migrate: " << run.get();
   }
   AtoB().Cut();
+  if (kill) M("b").vaultd->Kill();  // our own child, by its pid
   const absl::Time cut_at = absl::Now();
   AtoB().SetDelay(TcpProxy::kUp, absl::ZeroDuration());
   AtoB().SetDelay(TcpProxy::kDown, absl::ZeroDuration());
@@ -445,11 +466,16 @@ void LinkCutTest::CutMidCommit(const std::string& name, uint64_t start, Lost los
   absl::StatusOr<AgentStatus> during = Get("a", id);
   ASSERT_TRUE(during.ok()) << during.status();
   EXPECT_EQ(during->record().state(), vault::v1::MIGRATING) << during->record().DebugString();
-  EXPECT_EQ(Get("b", id).ok(), lost == Lost::kReceipt);
+  if (!kill) {
+    EXPECT_EQ(Get("b", id).ok(), lost == Lost::kReceipt);
+  }
   absl::SleepFor(cut_for - (absl::Now() - cut_at));
   if (cut_for > absl::Seconds(3)) {
     // Past the inline resolve: vaultctl has its answer (unknown yet), the vault keeps asking.
     ASSERT_EQ(run.wait_for(std::chrono::seconds(2)), std::future_status::ready);
+  }
+  if (kill) {
+    ASSERT_NO_FATAL_FAILURE(Restart("b"));
   }
   AtoB().Heal();
   RunResult r = run.get();
@@ -465,7 +491,7 @@ void LinkCutTest::CutMidCommit(const std::string& name, uint64_t start, Lost los
   }
   WaitSettled(id);
   if (lost == Lost::kReceipt) {
-    ASSERT_NO_FATAL_FAILURE(ExpectCommittedOnB(id, name, migrating, handed));
+    ASSERT_NO_FATAL_FAILURE(ExpectCommittedOnB(id, name, migrating, handed, /*b_restarted=*/kill));
   } else {
     ASSERT_NO_FATAL_FAILURE(ExpectResumedOnA(id, name, handed, "migration to b did not commit ("));
     // The fence holds: the Commit that was lost can never land (replayed here as member a).
@@ -505,6 +531,26 @@ TEST_F(LinkCutTest, CutLongerThanTheInlineResolveIsSettledInTheBackgroundOnceHea
     SCOPED_TRACE(absl::StrCat("repetition ", rep, ", receipt lost"));
     ASSERT_NO_FATAL_FAILURE(CutMidCommit(absl::StrCat("long-receipt-", rep), 5000000 * (rep + 1),
                                          Lost::kReceipt, kLongCut));
+  }
+  ExpectAuditsVerify();
+}
+
+// The destination SIGKILLed while the Commit is on its way (never committed), and right after it
+// committed with its receipt on the way back; restarted after kLongCut (past the source's inline
+// resolve, so vaultctl answers "not known yet" and the source settles the hop in the
+// background). Never committed: the source fences the hop with Status and the agent resumes at
+// the source. Committed: the restarted destination runs the agent from its committed record, and
+// the source learns the outcome with Status and records the departure.
+TEST_F(LinkCutTest, DestinationKilledBeforeOrAfterItsCommitEndsInExactlyOnePlace) {
+  for (int rep = 0; rep < kLongRepeats; ++rep) {
+    SCOPED_TRACE(absl::StrCat("repetition ", rep, ", killed before the commit"));
+    ASSERT_NO_FATAL_FAILURE(CutMidCommit(absl::StrCat("killed-before-", rep), 1000000 * (rep + 1),
+                                         Lost::kCommit, kLongCut, Fault::kKillDestination));
+  }
+  for (int rep = 0; rep < kLongRepeats; ++rep) {
+    SCOPED_TRACE(absl::StrCat("repetition ", rep, ", killed after the commit"));
+    ASSERT_NO_FATAL_FAILURE(CutMidCommit(absl::StrCat("killed-after-", rep), 5000000 * (rep + 1),
+                                         Lost::kReceipt, kLongCut, Fault::kKillDestination));
   }
   ExpectAuditsVerify();
 }
