@@ -225,6 +225,16 @@ std::vector<absl::StatusOr<PutOutcome>> Store::PutMany(absl::Span<const PutItem>
   // Objects already stored are left out, so a repeated put adds no garbage to the packs.
   std::vector<std::string> refs(ops.size());
   std::optional<PackRef> written_beside;  // the bytes written while hashed_beside runs
+  // Once the write is over: wrong bytes are refused as such (whatever became of their write),
+  // and given back.
+  auto refused_beside = [&]() -> bool {
+    if (!hashed_beside.valid()) return false;
+    const std::string actual = hashed_beside.get();
+    if (actual == items[0].digest.sha256()) return false;
+    DiscardBeside(written_beside);
+    results[0] = DigestMismatch(items[0].digest, actual);
+    return true;
+  };
   std::vector<std::string> pack_keys;
   std::vector<size_t> pack_ops;
   for (size_t k = 0; k < ops.size(); ++k) {
@@ -260,28 +270,14 @@ std::vector<absl::StatusOr<PutOutcome>> Store::PutMany(absl::Span<const PutItem>
     }
     if (!packed.ok()) {
       for (size_t i : op_index) results[i] = packed;
-      // Wrong bytes are refused as such, whatever became of their write.
-      if (hashed_beside.valid()) {
-        const std::string actual = hashed_beside.get();
-        if (actual != items[0].digest.sha256()) {
-          DiscardBeside(written_beside);
-          results[0] = DigestMismatch(items[0].digest, actual);
-        }
-      }
+      refused_beside();
       return results;
     }
     for (size_t k = 0; k < ops.size(); ++k) {
       if (!refs[k].empty()) ops[k].data = refs[k];
     }
   }
-  if (hashed_beside.valid()) {
-    const std::string actual = hashed_beside.get();
-    if (actual != items[0].digest.sha256()) {
-      DiscardBeside(written_beside);
-      results[0] = DigestMismatch(items[0].digest, actual);
-      return results;
-    }
-  }
+  if (refused_beside()) return results;
   std::vector<CommitOp*> ptrs;
   ptrs.reserve(ops.size());
   for (CommitOp& op : ops) ptrs.push_back(&op);
