@@ -340,6 +340,14 @@ class PackedStoreTest : public StoreTest {
     ASSERT_EQ(pwrite(fd, &c, 1, static_cast<off_t>(ref.offset + at)), 1);
     close(fd);
   }
+  // Puts `data` (stored whole, in a pack file), then flips its byte at `at` there.
+  void PutAndFlipByte(const std::string& data, uint64_t at) {
+    PutOk(data);
+    std::optional<PackRef> ref =
+        DecodePackRef(ValueOf("cas_data", Digest::Of(data).Key()), data.size());
+    ASSERT_TRUE(ref.has_value());
+    ASSERT_NO_FATAL_FAILURE(FlipPackByte(*ref, at));
+  }
   // Uploads `data` (chunked, at least 4 chunks), then flips the byte in the middle of its third
   // chunk in the pack file. Sets *chunks to its chunks.
   void UploadAndDamageThirdChunk(const std::string& data, std::vector<std::string>* chunks) {
@@ -399,10 +407,7 @@ TEST_F(PackedStoreTest, RepeatedPutsAddNothingToThePacks) {
 TEST_F(PackedStoreTest, FlippedPackByteIsDataLoss) {
   const std::string data = RandomBytes(100 << 10, 5);
   const Digest d = Digest::Of(data);
-  PutOk(data);
-  std::optional<PackRef> ref = DecodePackRef(ValueOf("cas_data", d.Key()), data.size());
-  ASSERT_TRUE(ref.has_value());
-  ASSERT_NO_FATAL_FAILURE(FlipPackByte(*ref, 4321));
+  ASSERT_NO_FATAL_FAILURE(PutAndFlipByte(data, 4321));
   EXPECT_EQ(store_->ReadAll(d).status().code(), StatusCode::kDataLoss);
   int calls = 0;
   EXPECT_EQ(store_
@@ -482,10 +487,7 @@ TEST_F(PackedStoreTest, UnverifiedReadOfAWholeObjectPassesDamageOnAndVerifyFinds
 
   const std::string data = RandomBytes(100 << 10, 19);
   const Digest d = Digest::Of(data);
-  PutOk(data);
-  std::optional<PackRef> ref = DecodePackRef(ValueOf("cas_data", d.Key()), data.size());
-  ASSERT_TRUE(ref.has_value());
-  ASSERT_NO_FATAL_FAILURE(FlipPackByte(*ref, 4321));
+  ASSERT_NO_FATAL_FAILURE(PutAndFlipByte(data, 4321));
   absl::StatusOr<std::string> got = store_->ReadAll(d, ReadCheck::kUnverified);
   ASSERT_EQ(got.status(), absl::OkStatus());
   ASSERT_EQ(got->size(), data.size());
