@@ -45,6 +45,8 @@ constexpr std::array<CgroupController, kNumControllers> kAllControllers = {
     CgroupController::kCpuAcct, CgroupController::kFreezer};
 
 constexpr absl::Duration kFreezeTimeout = absl::Seconds(2);
+// The first attempt to freeze a v1 group before it is undone and made again (see SetFrozen).
+constexpr absl::Duration kFreezeAttempt = absl::Milliseconds(10);
 constexpr absl::Duration kKillTimeout = absl::Seconds(5);
 constexpr absl::Duration kRemoveTimeout = absl::Seconds(2);
 constexpr absl::Duration kPollInterval = absl::Milliseconds(2);
@@ -709,20 +711,35 @@ class CgroupImpl final : public Cgroup {
     const Place& p = place(CgroupController::kFreezer);
     if (p.version == 1) {
       std::string state = File(p, "freezer.state");
-      VAULT_RETURN_IF_ERROR(WriteControl(state, frozen ? "FROZEN" : "THAWED"));
-      if (!frozen) return absl::OkStatus();
-      // Reads FREEZING until every task has stopped: usually within a few hundred
-      // microseconds (a migration waits for it), so the first polls come quickly.
-      for (absl::Duration wait = absl::Microseconds(50);;
-           wait = std::min(wait * 2, kPollInterval)) {
-        VAULT_ASSIGN_OR_RETURN(std::string text, common::ReadFile(state));
-        if (absl::StripAsciiWhitespace(text) == "FROZEN") return absl::OkStatus();
-        if (absl::Now() >= deadline) {
-          return absl::DeadlineExceededError(
-              absl::StrCat(state, " still reads ", absl::StripAsciiWhitespace(text), " after ",
-                           absl::FormatDuration(kFreezeTimeout)));
+      if (!frozen) return WriteControl(state, "THAWED");
+      // A task that vforked waits for its child in the kernel, where it cannot be frozen; when
+      // the freezer stopped that child before its exec, the group reads FREEZING for good (a
+      // shell starting commands was caught so about once in 15 pauses). As runc does, such an
+      // attempt is undone (THAWED: the child execs, the parent goes on) and made again, each
+      // attempt longer, until the deadline; a group that never freezes is left thawed, not
+      // half-stopped.
+      for (absl::Duration attempt = kFreezeAttempt;;
+           attempt = std::min(attempt * 2, kFreezeTimeout)) {
+        VAULT_RETURN_IF_ERROR(WriteControl(state, "FROZEN"));
+        const absl::Time attempt_end = std::min(deadline, absl::Now() + attempt);
+        std::string text;
+        // Reads FREEZING until every task has stopped: usually within a few hundred
+        // microseconds (a migration waits for it), so the first polls come quickly.
+        for (absl::Duration wait = absl::Microseconds(50);;
+             wait = std::min(wait * 2, kPollInterval)) {
+          VAULT_ASSIGN_OR_RETURN(text, common::ReadFile(state));
+          text = std::string(absl::StripAsciiWhitespace(text));
+          if (text == "FROZEN") return absl::OkStatus();
+          if (absl::Now() >= attempt_end) break;
+          absl::SleepFor(wait);
         }
-        absl::SleepFor(wait);
+        VAULT_RETURN_IF_ERROR(WriteControl(state, "THAWED"));
+        if (absl::Now() >= deadline) {
+          return absl::DeadlineExceededError(absl::StrCat(state, " still read ", text, " after ",
+                                                          absl::FormatDuration(kFreezeTimeout),
+                                                          " of attempts (left THAWED)"));
+        }
+        absl::SleepFor(absl::Microseconds(200));  // for a vfork child to reach its exec
       }
     }
     VAULT_RETURN_IF_ERROR(WriteControl(File(p, "cgroup.freeze"), frozen ? "1" : "0"));
