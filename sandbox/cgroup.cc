@@ -713,8 +713,8 @@ class CgroupImpl final : public Cgroup {
       std::string state = File(p, "freezer.state");
       if (!frozen) return WriteControl(state, "THAWED");
       // A task that vforked waits for its child in the kernel, where it cannot be frozen; when
-      // the freezer stopped that child before its exec, the group reads FREEZING for good (a
-      // shell starting commands was caught so about once in 15 pauses). As runc does, such an
+      // the freezer stopped that child before its exec, the group reads FREEZING for good (in one
+      // run, a shell starting commands was caught at the 15th pause). As runc does, such an
       // attempt is undone (THAWED: the child execs, the parent goes on) and made again, each
       // attempt longer, until the deadline; a group that never freezes is left thawed, not
       // half-stopped.
