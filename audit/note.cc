@@ -1,6 +1,5 @@
 #include "audit/note.h"
 
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -10,6 +9,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/sha256.h"
 #include "common/status_macros.h"
 
 namespace vault::audit {
@@ -156,12 +156,7 @@ uint32_t ReadBigEndian32(absl::string_view b) {
 // algorithm byte followed by the key.
 uint32_t KeyIdOf(absl::string_view name, absl::string_view encoded_key) {
   const std::string data = absl::StrCat(name, "\n", encoded_key);
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr) != 1 || len != 32) {
-    std::abort();  // SHA-256 over memory cannot fail short of a broken OpenSSL.
-  }
-  return ReadBigEndian32(absl::string_view(reinterpret_cast<const char*>(md), kKeyIdSize));
+  return ReadBigEndian32(absl::string_view(common::Sha256::Hash(data)).substr(0, kKeyIdSize));
 }
 
 std::string EncodedKey(const capability::PublicKey& key) {

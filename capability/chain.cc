@@ -1,6 +1,5 @@
 #include "capability/chain.h"
 
-#include <openssl/evp.h>
 
 #include <memory>
 #include <utility>
@@ -9,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/sha256.h"
 #include "capability/grant.h"
 #include "common/proto_util.h"
 #include "common/status_macros.h"
@@ -64,17 +64,6 @@ absl::Status Fail(ChainError e, int index, absl::string_view message) {
   return s;
 }
 
-std::string Sha256(absl::string_view a, absl::string_view b, absl::string_view c) {
-  unsigned char out[32];
-  unsigned int len = 0;
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr);
-  EVP_DigestUpdate(ctx.get(), a.data(), a.size());
-  EVP_DigestUpdate(ctx.get(), b.data(), b.size());
-  EVP_DigestUpdate(ctx.get(), c.data(), c.size());
-  EVP_DigestFinal_ex(ctx.get(), out, &len);
-  return std::string(reinterpret_cast<char*>(out), len);
-}
 
 bool HasUnknownFields(const google::protobuf::Message& m) {
   const google::protobuf::Reflection* r = m.GetReflection();
@@ -128,7 +117,7 @@ std::string LinkHash(const vault::v1::SignedLink& link) {
   const uint32_t n = static_cast<uint32_t>(link.payload().size());
   const char len[4] = {static_cast<char>(n >> 24), static_cast<char>(n >> 16),
                        static_cast<char>(n >> 8), static_cast<char>(n)};
-  return Sha256(absl::string_view(len, 4), link.payload(), link.signature());
+  return common::Sha256::HashParts({absl::string_view(len, 4), link.payload(), link.signature()});
 }
 
 absl::StatusOr<vault::v1::SignedLink> SignLink(const vault::v1::LinkPayload& payload,

@@ -36,11 +36,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "capability/principal.h"
+#include "capability/signing_domains.h"
 #include "vault/v1/capability.pb.h"
 
 namespace vault::capability {
 
-inline constexpr absl::string_view kLinkDomain("vault.capability.link.v1\0", 25);
 inline constexpr uint32_t kLinkVersion = 1;
 
 // SHA-256(be32(len(payload)) || payload || signature): what `parent` names and revocations cite.

@@ -26,13 +26,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "capability/signing_domains.h"
 #include "capability/principal.h"
 #include "storage/database.h"
 #include "vault/v1/capability.pb.h"
 
 namespace vault::capability {
-
-inline constexpr absl::string_view kRevocationDomain("vault.capability.revocation.v1\0", 31);
 
 // Signs `payload` (version 1, exactly one of agent_id / link_hash, revoker = the key's).
 absl::StatusOr<vault::v1::SignedRevocation> SignRevocation(

@@ -1,7 +1,5 @@
 #include "cas/digest.h"
 
-#include <openssl/evp.h>
-
 #include <cstdlib>
 
 #include "absl/strings/ascii.h"
@@ -11,56 +9,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace vault::cas {
-
-struct Sha256::Ctx {
-  struct Free {
-    void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
-  };
-  std::unique_ptr<EVP_MD_CTX, Free> md;
-};
-
-namespace {
-const EVP_MD* Sha256Md() {
-  static const EVP_MD* md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
-  return md;
-}
-void InitOrDie(EVP_MD_CTX* c) {
-  if (EVP_DigestInit_ex(c, Sha256Md(), nullptr) != 1) std::abort();  // OpenSSL broken
-}
-}  // namespace
-
-Sha256::Sha256() : ctx_(new Ctx{std::unique_ptr<EVP_MD_CTX, Ctx::Free>(EVP_MD_CTX_new())}) {
-  if (ctx_->md == nullptr) std::abort();
-  InitOrDie(ctx_->md.get());
-}
-Sha256::~Sha256() = default;
-Sha256::Sha256(Sha256&&) noexcept = default;
-Sha256& Sha256::operator=(Sha256&&) noexcept = default;
-
-void Sha256::Update(absl::string_view data) {
-  if (EVP_DigestUpdate(ctx_->md.get(), data.data(), data.size()) != 1) std::abort();
-}
-
-std::string Sha256::Finish() {
-  std::string out(kSha256Bytes, '\0');
-  unsigned int len = 0;
-  if (EVP_DigestFinal_ex(ctx_->md.get(), reinterpret_cast<unsigned char*>(out.data()), &len) != 1 ||
-      len != kSha256Bytes) {
-    std::abort();
-  }
-  InitOrDie(ctx_->md.get());
-  return out;
-}
-
-std::string Sha256::Hash(absl::string_view data) {
-  std::string out(kSha256Bytes, '\0');
-  unsigned int len = 0;
-  if (EVP_Digest(data.data(), data.size(), reinterpret_cast<unsigned char*>(out.data()), &len,
-                 Sha256Md(), nullptr) != 1) {
-    std::abort();
-  }
-  return out;
-}
 
 absl::StatusOr<Digest> Digest::FromParts(absl::string_view sha256, uint64_t size) {
   if (sha256.size() != kSha256Bytes) {

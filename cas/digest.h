@@ -17,27 +17,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/sha256.h"
 
 namespace vault::cas {
 
-inline constexpr size_t kSha256Bytes = 32;
+inline constexpr size_t kSha256Bytes = common::kSha256Bytes;
 
-// Incremental SHA-256 (OpenSSL EVP underneath, kept out of this header).
-class Sha256 {
- public:
-  Sha256();
-  ~Sha256();
-  Sha256(Sha256&&) noexcept;
-  Sha256& operator=(Sha256&&) noexcept;
-  void Update(absl::string_view data);
-  // The 32-byte digest. The object is reset and can hash again.
-  std::string Finish();
-  static std::string Hash(absl::string_view data);
-
- private:
-  struct Ctx;
-  std::unique_ptr<Ctx> ctx_;
-};
+// Incremental SHA-256 (common/sha256.h).
+using Sha256 = common::Sha256;
 
 class Digest {
  public:

@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <openssl/evp.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -27,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/sha256.h"
 #include "common/unique_fd.h"
 
 extern char** environ;
@@ -418,12 +418,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return ss.str();
 }
 
-std::string Sha256(absl::string_view data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr) != 1) std::abort();
-  return std::string(reinterpret_cast<const char*>(md), len);
-}
+std::string Sha256(absl::string_view data) { return common::Sha256::Hash(data); }
 
 std::string Hex(absl::string_view bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";

@@ -34,6 +34,8 @@
 #include "absl/time/time.h"
 #include "capability/chain.h"
 #include "capability/principal.h"
+#include "capability/signing_domains.h"
+#include "common/grpc_status.h"
 #include "integration-tests/harness.h"
 #include "vault/v1/agent.grpc.pb.h"
 #include "vault/v1/cas.grpc.pb.h"
@@ -172,10 +174,7 @@ inline bool VerifyEd25519(const std::string& public_key_text, absl::string_view 
   return ok;
 }
 
-inline absl::Status FromGrpc(const grpc::Status& s) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
+using common::FromGrpc;
 
 class MigrationTest : public VaultTest {
  protected:
@@ -642,7 +641,7 @@ class MigrationTest : public VaultTest {
     EXPECT_TRUE(receipt.ParseFromString(serialized));
     EXPECT_TRUE(VerifyEd25519(
         V(signer).public_key,
-        absl::StrCat(absl::string_view("vault.migration.receipt.v1\0", 27), receipt.payload()),
+        absl::StrCat(capability::kReceiptDomain, receipt.payload()),
         receipt.signature()))
         << "the receipt is not signed by " << signer;
     vault::v1::ReceiptPayload p;

@@ -26,6 +26,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/grpc_status.h"
 #include "integration-tests/harness.h"
 #include "vault/v1/agent.grpc.pb.h"
 
@@ -128,7 +129,7 @@ class MobilePatternTest : public VaultTest {
     AgentStatus out;
     grpc::Status s = agents_[vault]->Get(&ctx, req, &out);
     if (!s.ok()) {
-      return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+      return common::FromGrpc(s);
     }
     return out;
   }

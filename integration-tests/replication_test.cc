@@ -18,6 +18,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/grpc_status.h"
 #include "google/protobuf/text_format.h"
 #include "integration-tests/harness.h"
 #include "integration-tests/tcp_proxy.h"
@@ -169,7 +170,7 @@ class ReplicationTest : public VaultTest {
     SetDeadline(&ctx, absl::Seconds(10));
     grpc::Status s = stub->GetManifest(&ctx, req, &manifest);
     if (!s.ok())
-      return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+      return common::FromGrpc(s);
     return manifest;
   }
   // The second chunk of chunked `data` on the vault behind `stub`: its hash and bytes.

@@ -7,6 +7,7 @@
 #include "common/file_util.h"
 #include "common/member_channel.h"
 #include "common/status_macros.h"
+#include "common/grpc_status.h"
 
 namespace vault::migration {
 namespace {
@@ -16,16 +17,9 @@ constexpr absl::Duration kObjectTimeout = absl::Minutes(5);
 constexpr size_t kPiece = 1 << 20;        // bytes per Put stream message
 constexpr size_t kSmallObject = 1 << 20;  // sent with BatchPut below this
 
-absl::Status FromGrpc(const grpc::Status& s, absl::string_view what) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(what, ": ", s.error_message()));
-}
-
+using common::FromGrpc;
 absl::Status ItemError(const vault::v1::ItemStatus& s, absl::string_view what) {
-  if (s.code() == 0) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.code()),
-                      absl::StrCat(what, ": ", s.message()));
+  return common::FromItemStatus(s, what);
 }
 
 }  // namespace

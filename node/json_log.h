@@ -5,8 +5,8 @@
 //
 // Members, in this order: time (RFC 3339, UTC, microseconds), level (trace, debug, info, warn,
 // error, critical), vault (this vault's name), message, then the line's structured fields when it
-// has them (common/log_fields.h): agent, transfer. Strings are escaped per RFC 8259; bytes that
-// are not UTF-8 become U+FFFD, so every line is valid JSON whatever a message holds.
+// has them (common/log_fields.h): agent, transfer. Strings are escaped per RFC 8259 (common/json.h); bytes
+// that are not UTF-8 become U+FFFD, so every line is valid JSON whatever a message holds.
 //
 //   spdlog::default_logger()->set_formatter(node::NewJsonLogFormatter(config.name()));
 //
@@ -24,9 +24,6 @@
 namespace vault::node {
 
 std::unique_ptr<spdlog::formatter> NewJsonLogFormatter(std::string vault_name);
-
-// Appends `text` as a JSON string (quotes included) to `out`.
-void AppendJsonString(absl::string_view text, std::string* out);
 
 }  // namespace vault::node
 

@@ -7,7 +7,6 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
-#include <openssl/rand.h>
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
 #include <openssl/x509v3.h>
@@ -17,6 +16,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "common/random.h"
 #include "common/status_macros.h"
 
 namespace vault::node {
@@ -169,9 +169,9 @@ absl::StatusOr<X509Ptr> NewCertificate(EVP_PKEY* key, absl::string_view common_n
   if (cert == nullptr) return Internal("X509_new");
   if (X509_set_version(cert.get(), X509_VERSION_3) != 1) return Internal("X509_set_version");
 
-  unsigned char serial_bytes[kSerialBytes];
-  if (RAND_bytes(serial_bytes, sizeof(serial_bytes)) != 1) return Internal("RAND_bytes");
-  BignumPtr serial_bn(BN_bin2bn(serial_bytes, sizeof(serial_bytes), nullptr));
+  VAULT_ASSIGN_OR_RETURN(std::string serial_bytes, common::RandomBytes(kSerialBytes));
+  BignumPtr serial_bn(BN_bin2bn(reinterpret_cast<const unsigned char*>(serial_bytes.data()),
+                                static_cast<int>(serial_bytes.size()), nullptr));
   if (serial_bn == nullptr) return Internal("BN_bin2bn");
   Asn1IntegerPtr serial(BN_to_ASN1_INTEGER(serial_bn.get(), nullptr));
   if (serial == nullptr) return Internal("BN_to_ASN1_INTEGER");

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/json.h"
 
 namespace vault::vaultctl {
 
@@ -52,46 +53,15 @@ int ReportConnectError(const absl::Status& status, bool json) {
   return absl::IsInvalidArgument(status) ? kExitUsage : code;
 }
 
-std::string Json::Quote(absl::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  out += "\"";
-  return out;
-}
-
 void Json::Key(absl::string_view key) {
   if (!empty_) body_ += ",";
   empty_ = false;
-  if (open_ == '{') absl::StrAppend(&body_, Quote(key), ":");
+  if (open_ == '{') absl::StrAppend(&body_, common::JsonQuote(key), ":");
 }
 
 Json& Json::Add(absl::string_view key, absl::string_view value) {
   Key(key);
-  body_ += Quote(value);
+  body_ += common::JsonQuote(value);
   return *this;
 }
 Json& Json::Add(absl::string_view key, int64_t value) {

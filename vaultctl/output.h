@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/json.h"
 
 namespace vault::vaultctl {
 
@@ -56,7 +57,7 @@ class Json {
   Json& Push(absl::string_view value);
   std::string ToString() const;  // compact, one line
 
-  static std::string Quote(absl::string_view s);
+  static std::string Quote(absl::string_view s) { return common::JsonQuote(s); }
 
  private:
   explicit Json(char open) : open_(open) {}

@@ -19,29 +19,16 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cas/digest.h"
+#include "common/grpc_status.h"
+#include "cas/digest_proto.h"
 #include "vault/v1/cas.pb.h"
 
 namespace vault::replication::internal {
 
-inline absl::Status FromGrpc(const grpc::Status& s, absl::string_view what) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(what, ": ", s.error_message()));
-}
-
-inline absl::Status FromItem(const vault::v1::ItemStatus& s) {
-  if (s.code() == 0) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.code()), s.message());
-}
-
-inline void ToProto(const cas::Digest& d, vault::v1::Digest* out) {
-  out->set_sha256(d.sha256());
-  out->set_size(d.size());
-}
-
-inline absl::StatusOr<cas::Digest> FromProto(const vault::v1::Digest& d) {
-  return cas::Digest::FromParts(d.sha256(), d.size());
-}
+using cas::FromProto;
+using cas::ToProto;
+using common::FromGrpc;
+inline absl::Status FromItem(const vault::v1::ItemStatus& s) { return common::FromItemStatus(s); }
 
 inline std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) {
   auto ctx = std::make_unique<grpc::ClientContext>();
