@@ -77,7 +77,7 @@
 #include "absl/time/time.h"
 #include "bench/bench_result.h"
 #include "sandbox/channel.h"
-#include "sandbox/linux_sandbox.h"
+#include "sandbox/posix/linux_sandbox.h"
 #include "sandbox/sandbox.h"
 
 extern char** environ;

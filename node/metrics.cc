@@ -211,6 +211,7 @@ class CountingSandbox : public sandbox::Sandbox {
   CountingSandbox(sandbox::Sandbox* inner, std::function<void(bool, absl::Duration)> count)
       : inner_(inner), count_(std::move(count)) {}
   const char* type() const override { return inner_->type(); }
+  bool can_snapshot() const override { return inner_->can_snapshot(); }
   absl::StatusOr<std::unique_ptr<sandbox::SandboxHandle>> Spawn(
       const sandbox::SandboxSpec& spec) override {
     const absl::Time start = absl::Now();

@@ -249,7 +249,15 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
     deps.log = node->audit_log_.get();
     deps.vault_key = node->key_.get();
     node->counted_sandbox_ = node->metrics_->CountSpawns(node->sandbox_.get());
-    deps.sandbox = node->counted_sandbox_.get();
+    if (node->counted_sandbox_ != nullptr) {
+      node->sandbox_types_.Add(node->counted_sandbox_.get());
+    } else {
+      node->sandbox_types_.AddUnavailable("posix", node->sandbox_state_.disabled_reason);
+    }
+    for (const std::string& line : node->sandbox_types_.Describe()) {
+      spdlog::info("sandbox type {}", line);
+    }
+    deps.sandboxes = &node->sandbox_types_;
     deps.agents_enabled = node->sandbox_state_.agents_enabled;
     deps.disabled_reason = node->sandbox_state_.disabled_reason;
     VAULT_ASSIGN_OR_RETURN(node->agents_,

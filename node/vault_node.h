@@ -39,7 +39,8 @@
 #include "replication/follower.h"
 #include "replication/member_channels.h"
 #include "replication/scrubber.h"
-#include "sandbox/linux_sandbox.h"
+#include "sandbox/posix/linux_sandbox.h"
+#include "sandbox/registry.h"
 #include "storage/database.h"
 #include "vault/v1/config.pb.h"
 
@@ -94,9 +95,12 @@ class VaultNode {
   std::unique_ptr<Auditor> auditor_;
   // Before everything it counts (servers' interceptors, the counted sandbox): it outlives them.
   std::unique_ptr<Metrics> metrics_;
-  // The agents' sandbox (issue 6 runs agents in it); null when even its base fences are missing.
+  // The posix sandbox type; null when even its base fences are missing.
   std::unique_ptr<sandbox::LinuxSandbox> sandbox_;
   std::unique_ptr<sandbox::Sandbox> counted_sandbox_;  // sandbox_, its spawns counted
+  // The sandbox types agents can ask for: counted_sandbox_ as "posix", the others unavailable
+  // with the reason.
+  sandbox::SandboxRegistry sandbox_types_;
   AdminService::SandboxState sandbox_state_;
   std::unique_ptr<migration::GrpcTransport> transport_;  // before agents_: it outlives them
   std::unique_ptr<agent::AgentRuntime> agents_;

@@ -2,9 +2,18 @@
 //
 // A sandbox runs one untrusted program with only what its spec grants: a read-only code
 // directory, a private work directory under a storage quota, limits on memory, CPU, processes,
-// files and wall time, and one inherited socket (fd 3) as its only channel to the host.
-// Today there is one type, "posix" (LinuxSandbox, linux_sandbox.h); container, Scheme and
-// WASM types plug in behind this interface later.
+// files and wall time, and one inherited socket (fd 3) as its only channel to the host. The
+// runtime (agent/) sees only this interface and picks the type by the spec's (sandbox ...) name
+// through SandboxRegistry (registry.h). Each type lives in a folder of its own:
+//   - sandbox/posix/: "posix" (LinuxSandbox): a native program or a script in Linux namespaces,
+//     Landlock, seccomp, cgroups and rlimits;
+//   - an interpreter type (WASM, Scheme) runs its interpreter as the program of a posix sandbox,
+//     so that every posix fence holds around it, and speaks the host-call protocol on fd 3 for
+//     the code it interprets;
+//   - a container type runs an OCI runtime as its process.
+// A type that can capture a running program's whole execution state says so
+// (Sandbox::can_snapshot) and offers SandboxHandle::Snapshot and SandboxSpec::restore; the
+// others (posix) move an agent by the state it hands over and start it again.
 //
 //   ASSIGN_OR_RETURN(auto sandbox, LinuxSandbox::Create(options));
 //   SandboxSpec spec;
@@ -78,6 +87,10 @@ struct SandboxSpec {
   // watches every sandbox: it must return quickly (queue work elsewhere) and must not destroy
   // the handle. Optional.
   std::function<void(const ExitInfo&)> on_exit;
+  // An execution state made by SandboxHandle::Snapshot of a sandbox of the same type, to resume
+  // from instead of starting the program afresh. Empty: a fresh start. A type that cannot
+  // restore refuses a non-empty one (FAILED_PRECONDITION).
+  std::string restore;
 };
 
 // Which limit ended the sandbox, when one did.
@@ -154,13 +167,20 @@ class SandboxHandle {
     uint64_t skipped = 0;  // symlinks and special files
   };
   virtual absl::StatusOr<CopyStats> CopyWorkDirTo(const std::string& host_dir) = 0;
+  // The program's whole execution state, to restore elsewhere (SandboxSpec::restore), taken
+  // while it is paused. UNIMPLEMENTED for a type that cannot (Sandbox::can_snapshot is false).
+  virtual absl::StatusOr<std::string> Snapshot() {
+    return absl::UnimplementedError("this sandbox type cannot capture a program's state");
+  }
 };
 
 class Sandbox {
  public:
   virtual ~Sandbox() = default;
-  // The sandbox type: "posix", later "container", "scheme", "wasm".
+  // The sandbox type: "posix", later "container", "scheme", "wasm" (registry.h).
   virtual const char* type() const = 0;
+  // Whether its handles can Snapshot a running program and its specs restore one.
+  virtual bool can_snapshot() const { return false; }
   // Starts the program. Returns once the program has been executed inside every fence (or
   // with a status saying which setup step failed: InvalidArgument for a bad spec, NotFound
   // for a missing program or directory, Internal/FailedPrecondition for a kernel refusal).

@@ -1,4 +1,4 @@
-#include "sandbox/cgroup.h"
+#include "sandbox/posix/cgroup.h"
 
 #include <dirent.h>
 #include <errno.h>

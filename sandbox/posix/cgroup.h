@@ -17,8 +17,8 @@
 //
 // Thread safety: CgroupManager is immutable after Detect and may be shared. A Cgroup may be
 // used from several threads; its operations are single file writes/reads.
-#ifndef VAULT_SANDBOX_CGROUP_H_
-#define VAULT_SANDBOX_CGROUP_H_
+#ifndef VAULT_SANDBOX_POSIX_CGROUP_H_
+#define VAULT_SANDBOX_POSIX_CGROUP_H_
 
 #include <sys/types.h>
 
@@ -123,4 +123,4 @@ class CgroupManager {
 
 }  // namespace vault::sandbox
 
-#endif  // VAULT_SANDBOX_CGROUP_H_
+#endif  // VAULT_SANDBOX_POSIX_CGROUP_H_

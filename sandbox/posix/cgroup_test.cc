@@ -1,4 +1,4 @@
-#include "sandbox/cgroup.h"
+#include "sandbox/posix/cgroup.h"
 
 #include <errno.h>
 #include <fcntl.h>

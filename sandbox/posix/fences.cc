@@ -1,4 +1,4 @@
-#include "sandbox/fences.h"
+#include "sandbox/posix/fences.h"
 
 #include <vector>
 

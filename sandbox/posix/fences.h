@@ -4,8 +4,8 @@
 // a fence its policy requires is missing (CheckPolicy).
 //
 // Thread safety: plain values.
-#ifndef VAULT_SANDBOX_FENCES_H_
-#define VAULT_SANDBOX_FENCES_H_
+#ifndef VAULT_SANDBOX_POSIX_FENCES_H_
+#define VAULT_SANDBOX_POSIX_FENCES_H_
 
 #include <string>
 
@@ -46,4 +46,4 @@ absl::Status CheckPolicy(const FenceReport& report, const FencePolicy& policy);
 
 }  // namespace vault::sandbox
 
-#endif  // VAULT_SANDBOX_FENCES_H_
+#endif  // VAULT_SANDBOX_POSIX_FENCES_H_

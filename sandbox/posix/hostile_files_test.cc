@@ -23,7 +23,7 @@
 #include "absl/time/time.h"
 #include "common/testing/temp_dir.h"
 #include "sandbox/channel.h"
-#include "sandbox/hostile_fixture.h"
+#include "sandbox/posix/hostile_fixture.h"
 #include "sandbox/sandbox.h"
 
 namespace vault::sandbox::hostile {

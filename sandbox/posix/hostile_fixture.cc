@@ -1,4 +1,4 @@
-#include "sandbox/hostile_fixture.h"
+#include "sandbox/posix/hostile_fixture.h"
 
 #include <fcntl.h>
 #include <gmock/gmock.h>
@@ -34,7 +34,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "sandbox/linux_sandbox.h"
+#include "sandbox/posix/linux_sandbox.h"
 #include "sandbox/sandbox.h"
 
 extern char** environ;

@@ -1,6 +1,6 @@
 // Shared fixture of hostile_test (hostile_files_test.cc, hostile_network_test.cc,
 // hostile_kernel_test.cc, hostile_resources_test.cc, one binary): runs the hostile corpus
-// (sandbox/testdata, one attack per program) inside LinuxSandbox and checks that every attack is
+// (sandbox/posix/testdata, one attack per program) inside LinuxSandbox and checks that every attack is
 // contained: the exact lines each program printed (one per attempt, with the errno name), how it
 // ended (ExitInfo), and that the host was not touched (its processes alive, its files unchanged,
 // no process of the sandbox left over, no descriptor received).
@@ -21,8 +21,8 @@
 // Thread safety: each test runs on one thread (one test starts a second one); one LinuxSandbox
 // is shared by the suite, created and destroyed by gtest around it. Program, Outcome and
 // HostSleep are for one thread at a time.
-#ifndef VAULT_SANDBOX_HOSTILE_FIXTURE_H_
-#define VAULT_SANDBOX_HOSTILE_FIXTURE_H_
+#ifndef VAULT_SANDBOX_POSIX_HOSTILE_FIXTURE_H_
+#define VAULT_SANDBOX_POSIX_HOSTILE_FIXTURE_H_
 
 #include <gtest/gtest.h>
 #include <sys/types.h>
@@ -185,4 +185,4 @@ class Hostile : public ::testing::Test {
 
 }  // namespace vault::sandbox::hostile
 
-#endif  // VAULT_SANDBOX_HOSTILE_FIXTURE_H_
+#endif  // VAULT_SANDBOX_POSIX_HOSTILE_FIXTURE_H_

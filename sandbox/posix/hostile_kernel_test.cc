@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "sandbox/hostile_fixture.h"
+#include "sandbox/posix/hostile_fixture.h"
 #include "sandbox/sandbox.h"
 
 namespace vault::sandbox::hostile {

@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/testing/temp_dir.h"
-#include "sandbox/hostile_fixture.h"
+#include "sandbox/posix/hostile_fixture.h"
 
 namespace vault::sandbox::hostile {
 namespace {

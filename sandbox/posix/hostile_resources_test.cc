@@ -27,8 +27,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "sandbox/hostile_fixture.h"
-#include "sandbox/linux_sandbox.h"
+#include "sandbox/posix/hostile_fixture.h"
+#include "sandbox/posix/linux_sandbox.h"
 #include "sandbox/sandbox.h"
 
 namespace vault::sandbox::hostile {

@@ -28,7 +28,7 @@
 namespace {
 
 constexpr int kStatusFd = 4;
-constexpr int kOomFd = 7;  // kInsideOomFd (sandbox/internal/child.h)
+constexpr int kOomFd = 7;  // kInsideOomFd (sandbox/posix/internal/child.h)
 constexpr long kEintr = 4;
 constexpr long kEio = 5;
 constexpr long kEchild = 10;

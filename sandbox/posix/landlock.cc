@@ -1,4 +1,4 @@
-#include "sandbox/landlock.h"
+#include "sandbox/posix/landlock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <utility>
 
-#include "sandbox/internal/raw_syscall.h"
+#include "sandbox/posix/internal/raw_syscall.h"
 
 namespace vault::sandbox::landlock {
 namespace {

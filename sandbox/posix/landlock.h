@@ -7,8 +7,8 @@
 // defined here.
 //
 // Thread safety: PlanLandlock is pure; ApplyLandlock is async-signal-safe.
-#ifndef VAULT_SANDBOX_LANDLOCK_H_
-#define VAULT_SANDBOX_LANDLOCK_H_
+#ifndef VAULT_SANDBOX_POSIX_LANDLOCK_H_
+#define VAULT_SANDBOX_POSIX_LANDLOCK_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -77,4 +77,4 @@ int Apply(const Plan& plan, int* failed_rule) noexcept;
 
 }  // namespace vault::sandbox::landlock
 
-#endif  // VAULT_SANDBOX_LANDLOCK_H_
+#endif  // VAULT_SANDBOX_POSIX_LANDLOCK_H_

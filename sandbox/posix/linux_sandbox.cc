@@ -1,4 +1,4 @@
-#include "sandbox/linux_sandbox.h"
+#include "sandbox/posix/linux_sandbox.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -44,12 +44,12 @@
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "common/unique_fd.h"
-#include "sandbox/cgroup.h"
-#include "sandbox/internal/child.h"
-#include "sandbox/internal/plan.h"
-#include "sandbox/internal/work_dir.h"
-#include "sandbox/landlock.h"
-#include "sandbox/seccomp.h"
+#include "sandbox/posix/cgroup.h"
+#include "sandbox/posix/internal/child.h"
+#include "sandbox/posix/internal/plan.h"
+#include "sandbox/posix/internal/work_dir.h"
+#include "sandbox/posix/landlock.h"
+#include "sandbox/posix/seccomp.h"
 #include "spdlog/spdlog.h"
 
 namespace vault::sandbox {
@@ -1186,6 +1186,11 @@ absl::StatusOr<std::unique_ptr<LinuxSandbox>> LinuxSandbox::Create(
 }
 
 absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Spawn(const SandboxSpec& spec) {
+  if (!spec.restore.empty()) {
+    return absl::FailedPreconditionError(
+        "the posix sandbox cannot restore a program's execution state: it starts the program "
+        "afresh, with the state the agent handed over");
+  }
   return impl_->Spawn(spec);
 }
 

@@ -19,8 +19,8 @@
 // Thread safety: as Sandbox (sandbox.h). Create probes the kernel once; Spawn may be called
 // from any thread. Handles may outlive the LinuxSandbox: they keep its supervisor running,
 // and the supervisor stops (killing what is left) once the last of them is destroyed.
-#ifndef VAULT_SANDBOX_LINUX_SANDBOX_H_
-#define VAULT_SANDBOX_LINUX_SANDBOX_H_
+#ifndef VAULT_SANDBOX_POSIX_LINUX_SANDBOX_H_
+#define VAULT_SANDBOX_POSIX_LINUX_SANDBOX_H_
 
 #include <sys/types.h>
 
@@ -28,7 +28,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "sandbox/fences.h"
+#include "sandbox/posix/fences.h"
 #include "sandbox/sandbox.h"
 
 namespace vault::sandbox {
@@ -70,4 +70,4 @@ class LinuxSandbox : public Sandbox {
 
 }  // namespace vault::sandbox
 
-#endif  // VAULT_SANDBOX_LINUX_SANDBOX_H_
+#endif  // VAULT_SANDBOX_POSIX_LINUX_SANDBOX_H_

@@ -1,6 +1,6 @@
 // Lifecycle tests of the posix sandbox: real namespaces, cgroups, seccomp and Landlock, with
 // ordinary programs (sh, python3, coreutils) inside. The attacks are in hostile_*_test.cc.
-#include "sandbox/linux_sandbox.h"
+#include "sandbox/posix/linux_sandbox.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -25,9 +25,9 @@
 #include "absl/time/clock.h"
 #include "common/testing/temp_dir.h"
 #include "sandbox/channel.h"
-#include "sandbox/internal/child.h"
-#include "sandbox/landlock.h"
-#include "sandbox/seccomp.h"
+#include "sandbox/posix/internal/child.h"
+#include "sandbox/posix/landlock.h"
+#include "sandbox/posix/seccomp.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -122,6 +122,24 @@ TEST(LinuxSandbox, FencesAreReported) {
   EXPECT_THAT(fences.Describe(), HasSubstr("seccomp filter: active"));
   EXPECT_THAT(fences.Describe(),
               HasSubstr("namespaces (user, mount, pid, net, ipc, uts, cgroup): active"));
+}
+
+// The posix type starts programs afresh: it has no execution state to take or to restore, and
+// says so rather than start the program as if it had restored one.
+TEST(LinuxSandbox, CannotSnapshotAndRefusesAStateToRestore) {
+  REQUIRE_SANDBOX();
+  EXPECT_STREQ(Shared()->type(), "posix");
+  EXPECT_FALSE(Shared()->can_snapshot());
+  SandboxSpec spec = Shell("exit 0");
+  spec.restore = "a snapshot of another type";
+  absl::StatusOr<std::unique_ptr<SandboxHandle>> refused = Shared()->Spawn(spec);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("cannot restore"));
+  spec.restore.clear();
+  absl::StatusOr<std::unique_ptr<SandboxHandle>> handle = Shared()->Spawn(spec);
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  EXPECT_EQ((*handle)->Snapshot().status().code(), absl::StatusCode::kUnimplemented);
+  ASSERT_TRUE((*handle)->Wait(absl::Seconds(60)).ok());
 }
 
 TEST(LinuxSandbox, ReportsTheExitCode) {

@@ -1,4 +1,4 @@
-#include "sandbox/seccomp.h"
+#include "sandbox/posix/seccomp.h"
 
 #include <errno.h>
 #include <linux/kd.h>
@@ -26,7 +26,7 @@
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "common/unique_fd.h"
-#include "sandbox/internal/raw_syscall.h"
+#include "sandbox/posix/internal/raw_syscall.h"
 
 namespace vault::sandbox {
 namespace {

@@ -15,8 +15,8 @@
 //
 // Thread safety: BuildSeccompPrograms is thread-safe; InstallSeccompPrograms is async-signal-
 // safe (raw system calls, no allocation) and meant for a freshly cloned child.
-#ifndef VAULT_SANDBOX_SECCOMP_H_
-#define VAULT_SANDBOX_SECCOMP_H_
+#ifndef VAULT_SANDBOX_POSIX_SECCOMP_H_
+#define VAULT_SANDBOX_POSIX_SECCOMP_H_
 
 #include <linux/filter.h>
 
@@ -39,4 +39,4 @@ int InstallSeccompPrograms(const SeccompPrograms& programs) noexcept;
 
 }  // namespace vault::sandbox
 
-#endif  // VAULT_SANDBOX_SECCOMP_H_
+#endif  // VAULT_SANDBOX_POSIX_SECCOMP_H_

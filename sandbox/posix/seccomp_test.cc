@@ -1,4 +1,4 @@
-#include "sandbox/seccomp.h"
+#include "sandbox/posix/seccomp.h"
 
 #include <errno.h>
 #include <fcntl.h>

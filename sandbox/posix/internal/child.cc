@@ -1,4 +1,4 @@
-#include "sandbox/internal/child.h"
+#include "sandbox/posix/internal/child.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,7 +18,7 @@
 
 #include <cstring>
 
-#include "sandbox/internal/raw_syscall.h"
+#include "sandbox/posix/internal/raw_syscall.h"
 
 namespace vault::sandbox::internal {
 

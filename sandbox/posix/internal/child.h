@@ -15,8 +15,8 @@
 // async-signal-safe: raw system calls on data prepared by the parent, no allocation, no locks,
 // no logging. The host keeps its ChildArgs alive and unchanged until setup has ended (it reads
 // the ops and Landlock rules back to describe a failure). StepName is pure.
-#ifndef VAULT_SANDBOX_INTERNAL_CHILD_H_
-#define VAULT_SANDBOX_INTERNAL_CHILD_H_
+#ifndef VAULT_SANDBOX_POSIX_INTERNAL_CHILD_H_
+#define VAULT_SANDBOX_POSIX_INTERNAL_CHILD_H_
 
 #include <sys/resource.h>
 #include <sys/types.h>
@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "sandbox/landlock.h"
-#include "sandbox/seccomp.h"
+#include "sandbox/posix/landlock.h"
+#include "sandbox/posix/seccomp.h"
 
 namespace vault::sandbox::internal {
 
@@ -135,4 +135,4 @@ int ChildMain(void* raw);
 
 }  // namespace vault::sandbox::internal
 
-#endif  // VAULT_SANDBOX_INTERNAL_CHILD_H_
+#endif  // VAULT_SANDBOX_POSIX_INTERNAL_CHILD_H_

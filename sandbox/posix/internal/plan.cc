@@ -1,4 +1,4 @@
-#include "sandbox/internal/plan.h"
+#include "sandbox/posix/internal/plan.h"
 
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -15,7 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
-#include "sandbox/landlock.h"
+#include "sandbox/posix/landlock.h"
 
 namespace vault::sandbox::internal {
 namespace {

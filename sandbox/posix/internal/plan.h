@@ -16,18 +16,18 @@
 //
 // Thread safety: every function here is thread-safe. SystemMountOps and BuildChildArgs read the
 // host's filesystem (lstat, readlink, realpath) and write nothing.
-#ifndef VAULT_SANDBOX_INTERNAL_PLAN_H_
-#define VAULT_SANDBOX_INTERNAL_PLAN_H_
+#ifndef VAULT_SANDBOX_POSIX_INTERNAL_PLAN_H_
+#define VAULT_SANDBOX_POSIX_INTERNAL_PLAN_H_
 
 #include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "sandbox/fences.h"
-#include "sandbox/internal/child.h"
+#include "sandbox/posix/fences.h"
+#include "sandbox/posix/internal/child.h"
 #include "sandbox/sandbox.h"
-#include "sandbox/seccomp.h"
+#include "sandbox/posix/seccomp.h"
 
 namespace vault::sandbox::internal {
 
@@ -59,4 +59,4 @@ absl::StatusOr<std::unique_ptr<ChildArgs>> BuildChildArgs(const SandboxSpec& spe
 
 }  // namespace vault::sandbox::internal
 
-#endif  // VAULT_SANDBOX_INTERNAL_PLAN_H_
+#endif  // VAULT_SANDBOX_POSIX_INTERNAL_PLAN_H_

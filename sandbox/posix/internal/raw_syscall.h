@@ -13,8 +13,8 @@
 //   if (RawFailed(fd)) return RawErrno(fd);  // the positive errno value
 //
 // Thread safety: async-signal-safe; no state.
-#ifndef VAULT_SANDBOX_INTERNAL_RAW_SYSCALL_H_
-#define VAULT_SANDBOX_INTERNAL_RAW_SYSCALL_H_
+#ifndef VAULT_SANDBOX_POSIX_INTERNAL_RAW_SYSCALL_H_
+#define VAULT_SANDBOX_POSIX_INTERNAL_RAW_SYSCALL_H_
 
 #include <type_traits>
 
@@ -77,4 +77,4 @@ inline long RawSys(long nr, Args... args) noexcept {
 
 }  // namespace vault::sandbox::internal
 
-#endif  // VAULT_SANDBOX_INTERNAL_RAW_SYSCALL_H_
+#endif  // VAULT_SANDBOX_POSIX_INTERNAL_RAW_SYSCALL_H_

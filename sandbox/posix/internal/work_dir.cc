@@ -1,4 +1,4 @@
-#include "sandbox/internal/work_dir.h"
+#include "sandbox/posix/internal/work_dir.h"
 
 #include <dirent.h>
 #include <errno.h>

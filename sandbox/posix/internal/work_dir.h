@@ -13,8 +13,8 @@
 //
 // Thread safety: thread-safe; `work_fd` is only read through and must stay open during the
 // call. CopyWorkDir should run once the sandbox has ended, so that nothing changes under it.
-#ifndef VAULT_SANDBOX_INTERNAL_WORK_DIR_H_
-#define VAULT_SANDBOX_INTERNAL_WORK_DIR_H_
+#ifndef VAULT_SANDBOX_POSIX_INTERNAL_WORK_DIR_H_
+#define VAULT_SANDBOX_POSIX_INTERNAL_WORK_DIR_H_
 
 #include <cstddef>
 #include <string>
@@ -38,4 +38,4 @@ absl::Status CopyWorkDir(int work_fd, const std::string& host_dir, uint64_t max_
 
 }  // namespace vault::sandbox::internal
 
-#endif  // VAULT_SANDBOX_INTERNAL_WORK_DIR_H_
+#endif  // VAULT_SANDBOX_POSIX_INTERNAL_WORK_DIR_H_
