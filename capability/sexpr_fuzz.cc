@@ -2,10 +2,8 @@
 // parses to a spec whose canonical S-expression parses back to the same message (and prints
 // the same again); the spec's protobuf JSON and text format parse back to it too.
 //
-//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -I. -I<build>/proto \
-//     capability/sexpr_fuzz.cc capability/text_form.cc capability/grant.cc \
-//     <build>/proto/libvault_proto.a -lprotobuf $(pkg-config --libs absl_statusor absl_strings)
-//   ./a.out -max_len=4096 -timeout=5 corpus/
+//   cmake -B build-fuzz -DVAULT_BUILD_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ && ninja -C build-fuzz sexpr_fuzz
+//   build-fuzz/capability/sexpr_fuzz -max_len=4096 -timeout=5 corpus/
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>

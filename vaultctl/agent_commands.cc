@@ -10,8 +10,6 @@
 // Admin.Status reports). pause, resume and terminate sign a ControlPayload with --as's key over
 // kControlDomain || payload. Also here: the argument parsers and printers commands.h shares with
 // policy_commands.cc.
-#include <openssl/err.h>
-#include <openssl/rand.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -32,9 +30,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/random.h"
 #include "capability/chain.h"
 #include "capability/grant.h"
 #include "capability/principal.h"
+#include "capability/signing_domains.h"
 #include "capability/text_form.h"
 #include "common/file_util.h"
 #include "common/proto_util.h"
@@ -47,11 +47,9 @@
 
 namespace vault::vaultctl {
 
-// Control requests are signed as Ed25519(key, kControlDomain || payload): the 22 characters
-// "vault.agent.control.v1" and a NUL, 23 bytes (sizeof a string literal counts its NUL).
-inline constexpr absl::string_view kControlDomain("vault.agent.control.v1",
-                                                  sizeof("vault.agent.control.v1"));
-static_assert(sizeof("vault.agent.control.v1") == 23);
+// Control requests are signed as Ed25519(key, kControlDomain || payload)
+// (capability/signing_domains.h).
+using capability::kControlDomain;
 
 namespace {
 
@@ -99,14 +97,6 @@ int ReportInputError(const absl::Status& status, bool json) {
   return ReportConnectError(status, json);
 }
 
-absl::StatusOr<std::string> RandomBytes(size_t n) {
-  std::string out(n, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(n)) != 1) {
-    ERR_clear_error();
-    return absl::InternalError("RAND_bytes failed: the system has no randomness to give");
-  }
-  return out;
-}
 
 std::string TimeText(int64_t unix_ms) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixMillis(unix_ms),
@@ -341,7 +331,7 @@ int SpawnCommand(const GlobalOptions& g, const AgentFlags& f) {
       VAULT_ASSIGN_OR_RETURN(cas::Digest code, UploadFile(*conn, code_path));
       node::ToProto(code, spec.mutable_code_digest());  // replaces code_file (a oneof)
     }
-    VAULT_ASSIGN_OR_RETURN(std::string id_bytes, RandomBytes(8));
+    VAULT_ASSIGN_OR_RETURN(std::string id_bytes, common::RandomBytes(8));
     const absl::Time now = absl::Now();
     LinkPayload p;
     p.set_version(capability::kLinkVersion);
@@ -610,7 +600,7 @@ int ControlCommand(const GlobalOptions& g, const AgentFlags& f, ControlPayload::
     p.set_signer(key->public_key().raw());
     p.set_vault(vault_key.raw());
     p.set_issued_unix_ms(absl::ToUnixMillis(absl::Now()));
-    VAULT_ASSIGN_OR_RETURN(*p.mutable_nonce(), RandomBytes(16));
+    VAULT_ASSIGN_OR_RETURN(*p.mutable_nonce(), common::RandomBytes(16));
     vault::v1::ControlRequest req;
     req.set_payload(common::SerializeDeterministic(p));
     VAULT_ASSIGN_OR_RETURN(*req.mutable_signature(),

@@ -27,6 +27,7 @@
 #include "vaultctl/client.h"
 #include "vaultctl/commands.h"
 #include "vaultctl/output.h"
+#include "vaultctl/shorthand.h"
 
 namespace vault::vaultctl {
 namespace {
@@ -136,12 +137,12 @@ absl::StatusOr<vault::v1::Digest> DigestArg(const std::string& text) {
 absl::Status FillAuthority(const CapFlags& f, LinkPayload* p) {
   for (const std::string& g : f.grants) {
     VAULT_ASSIGN_OR_RETURN(std::vector<vault::v1::Grant> parsed,
-                           capability::ParseGrants(g, "--grant"));
+                           ParseGrantsFlag(g, "--grant"));
     for (vault::v1::Grant& x : parsed) *p->add_grants() = std::move(x);
   }
   if (!f.constraints.empty()) {
     VAULT_ASSIGN_OR_RETURN(*p->mutable_constraints(),
-                           capability::ParseConstraints(f.constraints, "--constraints"));
+                           ParseConstraintsFlag(f.constraints, "--constraints"));
   }
   return capability::ValidateGrants(p->grants());
 }

@@ -21,6 +21,7 @@
 #include "vault/v1/agent.pb.h"
 #include "vaultctl/commands.h"
 #include "vaultctl/output.h"
+#include "vaultctl/shorthand.h"
 
 namespace vault::vaultctl {
 namespace {
@@ -58,7 +59,7 @@ absl::Status FillCeiling(const std::vector<std::string>& ceiling, TrustEntry* en
           "--ceiling: the preset ", c, " is a whole ceiling: give it alone, or give grants"));
     }
     VAULT_ASSIGN_OR_RETURN(std::vector<vault::v1::Grant> grants,
-                           capability::ParseGrants(c, "--ceiling"));
+                           ParseGrantsFlag(c, "--ceiling"));
     for (vault::v1::Grant& gr : grants) *entry->add_ceiling() = std::move(gr);
   }
   return capability::ValidateGrants(entry->ceiling());
@@ -125,7 +126,7 @@ int TrustCommand(const GlobalOptions& g, const PolicyFlags& f) {
     VAULT_RETURN_IF_ERROR(FillCeiling(f.ceiling, &entry));
     if (!f.constraints.empty()) {
       VAULT_ASSIGN_OR_RETURN(*entry.mutable_ceiling_constraints(),
-                             capability::ParseConstraints(f.constraints, "--constraints"));
+                             ParseConstraintsFlag(f.constraints, "--constraints"));
     }
     entry.set_admin(f.admin);
     entry.mutable_quota()->set_max_agents(f.max_agents);

@@ -1,0 +1,449 @@
+// The S-expression mapper: Sexp -> AgentSpec, grants and constraints, with the RFC's forms and
+// the checks every format shares.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/str_join.h"
+#include "capability/grant.h"
+#include "capability/internal/sexpr.h"
+#include "common/status_macros.h"
+#include "google/protobuf/descriptor.h"
+
+namespace vault::capability::internal {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Reflection;
+using text::ConstraintName;
+using text::ConstraintNameList;
+using text::DropDirectorySlash;
+using text::FindConstraintName;
+using text::kDigestSyntax;
+using text::kHashSyntax;
+using text::ParseDigest;
+using text::ParseHash;
+using vault::v1::AgentSpec;
+using vault::v1::Constraints;
+using vault::v1::Grant;
+using text::CheckGrant;
+using text::DescribeByte;
+using text::ErrorAt;
+using text::IsIntegerLiteral;
+using text::IsSymbolChar;
+using text::IsValidUtf8;
+using text::kMaxDepth;
+using text::Pos;
+using text::PosAt;
+using text::Quoted;
+
+// From S-expressions to messages.
+class SexpMapper {
+ public:
+  explicit SexpMapper(absl::string_view source) : source_(source) {}
+
+  absl::Status Error(const Sexp& at, absl::string_view what) const {
+    return ErrorAt(source_, at.pos, what);
+  }
+
+  absl::StatusOr<AgentSpec> Agent(const Sexp& doc) const {
+    if (doc.head() != "agent") {
+      return Error(doc, absl::StrCat("expected (agent ...), found ", Describe(doc)));
+    }
+    AgentSpec spec;
+    std::map<std::string, const Sexp*> seen;  // singleton slot → the form that filled it
+    for (size_t i = 1; i < doc.items.size(); ++i) {
+      const Sexp& form = doc.items[i];
+      VAULT_RETURN_IF_ERROR(CheckForm(form, "agent"));
+      absl::string_view head = form.head();
+      std::string slot(head == "code-file" ? "code" : head);
+      static constexpr absl::string_view kForms[] = {
+          "purpose", "instructions", "code", "code-file", "capabilities", "constraints", "sandbox"};
+      if (std::find(std::begin(kForms), std::end(kForms), head) == std::end(kForms)) {
+        return Error(form, absl::StrCat("unknown form (", head, " ...) in (agent ...)"));
+      }
+      auto [it, inserted] = seen.emplace(slot, &form);
+      if (!inserted) return Repeated(form, *it->second);
+
+      if (head == "purpose") {
+        VAULT_ASSIGN_OR_RETURN(*spec.mutable_purpose(), OneString(form));
+      } else if (head == "instructions") {
+        VAULT_ASSIGN_OR_RETURN(*spec.mutable_instructions(), OneString(form));
+      } else if (head == "code") {
+        VAULT_ASSIGN_OR_RETURN(std::string text, OneString(form));
+        std::optional<vault::v1::Digest> digest = ParseDigest(text);
+        if (!digest) {
+          return Error(form.items[1],
+                       absl::StrCat("bad digest ", Quoted(text), ": ", kDigestSyntax));
+        }
+        *spec.mutable_code_digest() = *std::move(digest);
+      } else if (head == "code-file") {
+        VAULT_ASSIGN_OR_RETURN(std::string file, OneString(form));
+        if (file.empty()) return Error(form.items[1], "(code-file ...) is empty");
+        spec.set_code_file(std::move(file));
+      } else if (head == "capabilities") {
+        for (size_t g = 1; g < form.items.size(); ++g) {
+          VAULT_RETURN_IF_ERROR(CheckForm(form.items[g], "capabilities"));
+          VAULT_ASSIGN_OR_RETURN(*spec.add_grants(), GrantForm(form.items[g]));
+        }
+        absl::Status all = ValidateGrants(spec.grants());  // the list's own limits
+        if (!all.ok()) return Error(form, all.message());
+      } else if (head == "constraints") {
+        VAULT_RETURN_IF_ERROR(ConstraintsForm(form, spec.mutable_constraints()));
+      } else {  // sandbox
+        VAULT_ASSIGN_OR_RETURN(*spec.mutable_sandbox(), OneName(form));
+      }
+    }
+    return spec;
+  }
+
+  absl::StatusOr<std::vector<Grant>> Grants(const Sexp& doc) const {
+    std::vector<Grant> grants;
+    if (doc.head() == "capabilities") {
+      for (size_t i = 1; i < doc.items.size(); ++i) {
+        VAULT_RETURN_IF_ERROR(CheckForm(doc.items[i], "capabilities"));
+        VAULT_ASSIGN_OR_RETURN(Grant grant, GrantForm(doc.items[i]));
+        grants.push_back(std::move(grant));
+      }
+      absl::Status all = ValidateGrants(capability::Grants(grants.begin(), grants.end()));
+      if (!all.ok()) return Error(doc, all.message());
+      return grants;
+    }
+    if (IsGrantKind(doc.head())) {
+      VAULT_ASSIGN_OR_RETURN(Grant grant, GrantForm(doc));
+      grants.push_back(std::move(grant));
+      return grants;
+    }
+    return Error(doc, absl::StrCat("expected (capabilities ...) or a grant such as "
+                                   "(read (path \"/a\")), found ",
+                                   Describe(doc)));
+  }
+
+  absl::Status ConstraintsDocument(const Sexp& doc, Constraints* out) const {
+    if (doc.head() != "constraints" && FindConstraintName(doc.head()) != nullptr) {
+      // A single limit, as vaultctl --constraints '(max-migrations 3)' gives it.
+      Sexp wrapped;
+      wrapped.pos = doc.pos;
+      wrapped.items.push_back(doc.items[0]);
+      wrapped.items[0].text = "constraints";
+      wrapped.items.push_back(doc);
+      return ConstraintsForm(wrapped, out);
+    }
+    if (doc.head() != "constraints") {
+      return Error(doc, absl::StrCat("expected (constraints ...), found ", Describe(doc)));
+    }
+    return ConstraintsForm(doc, out);
+  }
+
+  // Sets one limit from `value` (a number or arithmetic), checking its range and the unit
+  // conversion.
+  absl::Status SetConstraint(const ConstraintName& name, const Sexp& value,
+                             Constraints* out) const {
+    const FieldDescriptor* field =
+        Constraints::descriptor()->FindFieldByName(std::string(name.field));
+    const Reflection* reflection = out->GetReflection();
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_UINT64: {
+        VAULT_ASSIGN_OR_RETURN(uint64_t v, Eval<uint64_t>(value));
+        uint64_t scaled;
+        if (__builtin_mul_overflow(v, static_cast<uint64_t>(name.scale), &scaled)) {
+          return Error(value,
+                       absl::StrCat(name.name, " of ", v, " seconds overflows in milliseconds"));
+        }
+        reflection->SetUInt64(out, field, scaled);
+        return absl::OkStatus();
+      }
+      case FieldDescriptor::CPPTYPE_UINT32: {
+        VAULT_ASSIGN_OR_RETURN(uint64_t v, Eval<uint64_t>(value));
+        if (v > std::numeric_limits<uint32_t>::max()) {
+          return Error(value, absl::StrCat(name.name, " ", v, " is out of range (at most ",
+                                           std::numeric_limits<uint32_t>::max(), ")"));
+        }
+        reflection->SetUInt32(out, field, static_cast<uint32_t>(v));
+        return absl::OkStatus();
+      }
+      case FieldDescriptor::CPPTYPE_INT64: {
+        VAULT_ASSIGN_OR_RETURN(int64_t v, Eval<int64_t>(value));
+        int64_t scaled;
+        if (__builtin_mul_overflow(v, static_cast<int64_t>(name.scale), &scaled)) {
+          return Error(value,
+                       absl::StrCat(name.name, " of ", v, " seconds overflows in milliseconds"));
+        }
+        reflection->SetInt64(out, field, scaled);
+        return absl::OkStatus();
+      }
+      default:
+        return Error(value, absl::StrCat("internal: unexpected type of ", name.field));
+    }
+  }
+
+  // A decimal literal, or (+ a b ...), (- a b), (* a b ...) on them; unsigned T refuses negative
+  // values at every step.
+  template <typename T>
+  absl::StatusOr<T> Eval(const Sexp& e) const {
+    if (e.type == Sexp::Type::kInteger) return Literal<T>(e);
+    absl::string_view op = e.head();
+    if (op.empty()) return Error(e, absl::StrCat("expected a number, found ", Describe(e)));
+    if (op != "+" && op != "-" && op != "*") {
+      return Error(e, absl::StrCat("unknown operator (", op,
+                                   " ...); numbers combine with (+ ...), (- ...) and (* ...)"));
+    }
+    if (op == "-" ? e.arg_count() != 2 : e.arg_count() < 2) {
+      return Error(e, op == "-" ? std::string("(- ...) takes two numbers")
+                                : absl::StrCat("(", op, " ...) takes two or more numbers"));
+    }
+    VAULT_ASSIGN_OR_RETURN(T acc, Eval<T>(e.items[1]));
+    for (size_t i = 2; i < e.items.size(); ++i) {
+      VAULT_ASSIGN_OR_RETURN(T v, Eval<T>(e.items[i]));
+      bool overflow = op == "+"   ? __builtin_add_overflow(acc, v, &acc)
+                      : op == "-" ? __builtin_sub_overflow(acc, v, &acc)
+                                  : __builtin_mul_overflow(acc, v, &acc);
+      if (overflow) {
+        if (std::is_unsigned_v<T> && op == "-") return Error(e, "(- ...) is negative");
+        return Error(e, absl::StrCat("(", op, " ...) overflows"));
+      }
+    }
+    return acc;
+  }
+
+ private:
+  static bool IsGrantKind(absl::string_view head) {
+    static constexpr absl::string_view kKinds[] = {
+        "read", "write", "cas-read", "cas-write", "spawn", "network", "send", "receive", "migrate"};
+    return std::find(std::begin(kKinds), std::end(kKinds), head) != std::end(kKinds);
+  }
+
+  // `x` is a form "(name ...)" inside (`where` ...).
+  absl::Status CheckForm(const Sexp& x, absl::string_view where) const {
+    if (!x.head().empty()) return absl::OkStatus();
+    if (!x.is_list()) {
+      return Error(
+          x, absl::StrCat("expected a form (name ...) in (", where, " ...), found ", Describe(x)));
+    }
+    if (x.items.empty()) return Error(x, absl::StrCat("empty form () in (", where, " ...)"));
+    return Error(x, absl::StrCat("a form starts with a name; found ", Describe(x.items[0])));
+  }
+
+  absl::Status Repeated(const Sexp& form, const Sexp& first) const {
+    if (form.head() == first.head()) {
+      return Error(form, absl::StrCat("repeated (", form.head(), " ...); the first is at ",
+                                      PosText(first.pos)));
+    }
+    return Error(form, absl::StrCat("(", form.head(), " ...) conflicts with (", first.head(),
+                                    " ...) at ", PosText(first.pos)));
+  }
+
+  absl::StatusOr<std::string> OneString(const Sexp& form) const {
+    if (form.arg_count() != 1 || form.items[1].type != Sexp::Type::kString) {
+      return Error(form, absl::StrCat("(", form.head(), " ...) takes one quoted string"));
+    }
+    return form.items[1].text;
+  }
+
+  absl::StatusOr<std::string> Name(const Sexp& x, absl::string_view form) const {
+    if (x.type != Sexp::Type::kString && x.type != Sexp::Type::kSymbol) {
+      return Error(x, absl::StrCat("(", form, " ...) takes names (strings or symbols), found ",
+                                   Describe(x)));
+    }
+    return x.text;
+  }
+
+  absl::StatusOr<std::string> OneName(const Sexp& form) const {
+    if (form.arg_count() != 1) {
+      return Error(form, absl::StrCat("(", form.head(), " ...) takes one name"));
+    }
+    return Name(form.items[1], form.head());
+  }
+
+  template <typename T>
+  absl::StatusOr<T> Literal(const Sexp& e) const {
+    absl::string_view digits = e.text;
+    bool negative = absl::ConsumePrefix(&digits, "-");
+    uint64_t magnitude = 0;
+    for (char c : digits) {
+      if (__builtin_mul_overflow(magnitude, uint64_t{10}, &magnitude) ||
+          __builtin_add_overflow(magnitude, static_cast<uint64_t>(c - '0'), &magnitude)) {
+        return Error(e, absl::StrCat(Quoted(e.text), " is out of range"));
+      }
+    }
+    if constexpr (std::is_unsigned_v<T>) {
+      if (negative && magnitude != 0) return Error(e, absl::StrCat(e.text, " is negative"));
+      return magnitude;
+    } else {
+      constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+      if (!negative) {
+        if (magnitude > kMax) return Error(e, absl::StrCat(Quoted(e.text), " is out of range"));
+        return static_cast<int64_t>(magnitude);
+      }
+      if (magnitude > kMax + 1) return Error(e, absl::StrCat(Quoted(e.text), " is out of range"));
+      if (magnitude == kMax + 1) return std::numeric_limits<int64_t>::min();
+      return -static_cast<int64_t>(magnitude);
+    }
+  }
+
+  absl::StatusOr<Grant> GrantForm(const Sexp& form) const {
+    absl::string_view kind = form.head();
+    Grant grant;
+    std::vector<absl::string_view> allowed;
+    if (kind == "read") {
+      grant.set_kind(Grant::READ);
+      allowed = {"path", "hash"};
+    } else if (kind == "write") {
+      grant.set_kind(Grant::WRITE);
+      allowed = {"path"};
+    } else if (kind == "cas-read") {
+      grant.set_kind(Grant::CAS_READ);
+    } else if (kind == "cas-write") {
+      grant.set_kind(Grant::CAS_WRITE);
+    } else if (kind == "spawn") {
+      grant.set_kind(Grant::SPAWN);
+    } else if (kind == "network") {
+      grant.set_kind(Grant::NETWORK);
+      allowed = {"host", "port"};
+    } else if (kind == "send") {
+      grant.set_kind(Grant::SEND);
+      allowed = {"agent", "types"};
+    } else if (kind == "receive") {
+      grant.set_kind(Grant::RECEIVE);
+      allowed = {"from", "types"};
+    } else if (kind == "migrate") {
+      grant.set_kind(Grant::MIGRATE);
+      allowed = {"vaults"};
+    } else {
+      return Error(form, absl::StrCat("unknown grant (", kind,
+                                      " ...); expected read, write, cas-read, cas-write, spawn, "
+                                      "network, send, receive or migrate"));
+    }
+    if (allowed.empty() && form.arg_count() != 0) {
+      return Error(form.items[1], absl::StrCat("(", kind, ") takes no arguments"));
+    }
+
+    std::map<std::string, const Sexp*> seen;
+    for (size_t i = 1; i < form.items.size(); ++i) {
+      const Sexp& sub = form.items[i];
+      VAULT_RETURN_IF_ERROR(CheckForm(sub, kind));
+      absl::string_view head = sub.head();
+      if (std::find(allowed.begin(), allowed.end(), head) == allowed.end()) {
+        return Error(sub, absl::StrCat("unknown form (", head, " ...) in (", kind, " ...)"));
+      }
+      auto [it, inserted] = seen.emplace(std::string(head), &sub);
+      if (!inserted) return Repeated(sub, *it->second);
+      if (head == "path") {
+        VAULT_ASSIGN_OR_RETURN(*grant.mutable_path(), OneName(sub));
+        // People write directories with a trailing '/' ("/vault/papers/"); the canonical form
+        // has none. Only that one character is dropped: everything else is refused, not fixed.
+        DropDirectorySlash(grant.mutable_path());
+      } else if (head == "hash") {
+        VAULT_ASSIGN_OR_RETURN(std::string text, OneString(sub));
+        std::optional<std::string> hash = ParseHash(text);
+        if (!hash)
+          return Error(sub.items[1], absl::StrCat("bad hash ", Quoted(text), ": ", kHashSyntax));
+        grant.set_hash(*std::move(hash));
+      } else if (head == "host") {
+        VAULT_ASSIGN_OR_RETURN(*grant.mutable_host(), OneName(sub));
+      } else if (head == "port") {
+        if (sub.arg_count() != 1) return Error(sub, "(port ...) takes one number");
+        VAULT_ASSIGN_OR_RETURN(uint64_t port, Eval<uint64_t>(sub.items[1]));
+        if (port > 65535) {
+          return Error(sub.items[1],
+                       absl::StrCat("port ", port, " is out of range (0-65535; 0 is any port)"));
+        }
+        grant.set_port(static_cast<uint32_t>(port));
+      } else if (head == "agent" || head == "from") {
+        VAULT_ASSIGN_OR_RETURN(*grant.mutable_agent(), OneName(sub));
+      } else {  // vaults, types: a set of names
+        if (head == "types" && sub.arg_count() == 0) {
+          return Error(sub, "(types ...) takes one or more message types (omit it for any type)");
+        }
+        std::vector<std::string> names;
+        for (size_t v = 1; v < sub.items.size(); ++v) {
+          VAULT_ASSIGN_OR_RETURN(std::string name, Name(sub.items[v], head));
+          names.push_back(std::move(name));
+        }
+        std::sort(names.begin(), names.end());
+        names.erase(std::unique(names.begin(), names.end()), names.end());
+        for (std::string& name : names) {
+          if (head == "types") {
+            grant.add_message_types(std::move(name));
+          } else {
+            grant.add_vaults(std::move(name));
+          }
+        }
+      }
+    }
+
+    absl::string_view needs;
+    if (kind == "read" && !seen.count("path") && !seen.count("hash"))
+      needs = "(path ...) or (hash ...)";
+    if (kind == "write" && !seen.count("path")) needs = "(path ...)";
+    if (kind == "network" && !seen.count("host")) needs = "(host ...)";
+    if (kind == "send" && !seen.count("agent")) needs = "(agent ...)";
+    if (kind == "receive" && !seen.count("from")) needs = "(from ...)";
+    if (kind == "migrate" && !seen.count("vaults")) needs = "(vaults ...)";
+    if (!needs.empty()) return Error(form, absl::StrCat("(", kind, " ...) needs ", needs));
+
+    absl::Status valid = CheckGrant(grant);
+    if (!valid.ok()) return Error(form, valid.message());
+    return grant;
+  }
+
+  absl::Status ConstraintsForm(const Sexp& form, Constraints* out) const {
+    std::map<std::string, const Sexp*> seen;  // field → the form that set it
+    for (size_t i = 1; i < form.items.size(); ++i) {
+      const Sexp& item = form.items[i];
+      VAULT_RETURN_IF_ERROR(CheckForm(item, "constraints"));
+      const ConstraintName* name = FindConstraintName(item.head());
+      if (name == nullptr) {
+        return Error(item,
+                     absl::StrCat("unknown form (", item.head(), " ...) in (constraints ...)"));
+      }
+      auto [it, inserted] = seen.emplace(std::string(name->field), &item);
+      if (!inserted) return Repeated(item, *it->second);
+      if (item.arg_count() != 1) {
+        return Error(item, absl::StrCat("(", item.head(), " ...) takes one number"));
+      }
+      VAULT_RETURN_IF_ERROR(SetConstraint(*name, item.items[1], out));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::string_view source_;
+};
+
+}  // namespace
+
+absl::StatusOr<AgentSpec> SexpToAgentSpec(const Sexp& doc, absl::string_view source) {
+  return SexpMapper(source).Agent(doc);
+}
+
+absl::StatusOr<std::vector<Grant>> SexpToGrants(const Sexp& doc, absl::string_view source) {
+  return SexpMapper(source).Grants(doc);
+}
+
+absl::Status SexpToConstraints(const Sexp& doc, absl::string_view source, Constraints* out) {
+  return SexpMapper(source).ConstraintsDocument(doc, out);
+}
+
+}  // namespace vault::capability::internal
+
+namespace vault::capability::text {
+
+absl::Status SetConstraintFromLiteral(const ConstraintName& name, absl::string_view literal,
+                                      absl::string_view source, Pos pos,
+                                      vault::v1::Constraints* out) {
+  internal::Sexp value;
+  value.type = internal::Sexp::Type::kInteger;
+  value.pos = pos;
+  value.text = std::string(literal);
+  return internal::SexpMapper(source).SetConstraint(name, value, out);
+}
+
+}  // namespace vault::capability::text
