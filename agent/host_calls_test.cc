@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/random.h"
 #include "agent/runtime.h"
 #include "audit/log.h"
 #include "audit/log_store.h"
@@ -27,7 +28,7 @@
 #include "cas/store.h"
 #include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
-#include "openssl/rand.h"
+#include "sandbox/registry.h"
 #include "sandbox/sandbox.h"
 #include "storage/database.h"
 #include "vault/v1/hostcall.pb.h"
@@ -48,9 +49,9 @@ constexpr int kFailedPrecondition = 9;
 constexpr int kOutOfRange = 11;
 
 std::string RandomString(size_t n) {
-  std::string s(n, '\0');
-  RAND_bytes(reinterpret_cast<unsigned char*>(s.data()), static_cast<int>(n));
-  return s;
+  absl::StatusOr<std::string> s = common::RandomBytes(n);
+  if (!s.ok()) std::abort();
+  return *std::move(s);
 }
 
 vault::v1::Digest ToProto(const cas::Digest& d) {
@@ -324,7 +325,8 @@ class HostCallsTest : public ::testing::Test {
     deps.cas = cas_.get();
     deps.log = log_.get();
     deps.vault_key = vault_key_.get();
-    deps.sandbox = &sandbox_;
+    sandboxes_.Add(&sandbox_);
+    deps.sandboxes = &sandboxes_;
     deps.agents_enabled = true;
     absl::StatusOr<std::unique_ptr<AgentRuntime>> runtime =
         AgentRuntime::Start(std::move(options), std::move(deps));
@@ -412,6 +414,7 @@ class HostCallsTest : public ::testing::Test {
   common::testing::TempDir tmp_{"host_calls_test"};
   std::string code_root_parent_;
   FakeSandbox sandbox_;
+  sandbox::SandboxRegistry sandboxes_;
   std::unique_ptr<storage::Database> db_;
   std::unique_ptr<cas::Store> cas_;
   std::unique_ptr<capability::PrivateKey> vault_key_;

@@ -13,9 +13,11 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/random.h"
 #include "agent/internal/runtime_impl.h"
 #include "capability/chain.h"
 #include "capability/grant.h"
+#include "capability/signing_domains.h"
 #include "cas/digest.h"
 #include "common/log_fields.h"
 #include "common/proto_util.h"
@@ -28,7 +30,7 @@ namespace {
 using vault::v1::AgentRecord;
 using vault::v1::AgentState;
 
-constexpr absl::string_view kReceiptDomain("vault.migration.receipt.v1\0", 27);
+using capability::kReceiptDomain;
 constexpr char kTransfers[] = "migration_transfers";
 // How long a Migrate call keeps asking Status itself before it leaves the outcome to the
 // background resolver.
@@ -256,7 +258,12 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Impl::MigrateOut(
     hop.set_not_before_unix_ms(std::max(now, last.not_before_unix_ms()));
     hop.set_not_after_unix_ms(last.not_after_unix_ms());
     hop.set_hop(r.hop() + 1);
-    hop.set_transfer_id(RandomBytes(16));
+    absl::StatusOr<std::string> transfer_id = common::RandomBytes(16);
+    if (!transfer_id.ok()) {
+      unfreeze();
+      return transfer_id.status();
+    }
+    hop.set_transfer_id(*std::move(transfer_id));
     *hop.mutable_state() = FromDigest(*state_digest);
     absl::StatusOr<vault::v1::SignedLink> link = capability::SignLink(hop, *deps_.vault_key);
     if (!link.ok()) {
@@ -744,6 +751,14 @@ absl::StatusOr<std::vector<vault::v1::Digest>> AgentRuntime::Impl::OfferIn(
                            {{"phase", "offer"}}),
           /*durable=*/true);
     return v.status();
+  }
+  // An agent of a sandbox type this vault cannot run is refused before anything moves.
+  if (absl::StatusOr<sandbox::Sandbox*> type = SandboxFor(p.spec().sandbox()); !type.ok()) {
+    Audit(audit::MakeEntry(p.source_vault(), "agent.migrate.refused", p.agent_id(),
+                           vault::v1::AuditEntry::DENIED, std::string(type.status().message()),
+                           {{"phase", "offer"}}),
+          /*durable=*/true);
+    return type.status();
   }
   std::vector<vault::v1::Digest> missing;
   std::vector<vault::v1::Digest> wanted = {p.spec().code_digest(), p.state()};

@@ -31,7 +31,7 @@ void EndHeld(AgentRuntime::Impl& impl, const std::shared_ptr<LiveAgent>& live) {
   absl::MutexLock lock(&live->mu);
   // (A process that would not die keeps its code folder: its exit handler gives it back.)
   if (live->handle != nullptr && !live->handle->Kill().ok()) return;
-  if (!live->code_key.empty()) impl.ReleaseCode(std::exchange(live->code_key, ""));
+  if (!live->code_key.empty()) impl.code_->Release(std::exchange(live->code_key, ""));
 }
 
 }  // namespace
@@ -44,7 +44,7 @@ void AgentRuntime::Impl::EndHeldLater(std::shared_ptr<LiveAgent> live) {
 
 void AgentRuntime::Impl::PrestartArrival(const vault::v1::MigrationPackage& p,
                                          const capability::VerifiedChain& v) {
-  if (deps_.sandbox == nullptr || !deps_.agents_enabled) return;  // agents are off here
+  if (!SandboxFor(p.spec().sandbox()).ok()) return;  // the Offer or the Commit refuses it
   if (Find(p.agent_id()) != nullptr) return;                      // the Commit refuses it
   std::optional<vault::v1::TrustEntry> trust = policy_->Lookup(*v.root);
   if (!trust.has_value()) return;  // the Commit refuses it
@@ -72,12 +72,13 @@ void AgentRuntime::Impl::PrestartArrival(const vault::v1::MigrationPackage& p,
     prestarts_[id] = Prestart{.live = live, .key = key, .expires = absl::Now() + kPrestartTtl};
   }
   // Off the Offer's thread: its answer (and the objects after it) must not wait for the start.
-  const bool scheduled = lifecycle_->Schedule([this, live, code = *code, constraints, id] {
+  const bool scheduled = lifecycle_->Schedule([this, live, code = *code, constraints, id,
+                                                type = p.spec().sandbox()] {
     absl::Status started;
     {
       absl::MutexLock lock(&live->mu);
       live->held = true;
-      started = StartProcess(live, code, constraints);
+      started = StartProcess(live, code, constraints, type);
     }
     bool mine;
     {

@@ -16,13 +16,14 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/random.h"
 #include "agent/internal/runtime_impl.h"
 #include "capability/grant.h"
+#include "cas/digest_proto.h"
 #include "cas/digest.h"
 #include "common/file_util.h"
 #include "common/log_fields.h"
 #include "common/status_macros.h"
-#include "openssl/rand.h"
 #include "spdlog/spdlog.h"
 
 namespace vault::agent {
@@ -41,21 +42,6 @@ bool Ended(AgentState s) {
          s == vault::v1::DEPARTED;
 }
 
-std::string PythonSdkDir(const std::string& configured) {
-  if (!configured.empty()) return configured;
-  if (const char* env = getenv("VAULT_PYTHON_SDK"); env != nullptr && *env != '\0') return env;
-#ifdef VAULT_PYTHON_SDK_DEFAULT
-  if (common::PathExists(VAULT_PYTHON_SDK_DEFAULT)) return VAULT_PYTHON_SDK_DEFAULT;
-#endif
-  return "/usr/lib/vault/python";
-}
-
-bool IsPythonScript(absl::string_view code) {
-  if (!absl::StartsWith(code, "#!")) return false;
-  absl::string_view first = code.substr(0, code.find('\n'));
-  return absl::StrContains(first, "python");
-}
-
 sandbox::Limits LimitsFor(const vault::v1::Constraints& c, const vault::v1::AgentsConfig& cfg) {
   sandbox::Limits l;
   l.memory_bytes = c.has_max_memory_bytes() ? c.max_memory_bytes() : cfg.default_memory_bytes();
@@ -71,16 +57,9 @@ sandbox::Limits LimitsFor(const vault::v1::Constraints& c, const vault::v1::Agen
 
 }  // namespace
 
-absl::StatusOr<cas::Digest> ToDigest(const vault::v1::Digest& d) {
-  return cas::Digest::FromParts(d.sha256(), d.size());
-}
+absl::StatusOr<cas::Digest> ToDigest(const vault::v1::Digest& d) { return cas::FromProto(d); }
 
-vault::v1::Digest FromDigest(const cas::Digest& d) {
-  vault::v1::Digest out;
-  out.set_sha256(d.sha256());
-  out.set_size(d.size());
-  return out;
-}
+vault::v1::Digest FromDigest(const cas::Digest& d) { return cas::ToProto(d); }
 
 // Agent ids: 1-64 of [a-z0-9-], starting with a letter or digit ("a-" + hex by vaultctl).
 absl::Status ValidateAgentId(const std::string& id) {
@@ -93,11 +72,6 @@ absl::Status ValidateAgentId(const std::string& id) {
   return absl::OkStatus();
 }
 
-std::string RandomBytes(size_t n) {
-  std::string raw(n, '\0');
-  RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), static_cast<int>(n));
-  return raw;
-}
 
 std::string StateName(AgentState state) {
   std::string name = vault::v1::AgentState_Name(state);
@@ -227,57 +201,27 @@ absl::Status AgentRuntime::Impl::Init() {
   store_ = std::make_unique<AgentStore>(deps_.db);
   VAULT_ASSIGN_OR_RETURN(revocations_, capability::RevocationStore::Open(deps_.db));
   VAULT_ASSIGN_OR_RETURN(files_, FileTree::Open(options_.config.files_dir()));
-  python_sdk_dir_ = PythonSdkDir(options_.config.python_sdk_dir());
-
-  // Agents' code is laid out where the sandbox's own host id can reach it: the data directory
-  // is 0700 and, as root, each sandbox runs as an id of its own. Each launch gets a folder
-  // with an unguessable name under a root that cannot be listed (0711).
-  code_root_ = options_.code_root;
-  if (code_root_.empty()) {
-    if (geteuid() == 0) {
-      code_root_ =
-          absl::StrCat("/var/lib/vault-sandbox/code/", options_.vault_name, "-",
-                       absl::BytesToHexString(cas::Sha256::Hash(options_.data_dir)).substr(0, 8));
-    } else {
-      code_root_ = options_.data_dir + "/agent-code";
+  audit_writer_ = std::make_unique<AuditWriter>(deps_.log);
+  quota_ = std::make_unique<StorageQuota>([this](const std::string& principal) -> uint64_t {
+    if (absl::StatusOr<capability::PublicKey> key = capability::PublicKey::FromText(principal);
+        key.ok()) {
+      std::optional<vault::v1::TrustEntry> trust = policy_->Lookup(*key);
+      if (trust.has_value() && trust->quota().max_storage_bytes() != 0) {
+        return trust->quota().max_storage_bytes();
+      }
     }
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(code_root_, ec);  // code of a previous run
-  VAULT_RETURN_IF_ERROR(common::MakeDirs(code_root_, 0711));
-  // The Python SDK, copied beside the code so that its path inside the sandbox is neutral (the
-  // build tree may live under /work, which the sandbox uses for itself).
-  if (common::PathExists(python_sdk_dir_)) {
-    std::string copy = code_root_ + "/python";
-    std::filesystem::copy(
-        python_sdk_dir_, copy,
-        std::filesystem::copy_options::recursive | std::filesystem::copy_options::skip_symlinks,
-        ec);
-    if (ec) {
-      return absl::InternalError(
-          absl::StrCat("copy the Python SDK from ", python_sdk_dir_, ": ", ec.message()));
-    }
-    for (const auto& entry : std::filesystem::recursive_directory_iterator(copy, ec)) {
-      chmod(entry.path().c_str(), entry.is_directory() ? 0755 : 0644);
-    }
-    chmod(copy.c_str(), 0755);
-    python_sdk_dir_ = copy;
-  } else {
-    spdlog::warn("the Python agent SDK is not at {}: Python agents cannot import vault_agent",
-                 python_sdk_dir_);
-  }
-  for (std::string dir = code_root_; dir.size() > 1 && dir != "/run"; dir = common::DirName(dir)) {
-    if (chmod(dir.c_str(), 0711) != 0) break;  // as far as we own the path
-    if (dir == "/run/vault-sandbox") break;
-  }
+    return options_.config.default_max_storage_bytes();
+  });
+  VAULT_ASSIGN_OR_RETURN(code_, CodeCache::Open({.root = options_.code_root,
+                                                  .vault_name = options_.vault_name,
+                                                  .data_dir = options_.data_dir,
+                                                  .python_sdk_dir = options_.config.python_sdk_dir()},
+                                                 deps_.cas));
 
   VAULT_ASSIGN_OR_RETURN(std::vector<AgentRecord> records, store_->LoadAll());
   // Lock order: an agent's mu before the runtime's mu_, never the other way.
   for (AgentRecord& r : records) {
-    {
-      absl::MutexLock lock(&mu_);
-      principal_bytes_[r.principal()] += r.counters().bytes_written();
-    }
+    quota_->Add(r.principal(), r.counters().bytes_written());
     if (Ended(r.state())) continue;
     auto live = std::make_shared<LiveAgent>(r.id(), r.principal());
     {
@@ -288,21 +232,10 @@ absl::Status AgentRuntime::Impl::Init() {
     agents_[live->id] = live;
   }
 
-  epoll_ = common::UniqueFd(epoll_create1(EPOLL_CLOEXEC));
-  if (!epoll_.valid()) return common::PosixError(errno, "epoll_create1");
-  wake_ = common::UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!wake_.valid()) return common::PosixError(errno, "eventfd");
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = 0;
-  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev) != 0) {
-    return common::PosixError(errno, "epoll_ctl");
-  }
   workers_ = std::make_unique<FairQueue>(options_.config.worker_threads());
   lifecycle_ = std::make_unique<common::Executor>(2, 1 << 20);
   migrations_ = std::make_unique<common::Executor>(4, 1 << 16);
-  audit_thread_ = std::thread([this] { AuditLoop(); });
-  reactor_ = std::thread([this] { ReactorLoop(); });
+  VAULT_ASSIGN_OR_RETURN(reactor_, ChannelReactor::Start(this, poll_window_));
   watchdog_ = std::thread([this] { WatchdogLoop(); });
   return absl::OkStatus();
 }
@@ -314,7 +247,7 @@ absl::Status AgentRuntime::Impl::ResumeAgents() {
     for (auto& [id, live] : agents_) to_resume.push_back(live);
   }
   if (to_resume.empty()) return absl::OkStatus();
-  if (deps_.sandbox == nullptr || !deps_.agents_enabled) {
+  if (!AgentsEnabled()) {
     spdlog::error("{} agents wait to resume, but agents are disabled: {}", to_resume.size(),
                   deps_.disabled_reason);
     return absl::OkStatus();
@@ -409,16 +342,15 @@ void AgentRuntime::Impl::Stop() {
   for (const auto& live : live_agents) {
     auto it = checkpoints_before.find(live->id);
     if (it == checkpoints_before.end()) continue;
-    absl::MutexLock lock(&live->mu);
-    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu) {
-      return !live->running || live->record.state() == vault::v1::PAUSED ||
-             live->record.counters().checkpoints() > it->second;
+    const uint64_t checkpoints = it->second;
+    LiveAgent* agent = live.get();
+    // Re-evaluated whenever live->mu is released: a checkpoint, a pause or an exit ends the wait.
+    auto done = [agent, checkpoints]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return !agent->running || agent->record.state() == vault::v1::PAUSED ||
+             agent->record.counters().checkpoints() > checkpoints;
     };
-    while (!done() && absl::Now() < deadline) {
-      live->mu.Unlock();
-      absl::SleepFor(absl::Milliseconds(10));
-      live->mu.Lock();
-    }
+    absl::MutexLock lock(&live->mu);
+    live->mu.AwaitWithDeadline(absl::Condition(&done), deadline);
   }
   if (outbox_ != nullptr) outbox_->Stop();
   // Hops the agents asked for: each leaves at its next retry (stopping_), settled at restart.
@@ -434,40 +366,41 @@ void AgentRuntime::Impl::Stop() {
   absl::Time exits_deadline = absl::Now() + absl::Seconds(10);
   for (const auto& live : live_agents) {
     absl::MutexLock lock(&live->mu);
-    while (live->running && absl::Now() < exits_deadline) {
-      live->mu.Unlock();
-      absl::SleepFor(absl::Milliseconds(5));
-      live->mu.Lock();
-    }
+    live->mu.AwaitWithDeadline(absl::Condition(&StoppedRunning, live.get()), exits_deadline);
   }
   {
     absl::MutexLock lock(&mu_);
     stopped_ = true;
     queries_cv_.SignalAll();
   }
-  quit_.store(true);
-  uint64_t one = 1;
-  (void)!write(wake_.get(), &one, sizeof one);
-  if (reactor_.joinable()) reactor_.join();
+  if (reactor_ != nullptr) reactor_->Stop();
+  if (!watchdog_stop_.HasBeenNotified()) watchdog_stop_.Notify();
   if (watchdog_.joinable()) watchdog_.join();
   if (workers_ != nullptr) workers_->Shutdown();
   if (lifecycle_ != nullptr) lifecycle_->Shutdown();
-  {
-    absl::MutexLock lock(&audit_mu_);
-    audit_stop_ = true;
-  }
-  if (audit_thread_.joinable()) audit_thread_.join();
+  if (audit_writer_ != nullptr) audit_writer_->Stop();
   if (store_ != nullptr) store_->WakeAll();
-  std::error_code ec;
-  std::filesystem::remove_all(code_root_, ec);
+  if (code_ != nullptr) code_->RemoveAll();
 }
 
 // ---------------------------------------------------------------------------------------------
 // Spawning.
 
+bool AgentRuntime::Impl::AgentsEnabled() const {
+  return deps_.agents_enabled && deps_.sandboxes != nullptr && !deps_.sandboxes->empty();
+}
+
+absl::StatusOr<sandbox::Sandbox*> AgentRuntime::Impl::SandboxFor(absl::string_view type) const {
+  if (!AgentsEnabled()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("agents are disabled on this vault: ", deps_.disabled_reason));
+  }
+  return deps_.sandboxes->Find(type);
+}
+
 absl::StatusOr<vault::v1::SpawnResponse> AgentRuntime::Impl::Spawn(
     const vault::v1::SpawnRequest& request) {
-  if (deps_.sandbox == nullptr || !deps_.agents_enabled) {
+  if (!AgentsEnabled()) {
     return absl::FailedPreconditionError(
         absl::StrCat("agents are disabled on this vault: ", deps_.disabled_reason));
   }
@@ -476,9 +409,8 @@ absl::StatusOr<vault::v1::SpawnResponse> AgentRuntime::Impl::Spawn(
     if (stopping_) return absl::UnavailableError("the vault is stopping");
   }
   const vault::v1::AgentSpec& spec = request.spec();
-  if (!spec.sandbox().empty() && spec.sandbox() != "posix") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sandbox type \"", spec.sandbox(), "\" is not available here (this vault has: posix)"));
+  if (absl::StatusOr<sandbox::Sandbox*> type = SandboxFor(spec.sandbox()); !type.ok()) {
+    return type.status();
   }
   if (!spec.has_code_digest()) {
     return absl::InvalidArgumentError(
@@ -651,11 +583,13 @@ absl::StatusOr<std::shared_ptr<LiveAgent>> AgentRuntime::Impl::CreateAndLaunch(
 // limits of `constraints`. Its record is not read (an agent started at an Offer has none yet).
 absl::Status AgentRuntime::Impl::StartProcess(const std::shared_ptr<LiveAgent>& live,
                                               const cas::Digest& code_digest,
-                                              const vault::v1::Constraints& constraints) {
-  VAULT_ASSIGN_OR_RETURN(CodeLayout code, AcquireCode(code_digest));
+                                              const vault::v1::Constraints& constraints,
+                                              absl::string_view sandbox_type) {
+  VAULT_ASSIGN_OR_RETURN(sandbox::Sandbox * box, SandboxFor(sandbox_type));
+  VAULT_ASSIGN_OR_RETURN(CodeCache::Layout code, code_->Acquire(code_digest));
   live->code_key = code_digest.sha256();
   auto fail = [&](absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu) {
-    ReleaseCode(std::exchange(live->code_key, ""));
+    code_->Release(std::exchange(live->code_key, ""));
     return s;
   };
   const bool python = code.python;
@@ -676,9 +610,9 @@ absl::Status AgentRuntime::Impl::StartProcess(const std::shared_ptr<LiveAgent>& 
   if (python) {
     spec.program = "/usr/bin/python3";
     spec.argv = {"python3", "/code/agent.py"};
-    spec.env = {absl::StrCat("PYTHONPATH=", python_sdk_dir_), "PYTHONDONTWRITEBYTECODE=1",
+    spec.env = {absl::StrCat("PYTHONPATH=", code_->python_sdk_dir()), "PYTHONDONTWRITEBYTECODE=1",
                 "PYTHONUNBUFFERED=1"};
-    spec.read_only_dirs = {python_sdk_dir_};
+    spec.read_only_dirs = {code_->python_sdk_dir()};
   } else {
     spec.program = "/code/agent";
     spec.argv = {"agent"};
@@ -720,9 +654,9 @@ absl::Status AgentRuntime::Impl::StartProcess(const std::shared_ptr<LiveAgent>& 
   live->running = true;  // before Spawn: on_exit may come at once
   absl::StatusOr<std::unique_ptr<sandbox::SandboxHandle>> handle;
   {
-    // No code file is open for writing while a sandbox is cloned (see AcquireCode).
-    absl::ReaderMutexLock exec_lock(&exec_mu_);
-    handle = deps_.sandbox->Spawn(spec);
+    // No code file is open for writing while a sandbox is cloned (CodeCache::exec_mu).
+    absl::ReaderMutexLock exec_lock(&code_->exec_mu());
+    handle = box->Spawn(spec);
   }
   guest_end.Reset();
   out_write.Reset();
@@ -756,7 +690,7 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live,
         .status();
   };
   auto fail = [&](absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu) {
-    if (!live->code_key.empty()) ReleaseCode(std::exchange(live->code_key, ""));
+    if (!live->code_key.empty()) code_->Release(std::exchange(live->code_key, ""));
     r.set_state(vault::v1::FAILED);
     r.set_reason(absl::StrCat("could not start: ", s.message()));
     r.set_ended_unix_ms(absl::ToUnixMillis(absl::Now()));
@@ -779,7 +713,7 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live,
   if (!live->held || live->conn == nullptr) {
     absl::StatusOr<cas::Digest> code_digest = ToDigest(r.spec().code_digest());
     if (!code_digest.ok()) return fail(code_digest.status());
-    absl::Status started = StartProcess(live, *code_digest, r.constraints());
+    absl::Status started = StartProcess(live, *code_digest, r.constraints(), r.spec().sandbox());
     if (!started.ok()) return fail(started);
   }
   live->held = false;
@@ -788,83 +722,14 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live,
   live->started = absl::Now();
   live->last_heartbeat = live->started;
   if (!defer_io) {
-    live->conn_token = Register(live, live->conn->fd(), /*output=*/false);
-    live->out_token = Register(live, live->out_fd.get(), /*output=*/true);
+    live->conn_token = reactor_->Register(live, live->conn->fd(), /*output=*/false);
+    live->out_token = reactor_->Register(live, live->out_fd.get(), /*output=*/true);
   }
   if (r.state() == vault::v1::SPAWNED || r.state() == vault::v1::AGENT_STATE_UNSPECIFIED) {
     r.set_state(vault::v1::RUNNING);
     r.set_reason("started");
   }
   return persist();
-}
-
-// One folder per code object, shared by every agent running it: written once (without a
-// sync: the folder is rebuilt from CAS after a restart), removed once it is among the oldest of
-// more than kIdleCodeKept folders no agent uses.
-absl::StatusOr<AgentRuntime::Impl::CodeLayout> AgentRuntime::Impl::AcquireCode(
-    const cas::Digest& digest) {
-  absl::MutexLock lock(&code_mu_);
-  auto it = code_.find(digest.sha256());
-  if (it != code_.end()) {
-    ++it->second.refs;
-    it->second.idle_since = absl::InfiniteFuture();
-    return it->second;
-  }
-  // The CAS read verifies every byte against the digest.
-  VAULT_ASSIGN_OR_RETURN(std::string code, deps_.cas->ReadAll(digest));
-  CodeLayout layout;
-  layout.python = IsPythonScript(code);
-  // Readable (not listable) by the sandboxes' host ids, under an unguessable name.
-  layout.dir = absl::StrCat(code_root_, "/", absl::BytesToHexString(RandomBytes(16)));
-  if (mkdir(layout.dir.c_str(), 0755) != 0) {
-    return common::PosixError(errno, "mkdir " + layout.dir);
-  }
-  chmod(layout.dir.c_str(), 0755);
-  const std::string path = absl::StrCat(layout.dir, layout.python ? "/agent.py" : "/agent");
-  absl::Status written = [&]() -> absl::Status {
-    // A sandbox cloned while this descriptor is open would hold it until it executes, and the
-    // kernel refuses to execute a file open for writing (ETXTBSY): clones wait.
-    absl::WriterMutexLock exec_lock(&exec_mu_);
-    common::UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755));
-    if (fd.get() < 0) return common::PosixError(errno, "create " + path);
-    absl::string_view rest = code;
-    while (!rest.empty()) {
-      ssize_t n = write(fd.get(), rest.data(), rest.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return common::PosixError(errno, "write " + path);
-      rest.remove_prefix(static_cast<size_t>(n));
-    }
-    if (fchmod(fd.get(), 0755) != 0) return common::PosixError(errno, "chmod " + path);
-    return absl::OkStatus();
-  }();
-  if (!written.ok()) {
-    std::error_code ec;
-    std::filesystem::remove_all(layout.dir, ec);
-    return written;
-  }
-  layout.refs = 1;
-  code_[digest.sha256()] = layout;
-  return layout;
-}
-
-void AgentRuntime::Impl::ReleaseCode(const std::string& sha256) {
-  absl::MutexLock lock(&code_mu_);
-  auto it = code_.find(sha256);
-  if (it == code_.end() || --it->second.refs > 0) return;
-  it->second.idle_since = absl::Now();
-  for (;;) {
-    auto oldest = code_.end();
-    size_t idle = 0;
-    for (auto c = code_.begin(); c != code_.end(); ++c) {
-      if (c->second.refs > 0) continue;
-      ++idle;
-      if (oldest == code_.end() || c->second.idle_since < oldest->second.idle_since) oldest = c;
-    }
-    if (idle <= kIdleCodeKept) return;
-    std::error_code ec;
-    std::filesystem::remove_all(oldest->second.dir, ec);
-    code_.erase(oldest);
-  }
 }
 
 absl::Status AgentRuntime::Impl::PersistLocked(LiveAgent& live) {
@@ -942,32 +807,6 @@ size_t AgentRuntime::Impl::CountLive(const std::string& principal) {
   return n;
 }
 
-absl::Status AgentRuntime::Impl::ChargeStorage(const std::string& principal, uint64_t bytes) {
-  uint64_t quota = options_.config.default_max_storage_bytes();
-  if (absl::StatusOr<capability::PublicKey> key = capability::PublicKey::FromText(principal);
-      key.ok()) {
-    std::optional<vault::v1::TrustEntry> trust = policy_->Lookup(*key);
-    if (trust.has_value() && trust->quota().max_storage_bytes() != 0) {
-      quota = trust->quota().max_storage_bytes();
-    }
-  }
-  absl::MutexLock lock(&mu_);
-  uint64_t& used = principal_bytes_[principal];
-  if (quota != 0 && (bytes > quota || used > quota - bytes)) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("principal ", principal, " has written ", used, " of its ", quota,
-                     " bytes here (its storage quota); this write needs ", bytes));
-  }
-  used += bytes;
-  return absl::OkStatus();
-}
-
-void AgentRuntime::Impl::RefundStorage(const std::string& principal, uint64_t bytes) {
-  absl::MutexLock lock(&mu_);
-  uint64_t& used = principal_bytes_[principal];
-  used -= std::min(used, bytes);
-}
-
 void AgentRuntime::Impl::AppendLog(const std::string& id, const std::string& level,
                                    std::string message, uint64_t incarnation) {
   if (message.size() > kMaxLogLine) message.resize(kMaxLogLine);
@@ -1010,13 +849,10 @@ void AgentRuntime::Impl::StartIo(const std::shared_ptr<LiveAgent>& live) {
   }
   // Its heartbeats count from now: it could send none before.
   live->last_heartbeat = absl::Now();
-  live->conn_token = Register(live, live->conn->fd(), /*output=*/false);
-  live->out_token = Register(live, live->out_fd.get(), /*output=*/true);
+  live->conn_token = reactor_->Register(live, live->conn->fd(), /*output=*/false);
+  live->out_token = reactor_->Register(live, live->out_fd.get(), /*output=*/true);
   if (live->conn->wants_write()) {  // a frame sent before, waiting for room
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLOUT;
-    ev.data.u64 = live->conn_token;
-    (void)epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, live->conn->fd(), &ev);
+    reactor_->WantWrite(live->conn_token, live->conn->fd());
   }
 }
 
@@ -1030,8 +866,8 @@ void AgentRuntime::Impl::OnExit(const std::shared_ptr<LiveAgent>& live,
     conn_token = live->conn_token;
     out_token = live->out_token;
   }
-  Unregister(conn_token);
-  Unregister(out_token);
+  reactor_->Unregister(conn_token);
+  reactor_->Unregister(out_token);
   bool held;
   {
     absl::MutexLock lock(&live->mu);
@@ -1042,8 +878,8 @@ void AgentRuntime::Impl::OnExit(const std::shared_ptr<LiveAgent>& live,
   if (conn != nullptr) conn->Close();
   absl::MutexLock lock(&live->mu);
   // Adopted (Launch) between the two sections: its registrations are this exit's too.
-  if (live->conn_token != conn_token) Unregister(live->conn_token);
-  if (live->out_token != out_token) Unregister(live->out_token);
+  if (live->conn_token != conn_token) reactor_->Unregister(live->conn_token);
+  if (live->out_token != out_token) reactor_->Unregister(live->out_token);
   live->conn_token = 0;
   live->out_token = 0;
   if (live->held) {
@@ -1051,7 +887,7 @@ void AgentRuntime::Impl::OnExit(const std::shared_ptr<LiveAgent>& live,
     live->running = false;
     live->conn.reset();
     live->out_fd.Reset();
-    if (!live->code_key.empty()) ReleaseCode(std::exchange(live->code_key, ""));
+    if (!live->code_key.empty()) code_->Release(std::exchange(live->code_key, ""));
     return;
   }
   live->running = false;
@@ -1059,12 +895,12 @@ void AgentRuntime::Impl::OnExit(const std::shared_ptr<LiveAgent>& live,
   live->out_fd.Reset();
   live->pending_receive.reset();
   live->mailbox.clear();
-  DropUploads(*live);  // its streaming CAS puts (host_calls.cc)
+  DropUploads(*this, *live);  // its streaming CAS puts (host_calls/cas_calls.cc)
   AgentRecord& r = live->record;
   r.set_cpu_ms(r.cpu_ms() +
                static_cast<uint64_t>(absl::ToInt64Milliseconds(exit.final_usage.cpu_time)));
   r.set_peak_memory_bytes(std::max(r.peak_memory_bytes(), exit.final_usage.memory_peak_bytes));
-  if (!live->code_key.empty()) ReleaseCode(std::exchange(live->code_key, ""));
+  if (!live->code_key.empty()) code_->Release(std::exchange(live->code_key, ""));
   if (!live->out_partial.empty()) {
     AppendLog(live->id, "output", std::move(live->out_partial), r.incarnation());
     live->out_partial.clear();
@@ -1140,110 +976,7 @@ void AgentRuntime::Impl::OnExit(const std::shared_ptr<LiveAgent>& live,
 // ---------------------------------------------------------------------------------------------
 // The reactor: every agent's channel and output pipe on one epoll.
 
-uint64_t AgentRuntime::Impl::Register(const std::shared_ptr<LiveAgent>& live, int fd, bool output) {
-  uint64_t token;
-  {
-    absl::MutexLock lock(&reactor_mu_);
-    token = next_token_++;
-    registrations_[token] = Registration{live, output};
-  }
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = token;
-  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
-    common::LogAgent(spdlog::level::err, live->id, "agent {}: epoll_ctl: {}", live->id,
-                     strerror(errno));
-  }
-  return token;
-}
-
-void AgentRuntime::Impl::Unregister(uint64_t token) {
-  absl::MutexLock lock(&reactor_mu_);
-  registrations_.erase(token);
-  // The descriptor leaves the epoll set when it is closed (it is never dup'ed).
-}
-
-void AgentRuntime::Impl::ReactorLoop() {
-  epoll_event events[64];
-  // Agents whose frames were left for a later round: the socket may be empty by then, so
-  // level-triggered epoll would not report them again.
-  std::vector<std::shared_ptr<LiveAgent>> again, next_again;
-  // After a round that answered frames the next request (or the next message of a conversation)
-  // usually follows within microseconds: poll for it a moment before sleeping (BusyPoll). An idle
-  // reactor sleeps in epoll_wait and costs nothing.
-  BusyPoll busy(poll_window_);
-  uint64_t frames_before = reactor_frames_;
-  while (!quit_.load()) {
-    for (const std::shared_ptr<LiveAgent>& live : again) {
-      if (OnReadable(live)) next_again.push_back(live);
-    }
-    again.swap(next_again);
-    next_again.clear();
-    const bool handled = reactor_frames_ != frames_before;
-    frames_before = reactor_frames_;
-    int n = busy.EpollWait(epoll_.get(), events, 64, handled, again.empty() ? -1 : 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      spdlog::error("agent reactor: epoll_wait: {}", strerror(errno));
-      return;
-    }
-    for (int i = 0; i < n; ++i) {
-      uint64_t token = events[i].data.u64;
-      if (token == 0) {
-        uint64_t v;
-        (void)!read(wake_.get(), &v, sizeof v);
-        continue;
-      }
-      std::shared_ptr<LiveAgent> live;
-      bool output = false;
-      {
-        absl::MutexLock lock(&reactor_mu_);
-        auto it = registrations_.find(token);
-        if (it == registrations_.end()) continue;
-        live = it->second.live.lock();
-        output = it->second.output;
-      }
-      if (live == nullptr) continue;
-      if (output) {
-        OnOutput(live);
-        if (events[i].events & (EPOLLHUP | EPOLLERR)) {
-          // The pipe's writers are gone; stop watching it (OnExit reads the rest).
-          absl::MutexLock lock(&live->mu);
-          if (live->out_fd.valid())
-            epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, live->out_fd.get(), nullptr);
-        }
-        continue;
-      }
-      std::shared_ptr<AgentConnection> conn;
-      {
-        absl::MutexLock lock(&live->mu);
-        conn = live->conn;
-      }
-      if (conn == nullptr) continue;
-      if (events[i].events & EPOLLOUT) {
-        (void)conn->Flush();
-        if (!conn->wants_write()) {
-          epoll_event ev{};
-          ev.events = EPOLLIN;
-          ev.data.u64 = token;
-          epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, conn->fd(), &ev);
-          if (conn->wants_write()) {  // a Send raced with us
-            ev.events = EPOLLIN | EPOLLOUT;
-            epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, conn->fd(), &ev);
-          }
-        }
-      }
-      if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && OnReadable(live) &&
-          std::find(again.begin(), again.end(), live) == again.end()) {
-        again.push_back(live);
-      }
-    }
-  }
-  spdlog::info("agent reactor: busy-polled {} times ({} us window), {} found the next event",
-               busy.spins(), absl::ToInt64Microseconds(busy.window()), busy.hits());
-}
-
-bool AgentRuntime::Impl::OnReadable(const std::shared_ptr<LiveAgent>& live) {
+bool AgentRuntime::Impl::OnReadable(const std::shared_ptr<LiveAgent>& live, uint64_t* handled) {
   std::shared_ptr<AgentConnection> conn;
   {
     absl::MutexLock lock(&live->mu);
@@ -1254,10 +987,10 @@ bool AgentRuntime::Impl::OnReadable(const std::shared_ptr<LiveAgent>& live) {
   bool more = false;
   // A bounded number of frames per agent per round: the others get their turn.
   absl::Status s = conn->ReadAvailable(&frames, 64, &more);
-  reactor_frames_ += frames.size();
+  *handled += frames.size();
   for (std::string& f : frames) HandleFrame(live, std::move(f));
   if (!s.ok()) {
-    epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, conn->fd(), nullptr);
+    reactor_->Forget(conn->fd());
     if (absl::IsUnavailable(s)) {
       // The end of the stream: most often the process is leaving. The watchdog ends it if it
       // is still there a second later.
@@ -1318,12 +1051,7 @@ void AgentRuntime::Impl::SendFrame(const std::shared_ptr<LiveAgent>& live,
     End(live, EndCause::kProtocol, absl::StrCat("channel: ", s.message()));
     return;
   }
-  if (conn->wants_write()) {
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLOUT;
-    ev.data.u64 = token;
-    epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, conn->fd(), &ev);
-  }
+  if (conn->wants_write()) reactor_->WantWrite(token, conn->fd());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1332,8 +1060,8 @@ void AgentRuntime::Impl::SendFrame(const std::shared_ptr<LiveAgent>& live,
 void AgentRuntime::Impl::WatchdogLoop() {
   uint64_t tick = 0;
   const absl::Duration read_timeout = absl::Milliseconds(options_.config.read_timeout_ms());
-  while (!quit_.load()) {
-    absl::SleepFor(kTick);
+  // Every kTick, until Stop.
+  while (!watchdog_stop_.WaitForNotificationWithTimeout(kTick)) {
     ++tick;
     ExpirePrestarts(/*all=*/false);
     std::vector<std::shared_ptr<LiveAgent>> agents;
@@ -1653,11 +1381,7 @@ absl::StatusOr<vault::v1::ControlResponse> AgentRuntime::Impl::Control(
       // Wait (bounded) for the exit to be recorded, so the answer is the final state.
       absl::Time deadline = absl::Now() + absl::Seconds(10);
       absl::MutexLock lock(&live->mu);
-      while (live->running && absl::Now() < deadline) {
-        live->mu.Unlock();
-        absl::SleepFor(absl::Milliseconds(2));
-        live->mu.Lock();
-      }
+      live->mu.AwaitWithDeadline(absl::Condition(&StoppedRunning, live.get()), deadline);
       response.set_state(live->record.state());
       return response;
     }

@@ -40,7 +40,9 @@
 #include "audit/log.h"
 #include "capability/principal.h"
 #include "capability/revocation.h"
+#include "capability/signing_domains.h"
 #include "cas/store.h"
+#include "sandbox/registry.h"
 #include "sandbox/sandbox.h"
 #include "storage/database.h"
 #include "vault/v1/agent.pb.h"
@@ -49,10 +51,10 @@
 
 namespace vault::agent {
 
-// The domain of an operator's signed control request (ControlPayload).
-inline constexpr absl::string_view kControlDomain("vault.agent.control.v1\0", 23);
-// The domain of a code signature (AgentSpec.code_signer).
-inline constexpr absl::string_view kCodeDomain("vault.agent.code.v1\0", 20);
+// The domains of an operator's signed control request and of a code signature
+// (capability/signing_domains.h).
+using capability::kCodeDomain;
+using capability::kControlDomain;
 
 struct RuntimeOptions {
   vault::v1::AgentsConfig config;  // finalized (node/config.h)
@@ -95,7 +97,7 @@ class MigrationTransport {
       const std::string& vault, const vault::v1::RevokeRequest& request) = 0;
 };
 
-// Receipts: signed by the destination's vault key as "vault.migration.receipt.v1\0" || payload.
+// Receipts: signed by the destination's vault key as capability::kReceiptDomain || payload.
 absl::StatusOr<vault::v1::SignedReceipt> SignReceipt(const vault::v1::ReceiptPayload& payload,
                                                      const capability::PrivateKey& key);
 absl::StatusOr<vault::v1::ReceiptPayload> OpenReceipt(const vault::v1::SignedReceipt& receipt,
@@ -107,9 +109,10 @@ struct RuntimeDeps {
   cas::Store* cas = nullptr;
   audit::AuditLog* log = nullptr;
   const capability::PrivateKey* vault_key = nullptr;
-  // Null, or with agents_enabled false: agents are refused (FAILED_PRECONDITION, with the
-  // reason) and records are kept for when they are enabled again.
-  sandbox::Sandbox* sandbox = nullptr;
+  // The sandbox types this vault runs; an agent's spec picks one by name (sandbox/registry.h).
+  // Null or empty, or with agents_enabled false: agents are refused (FAILED_PRECONDITION, with
+  // the reason) and records are kept for when they are enabled again.
+  const sandbox::SandboxRegistry* sandboxes = nullptr;
   bool agents_enabled = false;
   std::string disabled_reason;
 };

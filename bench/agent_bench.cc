@@ -72,7 +72,6 @@
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
-#include <openssl/rand.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
@@ -116,13 +115,16 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/random.h"
 #include "bench/bench_result.h"
 #include "capability/chain.h"
 #include "capability/principal.h"
+#include "capability/signing_domains.h"
 #include "capability/text_form.h"
+#include "common/grpc_status.h"
 #include "common/proto_util.h"
 #include "sandbox/channel.h"
-#include "sandbox/linux_sandbox.h"
+#include "sandbox/posix/linux_sandbox.h"
 #include "sandbox/sandbox.h"
 #include "vault/v1/admin.grpc.pb.h"
 #include "vault/v1/agent.grpc.pb.h"
@@ -144,7 +146,7 @@ constexpr double kTargetRttP50Us = 20;
 constexpr double kTargetMsgP50Us = 50;
 constexpr double kTargetSpawnsPerS = 200;
 constexpr double kTargetVaultdRssMiB = 200;
-constexpr absl::string_view kControlDomain("vault.agent.control.v1\0", 23);
+using capability::kControlDomain;
 
 struct Flags {
   int agents = 1000;
@@ -895,16 +897,15 @@ class Vault {
     *req.mutable_spec()->mutable_code_digest() = code_;
     req.set_initial_state(state);
     req.set_has_initial_state(true);
-    unsigned char id[8];
-    if (RAND_bytes(id, sizeof id) != 1) return absl::InternalError("RAND_bytes");
+    absl::StatusOr<std::string> id = common::RandomHex(8);
+    if (!id.ok()) return id.status();
     const absl::Time now = absl::Now();
     vault::v1::LinkPayload p;
     p.set_version(capability::kLinkVersion);
     p.set_kind(vault::v1::LinkPayload::SPAWN);
     p.set_issuer(admin_key_->public_key().raw());
     p.set_audience(vault_key_);
-    p.set_agent_id(absl::StrCat(
-        "a-", absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(id), sizeof id))));
+    p.set_agent_id(absl::StrCat("a-", *id));
     *p.mutable_code() = code_;
     *p.mutable_grants() = spec_.grants();
     *p.mutable_constraints() = spec_.constraints();
@@ -926,10 +927,9 @@ class Vault {
     p.set_signer(admin_key_->public_key().raw());
     p.set_vault(vault_key_);
     p.set_issued_unix_ms(absl::ToUnixMillis(absl::Now()));
-    std::string nonce(16, '\0');
-    if (RAND_bytes(reinterpret_cast<unsigned char*>(nonce.data()), 16) != 1)
-      return absl::InternalError("RAND_bytes");
-    p.set_nonce(nonce);
+    absl::StatusOr<std::string> nonce = common::RandomBytes(16);
+    if (!nonce.ok()) return nonce.status();
+    p.set_nonce(*std::move(nonce));
     vault::v1::ControlRequest req;
     req.set_payload(common::SerializeDeterministic(p));
     absl::StatusOr<std::string> sig = admin_key_->Sign(absl::StrCat(kControlDomain, req.payload()));
@@ -1347,7 +1347,7 @@ int Main(int argc, char** argv) {
           st = stubs[static_cast<size_t>(c)]->Spawn(&ctx2, *again, &out);
         }
         if (!st.ok())
-          return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
+          return common::FromGrpc(st);
         ids[static_cast<size_t>(i)] = out.agent_id();
         return absl::OkStatus();
       });
@@ -1407,7 +1407,7 @@ int Main(int argc, char** argv) {
           vault::v1::ControlResponse out;
           grpc::Status st = stubs[static_cast<size_t>(c)]->Control(&ctx, *req, &out);
           if (!st.ok())
-            return absl::Status(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
+            return common::FromGrpc(st);
           return absl::OkStatus();
         });
     txtbsy_total = txtbsy.load();

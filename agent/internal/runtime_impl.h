@@ -17,12 +17,20 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "agent/agent_store.h"
+#include "agent/audit_writer.h"
+#include "agent/channel_reactor.h"
+#include "agent/code_cache.h"
 #include "agent/connection.h"
 #include "agent/fair_queue.h"
 #include "agent/file_tree.h"
+#include "agent/internal/host_call.h"
+#include "agent/internal/live_agent.h"
+#include "agent/internal/runtime_util.h"
 #include "agent/policy.h"
+#include "agent/storage_quota.h"
 #include "agent/runtime.h"
 #include "capability/chain.h"
 #include "capability/decision.h"
@@ -35,90 +43,12 @@
 
 namespace vault::agent {
 
-// Why a process ended, decided before it is killed (or by its exit call).
-enum class EndCause {
-  kNone = 0,
-  kTerminated,  // an operator
-  kWatchdog,    // a limit: memory, CPU, runtime, storage, heartbeat, denials
-  kProtocol,    // a broken or hostile channel (fail-closed)
-  kExitCall,    // the agent's exit host call
-  kVaultStop,   // vaultd is stopping: the record stays RUNNING
-  kRevoked,     // a revocation cut its chain
-  kDeparted,    // it migrated: the record is DEPARTED already
-};
+// For live->mu.Await*: its process has ended and its exit is handled (live->running is false).
+inline bool StoppedRunning(LiveAgent* live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu) {
+  return !live->running;
+}
 
-// An agent's streaming CAS put (cas_upload_*), defined in host_calls.cc.
-struct HostUpload;
-
-// A state change made in memory whose durable write (record and audit entry) is still to come
-// (AgentRuntime::Impl::ApplyTransition, WriteTransition).
-struct PendingTransition {
-  vault::v1::AuditEntry entry;
-  std::string transfer;  // for the log line
-  std::string what;      // "<from> -> <to>: <reason>"
-};
-
-struct LiveAgent {
-  LiveAgent(std::string id_, std::string principal_)
-      : id(std::move(id_)), principal(std::move(principal_)) {}
-  const std::string id;
-  const std::string principal;  // ed25519:<hex>: quotas, fairness, isolation
-
-  absl::Mutex mu;
-  vault::v1::AgentRecord record ABSL_GUARDED_BY(mu);
-  std::unique_ptr<sandbox::SandboxHandle> handle ABSL_GUARDED_BY(mu);
-  std::unique_ptr<capability::AgentAuthority> authority ABSL_GUARDED_BY(mu);
-  absl::Time started ABSL_GUARDED_BY(mu);
-  absl::Time last_heartbeat ABSL_GUARDED_BY(mu);
-  bool running ABSL_GUARDED_BY(mu) = false;  // a process is up (running or paused)
-  std::deque<vault::v1::Message> mailbox ABSL_GUARDED_BY(mu);
-  struct PendingReceive {
-    uint64_t call_id = 0;
-    absl::Time deadline;
-    absl::Time started;
-    std::string request_bytes;
-  };
-  std::optional<PendingReceive> pending_receive ABSL_GUARDED_BY(mu);
-  absl::flat_hash_set<std::string> shared ABSL_GUARDED_BY(mu);  // sha256 of objects shared with it
-  EndCause end_cause ABSL_GUARDED_BY(mu) = EndCause::kNone;
-  std::string end_reason ABSL_GUARDED_BY(mu);
-  bool exit_requested ABSL_GUARDED_BY(mu) = false;
-  int32_t exit_code ABSL_GUARDED_BY(mu) = 0;
-  absl::Time exit_deadline ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();
-  bool checkpoint_requested ABSL_GUARDED_BY(mu) = false;
-  uint64_t migrate_call_id ABSL_GUARDED_BY(mu) = 0;
-  // Set while a hop out is prepared or in flight: its host calls are refused, not run.
-  bool migrating_out ABSL_GUARDED_BY(mu) = false;  // a migrate call waiting for its outcome
-  // When the agent closed its channel: its process gets a moment to exit by itself (then its
-  // exit code decides the state) before it is ended as a protocol breach.
-  absl::Time channel_closed_at ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();
-  bool flagged ABSL_GUARDED_BY(mu) = false;
-  std::string code_key ABSL_GUARDED_BY(mu);  // its code folder's key in code_ (sha256)
-  // Its open streaming CAS puts (cas_upload_*) by id; dropped when its process ends.
-  absl::flat_hash_map<uint64_t, std::shared_ptr<HostUpload>> uploads ABSL_GUARDED_BY(mu);
-  uint64_t next_upload_id ABSL_GUARDED_BY(mu) = 1;
-  // Started at an Offer and not yet adopted by its Commit (Prestart): no record, no Welcome.
-  bool held ABSL_GUARDED_BY(mu) = false;
-  // Set by the sandbox's exit callback, before the exit is handled (OnExit).
-  std::atomic<bool> exited{false};
-
-  // The channel: set by Launch, read by the reactor; `conn` outlives the process until the
-  // exit is handled.
-  std::shared_ptr<AgentConnection> conn ABSL_GUARDED_BY(mu);
-  uint64_t conn_token ABSL_GUARDED_BY(mu) = 0;
-  uint64_t out_token ABSL_GUARDED_BY(mu) = 0;
-  // Reactor-only state.
-  bool welcomed = false;
-  std::string out_partial;  // agent stdout/stderr: an unfinished line
-  common::UniqueFd out_fd;  // read end of its stdout/stderr pipe
-  std::atomic<uint32_t> in_flight{0};
-  // DEPARTED, applied in memory and answered, its durable write still to come: written by
-  // whichever comes first of the departure's own task, the agent's exit and a later arrival of
-  // the same agent here (FlushDeparture), never after another write of this record.
-  std::optional<PendingTransition> departure ABSL_GUARDED_BY(mu);
-};
-
-class AgentRuntime::Impl {
+class AgentRuntime::Impl : public HostCallServices, public ChannelReactor::Handler {
  public:
   Impl(RuntimeOptions options, RuntimeDeps deps);
   ~Impl();
@@ -138,12 +68,14 @@ class AgentRuntime::Impl {
   absl::StatusOr<vault::v1::QueryResponse> Query(const vault::v1::QueryRequest& request);
 
   // Records a new agent (already authorized) and starts it. `parent` is "" for an operator.
-  absl::StatusOr<std::shared_ptr<LiveAgent>> CreateAndLaunch(vault::v1::AgentRecord record,
-                                                             const std::string* initial_state);
+  absl::StatusOr<std::shared_ptr<LiveAgent>> CreateAndLaunch(
+      vault::v1::AgentRecord record, const std::string* initial_state) override;
   // Starts `live`'s process (code folder, channel, output pipe, sandbox) with the limits of
   // `constraints`, without reading its record. On failure nothing is left behind.
+  // `sandbox_type`: the spec's (sandbox ...) name.
   absl::Status StartProcess(const std::shared_ptr<LiveAgent>& live, const cas::Digest& code_digest,
-                            const vault::v1::Constraints& constraints)
+                            const vault::v1::Constraints& constraints,
+                            absl::string_view sandbox_type)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu);
   // Starts a process for `live` (its record says what to run), or adopts the one held for it
   // (`live->held`: started at the Offer). On failure the record is FAILED.
@@ -179,30 +111,36 @@ class AgentRuntime::Impl {
   absl::Status PersistLocked(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
   // Writes live.departure, if any (see LiveAgent::departure).
   void FlushDeparture(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
-  std::shared_ptr<LiveAgent> Find(const std::string& id);
+  std::shared_ptr<LiveAgent> Find(const std::string& id) override;
   // Removes `live` from agents_ if it is still the entry of its id (an agent that departed and
   // came back has a new entry, which the old one's end must not remove).
   void ForgetLocked(const std::shared_ptr<LiveAgent>& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = agents_.find(live->id);
     if (it != agents_.end() && it->second == live) agents_.erase(it);
   }
+  // True when this vault runs agents at all (a sandbox type, agents enabled).
+  bool AgentsEnabled() const;
+  // The sandbox of the type a spec names: FAILED_PRECONDITION when agents are disabled here or
+  // the type is not available here, INVALID_ARGUMENT when the name is no sandbox type.
+  absl::StatusOr<sandbox::Sandbox*> SandboxFor(absl::string_view type) const;
   // Live (not ended) agents of `principal`.
-  size_t CountLive(const std::string& principal);
+  size_t CountLive(const std::string& principal) override;
   // The principal's storage quota (bytes its agents wrote here, CAS puts and files, since it was
   // first trusted): reserves `bytes` or RESOURCE_EXHAUSTED; Refund gives back a reservation that
   // wrote nothing.
-  absl::Status ChargeStorage(const std::string& principal, uint64_t bytes);
-  void RefundStorage(const std::string& principal, uint64_t bytes);
+  absl::Status ChargeStorage(const std::string& principal, uint64_t bytes) override {
+    return quota_->Charge(principal, bytes);
+  }
+  void RefundStorage(const std::string& principal, uint64_t bytes) override {
+    quota_->Refund(principal, bytes);
+  }
   void AppendLog(const std::string& id, const std::string& level, std::string message,
-                 uint64_t incarnation);
+                 uint64_t incarnation) override;
 
   // ---- runtime.cc: reactor and watchdog ----
-  uint64_t Register(const std::shared_ptr<LiveAgent>& live, int fd, bool output);
-  void Unregister(uint64_t token);
-  void ReactorLoop();
-  // True when frames were left for a later round (fairness between agents).
-  bool OnReadable(const std::shared_ptr<LiveAgent>& live);
-  void OnOutput(const std::shared_ptr<LiveAgent>& live);
+  // ChannelReactor::Handler: frames to the proxy, output lines to the log.
+  bool OnReadable(const std::shared_ptr<LiveAgent>& live, uint64_t* frames) override;
+  void OnOutput(const std::shared_ptr<LiveAgent>& live) override;
   void WatchdogLoop();
   void OnExit(const std::shared_ptr<LiveAgent>& live, const sandbox::ExitInfo& exit);
   // Sends a frame; a failure ends the agent (kProtocol).
@@ -215,18 +153,26 @@ class AgentRuntime::Impl {
                std::string request_bytes, absl::Time received);
   // Delivers `message` to `to`'s mailbox (or its waiting receive). RESOURCE_EXHAUSTED when full.
   absl::StatusOr<uint64_t> Deliver(const std::shared_ptr<LiveAgent>& to,
-                                   vault::v1::Message message);
+                                   vault::v1::Message message) override;
   // Answers a pending receive that timed out (watchdog).
   void ExpireReceive(const std::shared_ptr<LiveAgent>& live);
-  void Audit(vault::v1::AuditEntry entry, bool durable);
-  void AuditLoop();
-  // Drops the agent's open uploads (cas_upload_*) and gives back the storage they reserved
-  // (OnExit: the process ended).
-  void DropUploads(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
-  // May the agent read (and so name as its state) the object whose SHA-256 is `sha256`: its own
-  // code or state, what it put or was shared with it, or a read grant covering the hash.
-  bool MayReadLocked(const LiveAgent& live, const std::string& sha256)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
+  void Audit(vault::v1::AuditEntry entry, bool durable) override;
+
+  // ---- HostCallServices (host_calls.cc): what the host-call handlers may reach ----
+  cas::Store& cas() override { return *deps_.cas; }
+  FileTree& files() override { return *files_; }
+  const vault::v1::AgentsConfig& config() const override { return options_.config; }
+  const std::string& vault_name() const override { return options_.vault_name; }
+  absl::Status Persist(LiveAgent& live) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu) {
+    return PersistLocked(live);
+  }
+  uint32_t MaxAgents(const std::string& principal) override;
+  absl::Status AnswerQuery(uint64_t reply_to, const std::string& agent_id, const std::string& type,
+                           const std::string& data) override;
+  std::optional<std::string> DepartedFor(LiveAgent& sender, const std::string& id) override;
+  absl::Status StartMigration(const std::shared_ptr<LiveAgent>& live, uint64_t call_id,
+                              const std::string& to, const std::string& state,
+                              const std::optional<cas::Digest>& state_digest) override;
 
   const RuntimeOptions options_;
   const RuntimeDeps deps_;
@@ -355,29 +301,12 @@ class AgentRuntime::Impl {
   std::unique_ptr<common::RetryQueue> outbox_;
   absl::Mutex location_mu_;  // one location update at a time
   std::unique_ptr<FileTree> files_;
-  std::string python_sdk_dir_;
-  std::string code_root_;
-  // Code folders under code_root_, one per code object (sha256), with how many agents use each.
-  struct CodeLayout {
-    std::string dir;
-    bool python = false;
-    int refs = 0;
-    absl::Time idle_since = absl::InfiniteFuture();  // when its last agent ended
-  };
-  // Folders no agent uses that are kept for the next start of the same code (an arrival after a
-  // hop, a restart): its CAS read and its write are off that start's path.
-  static constexpr size_t kIdleCodeKept = 8;
-  absl::StatusOr<CodeLayout> AcquireCode(const cas::Digest& digest);
-  void ReleaseCode(const std::string& sha256);
-  absl::Mutex code_mu_;
-  absl::flat_hash_map<std::string, CodeLayout> code_ ABSL_GUARDED_BY(code_mu_);
-  // Held shared around every sandbox spawn, exclusively while a code file is open for writing.
-  absl::Mutex exec_mu_;
+  // Agents' code laid out for their sandboxes (agent/code_cache.h).
+  std::unique_ptr<CodeCache> code_;
   capability::LinkCache link_cache_;
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<LiveAgent>> agents_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, uint64_t> principal_bytes_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   // Operator queries waiting for an answer: message id -> answer.
@@ -392,49 +321,30 @@ class AgentRuntime::Impl {
   absl::flat_hash_map<std::string, absl::Time> nonces_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> next_message_id_{1};
 
-  // Reactor.
-  common::UniqueFd epoll_;
-  common::UniqueFd wake_;  // eventfd
-  absl::Mutex reactor_mu_;
-  struct Registration {
-    std::weak_ptr<LiveAgent> live;
-    bool output = false;
-  };
-  absl::flat_hash_map<uint64_t, Registration> registrations_ ABSL_GUARDED_BY(reactor_mu_);
-  uint64_t next_token_ ABSL_GUARDED_BY(reactor_mu_) = 1;
-  std::atomic<bool> quit_{false};
+  // The agents' channels and output pipes (agent/channel_reactor.h).
   // How long the reactor (and, through $VAULT_AGENT_POLL_US, the agents' SDKs) poll before they
   // sleep, after activity (BusyPoll in agent/connection.h).
   const absl::Duration poll_window_ = AgentPollWindow();
-  uint64_t reactor_frames_ = 0;  // frames the reactor handled (reactor-only)
-  std::thread reactor_;
+  std::unique_ptr<ChannelReactor> reactor_;
+  // The watchdog's thread, every kTick until watchdog_stop_.
+  absl::Notification watchdog_stop_;
   std::thread watchdog_;
 
   std::unique_ptr<FairQueue> workers_;
   std::unique_ptr<common::Executor> lifecycle_;  // exit handling, launches of children
   RateLimiter limiter_;
 
-  // Asynchronous audit entries, appended in order by audit_thread_.
-  absl::Mutex audit_mu_;
-  std::vector<vault::v1::AuditEntry> audit_queue_ ABSL_GUARDED_BY(audit_mu_);
-  bool audit_stop_ ABSL_GUARDED_BY(audit_mu_) = false;
-  std::thread audit_thread_;
+  // The audit entries of agents' calls and lifecycle (agent/audit_writer.h).
+  std::unique_ptr<AuditWriter> audit_writer_;
+  // Bytes written by each principal's agents, against its quota (agent/storage_quota.h).
+  std::unique_ptr<StorageQuota> quota_;
 };
 
 // The longest chain an agent may hold here: its SPAWN link and one MIGRATE link per hop (a chain
 // grows by a link a hop), so at most 1023 hops whatever max-migrations says.
 inline constexpr size_t kMaxAgentChainLinks = 1024;
 
-// Helpers shared by the runtime's files.
-std::string StateName(vault::v1::AgentState state);
-std::string DigestText(const vault::v1::Digest& d);
-absl::StatusOr<cas::Digest> ToDigest(const vault::v1::Digest& d);
-vault::v1::Digest FromDigest(const cas::Digest& d);
-std::string RandomBytes(size_t n);
-// Stores `data` as `digest`: one Put below the CAS's chunking threshold, a streaming upload
-// above it (a state or object of up to a frame may be larger than the threshold).
-absl::StatusOr<cas::PutOutcome> PutObject(cas::Store& store, const cas::Digest& digest,
-                                          absl::string_view data);
+// Helpers shared by the runtime's files (and agent/internal/runtime_util.h).
 absl::Status ValidateAgentId(const std::string& id);
 std::string TransferStatusOutcomeName(vault::v1::TransferStatusResponse::Outcome o);
 storage::ColumnFamilySpec LocationColumnFamily();

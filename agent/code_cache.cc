@@ -1,0 +1,152 @@
+#include "agent/code_cache.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "common/random.h"
+#include "common/status_macros.h"
+#include "common/unique_fd.h"
+#include "spdlog/spdlog.h"
+
+namespace vault::agent {
+namespace {
+
+std::string PythonSdkDir(const std::string& configured) {
+  if (!configured.empty()) return configured;
+  if (const char* env = getenv("VAULT_PYTHON_SDK"); env != nullptr && *env != '\0') return env;
+#ifdef VAULT_PYTHON_SDK_DEFAULT
+  if (common::PathExists(VAULT_PYTHON_SDK_DEFAULT)) return VAULT_PYTHON_SDK_DEFAULT;
+#endif
+  return "/usr/lib/vault/python";
+}
+
+bool IsPythonScript(absl::string_view code) {
+  if (!absl::StartsWith(code, "#!")) return false;
+  absl::string_view first = code.substr(0, code.find('\n'));
+  return absl::StrContains(first, "python");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CodeCache>> CodeCache::Open(const CodeCacheOptions& options,
+                                                           cas::Store* cas) {
+  std::string root = options.root;
+  if (root.empty()) {
+    if (geteuid() == 0) {
+      root = absl::StrCat("/var/lib/vault-sandbox/code/", options.vault_name, "-",
+                          absl::BytesToHexString(cas::Sha256::Hash(options.data_dir)).substr(0, 8));
+    } else {
+      root = options.data_dir + "/agent-code";
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(root, ec);  // code of a previous run
+  VAULT_RETURN_IF_ERROR(common::MakeDirs(root, 0711));
+  // The Python SDK, copied beside the code so that its path inside the sandbox is neutral (the
+  // build tree may live under /work, which the sandbox uses for itself).
+  std::string sdk = PythonSdkDir(options.python_sdk_dir);
+  if (common::PathExists(sdk)) {
+    std::string copy = root + "/python";
+    std::filesystem::copy(
+        sdk, copy,
+        std::filesystem::copy_options::recursive | std::filesystem::copy_options::skip_symlinks,
+        ec);
+    if (ec) {
+      return absl::InternalError(absl::StrCat("copy the Python SDK from ", sdk, ": ", ec.message()));
+    }
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(copy, ec)) {
+      chmod(entry.path().c_str(), entry.is_directory() ? 0755 : 0644);
+    }
+    chmod(copy.c_str(), 0755);
+    sdk = copy;
+  } else {
+    spdlog::warn("the Python agent SDK is not at {}: Python agents cannot import vault_agent", sdk);
+  }
+  for (std::string dir = root; dir.size() > 1 && dir != "/run"; dir = common::DirName(dir)) {
+    if (chmod(dir.c_str(), 0711) != 0) break;  // as far as we own the path
+    if (dir == "/run/vault-sandbox") break;
+  }
+  return std::unique_ptr<CodeCache>(new CodeCache(cas, std::move(root), std::move(sdk)));
+}
+
+// Written once, without a sync: the folder is rebuilt from the CAS after a restart.
+absl::StatusOr<CodeCache::Layout> CodeCache::Acquire(const cas::Digest& digest) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(digest.sha256());
+  if (it != entries_.end()) {
+    ++it->second.refs;
+    it->second.idle_since = absl::InfiniteFuture();
+    return it->second.layout;
+  }
+  // The CAS read verifies every byte against the digest.
+  VAULT_ASSIGN_OR_RETURN(std::string code, cas_->ReadAll(digest));
+  Layout layout;
+  layout.python = IsPythonScript(code);
+  // Readable (not listable) by the sandboxes' host ids, under an unguessable name.
+  VAULT_ASSIGN_OR_RETURN(std::string name, common::RandomHex(16));
+  layout.dir = absl::StrCat(root_, "/", name);
+  if (mkdir(layout.dir.c_str(), 0755) != 0) {
+    return common::PosixError(errno, "mkdir " + layout.dir);
+  }
+  chmod(layout.dir.c_str(), 0755);
+  const std::string path = absl::StrCat(layout.dir, layout.python ? "/agent.py" : "/agent");
+  absl::Status written = [&]() -> absl::Status {
+    absl::WriterMutexLock exec_lock(&exec_mu_);
+    common::UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755));
+    if (fd.get() < 0) return common::PosixError(errno, "create " + path);
+    absl::string_view rest = code;
+    while (!rest.empty()) {
+      ssize_t n = write(fd.get(), rest.data(), rest.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return common::PosixError(errno, "write " + path);
+      rest.remove_prefix(static_cast<size_t>(n));
+    }
+    if (fchmod(fd.get(), 0755) != 0) return common::PosixError(errno, "chmod " + path);
+    return absl::OkStatus();
+  }();
+  if (!written.ok()) {
+    std::error_code ec;
+    std::filesystem::remove_all(layout.dir, ec);
+    return written;
+  }
+  entries_[digest.sha256()] = Entry{.layout = layout, .refs = 1};
+  return layout;
+}
+
+void CodeCache::Release(const std::string& sha256) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(sha256);
+  if (it == entries_.end() || --it->second.refs > 0) return;
+  it->second.idle_since = absl::Now();
+  for (;;) {
+    auto oldest = entries_.end();
+    size_t idle = 0;
+    for (auto c = entries_.begin(); c != entries_.end(); ++c) {
+      if (c->second.refs > 0) continue;
+      ++idle;
+      if (oldest == entries_.end() || c->second.idle_since < oldest->second.idle_since) oldest = c;
+    }
+    if (idle <= kIdleKept) return;
+    std::error_code ec;
+    std::filesystem::remove_all(oldest->second.layout.dir, ec);
+    entries_.erase(oldest);
+  }
+}
+
+void CodeCache::RemoveAll() {
+  absl::MutexLock lock(&mu_);
+  entries_.clear();
+  std::error_code ec;
+  std::filesystem::remove_all(root_, ec);
+}
+
+}  // namespace vault::agent

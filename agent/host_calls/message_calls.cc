@@ -1,0 +1,211 @@
+// Host calls between agents: send (to an agent, or the operator's waiting query), receive (from
+// the mailbox, or waiting for a message), share (an object with other agents). Another principal's
+// agent is addressable only through grants naming it exactly, on both sides (RFC-0006 §9).
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "agent/internal/host_call.h"
+#include "agent/internal/runtime_util.h"
+#include "capability/grant.h"
+#include "common/status_macros.h"
+
+namespace vault::agent {
+
+using vault::v1::Grant;
+using vault::v1::HostRequest;
+using vault::v1::HostResponse;
+
+namespace {
+
+// Does some grant of `kind` name exactly `agent` (not "*")? Whatever its message types: this
+// decides whether another principal's agent is visible at all, not what may be sent to it.
+bool NamesExactly(const std::vector<Grant>& grants, Grant::Kind kind, const std::string& agent) {
+  for (const Grant& g : grants) {
+    if (g.kind() == kind && g.agent() == agent) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+namespace host_calls {
+
+void AuthorizeSend(HostCallContext& ctx) {
+  const HostRequest& request = ctx.request;
+  HostCall& c = ctx.call;
+  c.subject = request.send().to();
+  if (request.send().to() == "operator") return;
+  // The sender needs SEND {to, [type]}; the receiver's RECEIVE {from, [type]} is checked by the
+  // handler. A malformed type ([a-z0-9._-]{1,64}; "vault.*" is the vault's own, except
+  // "vault.answer") is a bad call, not a denial.
+  c.status = capability::ValidateMessageType(request.send().type());
+  if (!c.status.ok()) return;
+  c.grant = MakeGrant(Grant::SEND);
+  c.grant->set_agent(request.send().to());
+  c.grant->add_message_types(request.send().type());
+}
+
+void AuthorizeShare(HostCallContext& ctx) {
+  ctx.call.subject = DigestText(ctx.request.share().digest());
+}
+
+void Send(HostCallContext& ctx) {
+  HostCallServices& s = ctx.services;
+  const std::shared_ptr<LiveAgent>& live = ctx.live;
+  const HostRequest& request = ctx.request;
+  HostCall& c = ctx.call;
+  HostResponse& resp = c.response;
+  const auto& send = request.send();
+  c.bytes = send.data().size();
+  if (send.to() == "operator") {
+    // Only as the answer to an operator's query addressed to this agent.
+    c.status = s.AnswerQuery(send.reply_to(), live->id, send.type(), send.data());
+    if (c.status.ok()) resp.mutable_send()->set_message_id(send.reply_to());
+    return;
+  }
+  // Isolation (RFC-0006 §9): another principal's agent is addressable only through grants
+  // naming it exactly, on both sides; otherwise it is as if it did not exist.
+  std::shared_ptr<LiveAgent> to = s.Find(send.to());
+  absl::Status hidden = absl::NotFoundError(
+      absl::StrCat("no agent ", send.to(), " that this agent may send to"));
+  // An agent that departed from here, to a sender that may address it: refused with where it
+  // went.
+  if (to == nullptr) {
+    if (std::optional<std::string> departed = s.DepartedFor(*live, send.to())) {
+      c.status = absl::FailedPreconditionError(*departed);
+      return;
+    }
+  }
+  if (to == nullptr || to.get() == live.get()) {
+    c.status = hidden;
+    return;
+  }
+  std::vector<Grant> sender_grants, receiver_grants;
+  {
+    absl::MutexLock lock(&live->mu);
+    sender_grants.assign(live->record.grants().begin(), live->record.grants().end());
+  }
+  bool receiver_accepts;
+  {
+    absl::MutexLock lock(&to->mu);
+    receiver_grants.assign(to->record.grants().begin(), to->record.grants().end());
+    Grant from = MakeGrant(Grant::RECEIVE);
+    from.set_agent(live->id);
+    from.add_message_types(send.type());
+    receiver_accepts = to->authority != nullptr && to->authority->Allows(from);
+  }
+  if (to->principal != live->principal &&
+      (!NamesExactly(sender_grants, Grant::SEND, to->id) ||
+       !NamesExactly(receiver_grants, Grant::RECEIVE, live->id))) {
+    c.status = hidden;
+    return;
+  }
+  if (!receiver_accepts) {
+    c.status = absl::PermissionDeniedError(
+        absl::StrCat("denied: agent ", to->id, " does not accept \"", send.type(),
+                     "\" messages from ", live->id, " (it has no receive grant for it)"));
+    return;
+  }
+  vault::v1::Message m;
+  m.set_from(live->id);
+  m.set_type(send.type());
+  m.set_data(send.data());
+  m.set_reply_to(send.reply_to());
+  absl::StatusOr<uint64_t> id = s.Deliver(to, std::move(m));
+  if (!id.ok()) {
+    c.status = id.status();
+    return;
+  }
+  {
+    absl::MutexLock lock(&live->mu);
+    live->record.mutable_counters()->set_messages_sent(
+        live->record.counters().messages_sent() + 1);
+  }
+  resp.mutable_send()->set_message_id(*id);
+}
+
+void Receive(HostCallContext& ctx) {
+  const std::shared_ptr<LiveAgent>& live = ctx.live;
+  const HostRequest& request = ctx.request;
+  HostCall& c = ctx.call;
+  HostResponse& resp = c.response;
+  absl::MutexLock lock(&live->mu);
+  if (live->pending_receive.has_value()) {
+    c.status = absl::FailedPreconditionError("a receive is already waiting");
+    return;
+  }
+  if (!live->mailbox.empty()) {
+    *resp.mutable_receive()->mutable_message() = std::move(live->mailbox.front());
+    live->mailbox.pop_front();
+    c.subject = resp.receive().message().from();
+    c.bytes = resp.receive().message().data().size();
+  } else if (request.receive().timeout_ms() == 0) {
+    resp.mutable_receive()->set_timed_out(true);
+  } else {
+    absl::Time now = absl::Now();
+    live->pending_receive = LiveAgent::PendingReceive{
+        request.call_id(), now + absl::Milliseconds(request.receive().timeout_ms()), now,
+        std::move(ctx.request_bytes)};
+    c.deferred = true;
+  }
+}
+
+void Share(HostCallContext& ctx) {
+  HostCallServices& s = ctx.services;
+  const std::shared_ptr<LiveAgent>& live = ctx.live;
+  const HostRequest& request = ctx.request;
+  HostCall& c = ctx.call;
+  HostResponse& resp = c.response;
+  const auto& share = request.share();
+  // The sharer must be able to read it, and address every agent it shares with.
+  Grant read = MakeGrant(Grant::READ);
+  read.set_hash(share.digest().sha256());
+  bool can_read;
+  std::vector<Grant> grants;
+  {
+    absl::MutexLock lock(&live->mu);
+    can_read = live->shared.contains(share.digest().sha256()) ||
+               (live->authority != nullptr && live->authority->Allows(read));
+    grants.assign(live->record.grants().begin(), live->record.grants().end());
+  }
+  if (!can_read) {
+    c.status = absl::PermissionDeniedError(
+        "denied: an agent can share only an object it may read itself");
+    return;
+  }
+  absl::StatusOr<bool> present = [&]() -> absl::StatusOr<bool> {
+    VAULT_ASSIGN_OR_RETURN(cas::Digest d, ToDigest(share.digest()));
+    return s.cas().Contains(d);
+  }();
+  if (!present.ok() || !*present) {
+    c.status = present.ok() ? absl::NotFoundError("no such object in this vault's CAS")
+                            : present.status();
+    return;
+  }
+  std::vector<std::shared_ptr<LiveAgent>> targets;
+  for (const std::string& id : share.agents()) {
+    std::shared_ptr<LiveAgent> to = s.Find(id);
+    if (to == nullptr ||
+        (to->principal != live->principal && !NamesExactly(grants, Grant::SEND, id))) {
+      c.status = absl::NotFoundError(
+          absl::StrCat("no agent ", id, " that this agent may share with"));
+      return;
+    }
+    targets.push_back(std::move(to));
+  }
+  if (!c.status.ok()) return;
+  for (const auto& to : targets) {
+    absl::MutexLock lock(&to->mu);
+    to->shared.insert(share.digest().sha256());
+  }
+  c.subject =
+      absl::StrCat(DigestText(share.digest()), " -> ", absl::StrJoin(share.agents(), ","));
+  resp.mutable_share();
+}
+
+}  // namespace host_calls
+}  // namespace vault::agent
