@@ -22,6 +22,8 @@ PACKAGES=(
   prometheus-cpp-dev
   # Tests only: the independent Python gRPC client of CAS and Audit, and the deploy/ YAML checks.
   python3-grpcio python3-yaml python3-cryptography
+  # Only deploy/check-thread-safety.sh: clang checks the code's lock annotations (-Wthread-safety).
+  clang
 )
 
 missing=()

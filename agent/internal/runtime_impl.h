@@ -340,6 +340,17 @@ class AgentRuntime::Impl : public HostCallServices, public ChannelReactor::Handl
   std::unique_ptr<StorageQuota> quota_;
 };
 
+// Limits and intervals shared by the runtime's files.
+inline constexpr size_t kMaxCodeBytes = 256 << 20;
+inline constexpr absl::Duration kTick = absl::Milliseconds(25);  // the watchdog's period
+inline constexpr absl::Duration kControlWindow = absl::Minutes(5);
+inline constexpr size_t kMaxLogLine = 4096;
+
+// TERMINATED, COMPLETED, FAILED or DEPARTED: no process will run for the record here again.
+bool Ended(vault::v1::AgentState s);
+// The sandbox limits of an agent's constraints, the config's defaults where it has none.
+sandbox::Limits LimitsFor(const vault::v1::Constraints& c, const vault::v1::AgentsConfig& cfg);
+
 // The longest chain an agent may hold here: its SPAWN link and one MIGRATE link per hop (a chain
 // grows by a link a hop), so at most 1023 hops whatever max-migrations says.
 inline constexpr size_t kMaxAgentChainLinks = 1024;

@@ -1,0 +1,31 @@
+// agent/internal/transfer: what both sides of a hop name the same way (migrate.cc, the source;
+// migrate_in.cc, the destination). Private to agent/.
+#ifndef VAULT_AGENT_INTERNAL_TRANSFER_H_
+#define VAULT_AGENT_INTERNAL_TRANSFER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+
+namespace vault::agent {
+
+// The column family of transfer records (by transfer id) and fences.
+inline constexpr char kTransfers[] = "migration_transfers";
+// A state of at most this size travels in the Commit itself (CommitRequest.state).
+inline constexpr uint64_t kStateInCommit = 1 << 20;
+
+inline std::string TransferText(const std::string& transfer_id) {
+  return absl::BytesToHexString(transfer_id);
+}
+
+// Where `member`'s fence for `transfer_id` is kept (a transfer id is 16 bytes: no collision with
+// a committed record's key).
+inline std::string FenceKey(const std::string& transfer_id, const std::string& member) {
+  return absl::StrCat(transfer_id, "/fence/", member);
+}
+
+}  // namespace vault::agent
+
+#endif  // VAULT_AGENT_INTERNAL_TRANSFER_H_
