@@ -75,7 +75,8 @@ absl::StatusOr<std::unique_ptr<CodeCache>> CodeCache::Open(const CodeCacheOption
     if (chmod(dir.c_str(), 0711) != 0) break;  // as far as we own the path
     if (dir == "/run/vault-sandbox") break;
   }
-  return std::unique_ptr<CodeCache>(new CodeCache(cas, std::move(root), std::move(sdk)));
+  common::Env* env = options.env != nullptr ? options.env : common::Env::Default();
+  return std::unique_ptr<CodeCache>(new CodeCache(cas, env, std::move(root), std::move(sdk)));
 }
 
 // Written once, without a sync: the folder is rebuilt from the CAS after a restart.
@@ -94,24 +95,24 @@ absl::StatusOr<CodeCache::Layout> CodeCache::Acquire(const cas::Digest& digest) 
   // Readable (not listable) by the sandboxes' host ids, under an unguessable name.
   VAULT_ASSIGN_OR_RETURN(std::string name, common::RandomHex(16));
   layout.dir = absl::StrCat(root_, "/", name);
-  if (mkdir(layout.dir.c_str(), 0755) != 0) {
-    return common::PosixError(errno, "mkdir " + layout.dir);
+  if (int err = env_->CreateDir(layout.dir, 0755); err != 0) {
+    return common::PosixError(err, "mkdir " + layout.dir);
   }
-  chmod(layout.dir.c_str(), 0755);
+  chmod(layout.dir.c_str(), 0755);  // whatever the umask took
   const std::string path = absl::StrCat(layout.dir, layout.python ? "/agent.py" : "/agent");
   absl::Status written = [&]() -> absl::Status {
     absl::WriterMutexLock exec_lock(&exec_mu_);
-    common::UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755));
-    if (fd.get() < 0) return common::PosixError(errno, "create " + path);
-    absl::string_view rest = code;
-    while (!rest.empty()) {
-      ssize_t n = write(fd.get(), rest.data(), rest.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return common::PosixError(errno, "write " + path);
-      rest.remove_prefix(static_cast<size_t>(n));
+    int err = 0;
+    std::unique_ptr<common::EnvFile> f =
+        env_->Open(path, common::OpenMode::kCreateNew, /*direct=*/false, &err, 0755);
+    if (f == nullptr) return common::PosixError(err, "create " + path);
+    if (!code.empty()) {
+      if (int e = f->WriteAt(0, {iovec{code.data(), code.size()}}); e != 0) {
+        return common::PosixError(e, "write " + path);
+      }
     }
-    if (fchmod(fd.get(), 0755) != 0) return common::PosixError(errno, "chmod " + path);
-    return absl::OkStatus();
+    if (int e = f->Chmod(0755); e != 0) return common::PosixError(e, "chmod " + path);
+    return absl::OkStatus();  // closed (so that it can be executed) as `f` goes
   }();
   if (!written.ok()) {
     std::error_code ec;

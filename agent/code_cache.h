@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "cas/digest.h"
 #include "cas/store.h"
+#include "common/env.h"
 
 namespace vault::agent {
 
@@ -37,6 +38,8 @@ struct CodeCacheOptions {
   // Where the Python SDK (the vault_agent package) is. Empty: $VAULT_PYTHON_SDK, the build
   // tree's, else /usr/lib/vault/python.
   std::string python_sdk_dir;
+  // The code files' Env (common/env.h). Default: common::Env::Default().
+  common::Env* env = nullptr;
 };
 
 class CodeCache {
@@ -65,8 +68,8 @@ class CodeCache {
   void RemoveAll();
 
  private:
-  CodeCache(cas::Store* cas, std::string root, std::string python_sdk_dir)
-      : cas_(cas), root_(std::move(root)), python_sdk_dir_(std::move(python_sdk_dir)) {}
+  CodeCache(cas::Store* cas, common::Env* env, std::string root, std::string python_sdk_dir)
+      : cas_(cas), env_(env), root_(std::move(root)), python_sdk_dir_(std::move(python_sdk_dir)) {}
 
   struct Entry {
     Layout layout;
@@ -76,6 +79,7 @@ class CodeCache {
 
   // Constant after Open.
   cas::Store* const cas_;
+  common::Env* const env_;
   const std::string root_;
   const std::string python_sdk_dir_;
 

@@ -35,16 +35,6 @@ absl::Status ErrnoStatus(int err, absl::string_view what) {
   return absl::UnavailableError(msg);
 }
 
-absl::Status SyncDir(const std::string& dir) {
-  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", dir));
-  int rc = fsync(fd);
-  int err = errno;
-  close(fd);
-  if (rc != 0) return ErrnoStatus(err, absl::StrCat("fsync ", dir));
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 std::string EncodePackRef(const PackRef& ref) {
@@ -63,29 +53,26 @@ std::optional<PackRef> DecodePackRef(absl::string_view value, uint64_t expected_
   return ref;
 }
 
-PackStore::File::~File() {
-  if (fd >= 0) close(fd);
-  if (direct_fd >= 0) close(direct_fd);
-}
-
 absl::StatusOr<std::unique_ptr<PackStore>> PackStore::Open(const PackOptions& options) {
   if (options.dir.empty()) return absl::InvalidArgumentError("pack directory is empty");
-  if (mkdir(options.dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return ErrnoStatus(errno, absl::StrCat("create pack directory ", options.dir));
-  }
   std::unique_ptr<PackStore> store(new PackStore(options));
-  DIR* d = opendir(options.dir.c_str());
-  if (d == nullptr) return ErrnoStatus(errno, absl::StrCat("open pack directory ", options.dir));
+  common::Env* env = store->env_;
+  if (int err = env->CreateDir(options.dir, 0700); err != 0 && err != EEXIST) {
+    return ErrnoStatus(err, absl::StrCat("create pack directory ", options.dir));
+  }
+  std::vector<std::string> names;
+  if (int err = env->ListDir(options.dir, &names); err != 0) {
+    return ErrnoStatus(err, absl::StrCat("open pack directory ", options.dir));
+  }
   uint64_t next = 1;
-  while (dirent* e = readdir(d)) {
-    absl::string_view name(e->d_name);
+  for (const std::string& entry : names) {
+    absl::string_view name(entry);
     uint64_t id = 0;
     if (absl::ConsumePrefix(&name, kPrefix) && name.size() == 16 &&
         absl::SimpleHexAtoi(name, &id) && id >= next) {
       next = id + 1;
     }
   }
-  closedir(d);
   absl::MutexLock lock(&store->mu_);
   store->next_id_ = next;
   return store;
@@ -100,23 +87,23 @@ std::string PackStore::PathOf(uint64_t id) const {
 absl::Status PackStore::NewFileLocked() {
   const uint64_t id = next_id_++;
   const std::string path = PathOf(id);
-  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("create pack file ", path));
+  int err = 0;
   auto file = std::make_shared<File>();
   file->id = id;
-  file->fd = fd;
+  file->file = env_->Open(path, common::OpenMode::kCreateNew, /*direct=*/false, &err, 0600);
+  if (file->file == nullptr) return ErrnoStatus(err, absl::StrCat("create pack file ", path));
   if (options_.direct_writes && direct_ok_.load(std::memory_order_relaxed)) {
-    // EINVAL where the file system has no O_DIRECT: AppendUncached then writes through fd, and
-    // no longer aligns (its padding would only leave holes).
-    file->direct_fd = open(path.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
-    if (file->direct_fd < 0) direct_ok_.store(false, std::memory_order_relaxed);
+    // EINVAL where the file system has no O_DIRECT: AppendUncached then writes through `file`,
+    // and no longer aligns (its padding would only leave holes).
+    file->direct = env_->Open(path, common::OpenMode::kReadWrite, /*direct=*/true, &err);
+    if (file->direct == nullptr) direct_ok_.store(false, std::memory_order_relaxed);
   }
   // The new name must survive a crash before anything in it is referenced. Rare (one file per
   // file_bytes written), so done here, under the lock.
   if (options_.sync) {
-    if (absl::Status s = SyncDir(options_.dir); !s.ok()) {
-      unlink(path.c_str());
-      return s;
+    if (int e = env_->SyncDir(options_.dir); e != 0) {
+      env_->Remove(path);
+      return ErrnoStatus(e, absl::StrCat("fsync ", options_.dir));
     }
   }
   current_ = file;
@@ -145,27 +132,6 @@ absl::StatusOr<std::pair<std::shared_ptr<PackStore::File>, uint64_t>> PackStore:
   return std::make_pair(current_, offset);
 }
 
-int PackStore::WriteAt(int fd, std::vector<iovec> iov, uint64_t offset) {
-  // pwritev takes at most IOV_MAX pieces and may write fewer bytes than asked: go on from
-  // wherever it stopped.
-  size_t first = 0;
-  uint64_t written = 0;
-  while (first < iov.size()) {
-    const int count = static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
-    ssize_t n = pwritev(fd, &iov[first], count, static_cast<off_t>(offset + written));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return n < 0 ? errno : EIO;  // the range stays a hole or garbage
-    written += static_cast<uint64_t>(n);
-    size_t left = static_cast<size_t>(n);
-    while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
-    if (left > 0) {
-      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
-      iov[first].iov_len -= left;
-    }
-  }
-  return 0;
-}
-
 uint64_t PackStore::Completed(const std::shared_ptr<File>& file) {
   absl::MutexLock lock(&mu_);
   if (!file->dirty) {
@@ -192,7 +158,7 @@ absl::StatusOr<std::vector<PackRef>> PackStore::AppendMany(
     at += v.size();
     if (!v.empty()) iov.push_back(iovec{const_cast<char*>(v.data()), v.size()});
   }
-  if (int err = WriteAt(file->fd, std::move(iov), offset); err != 0) {
+  if (int err = file->file->WriteAt(offset, std::move(iov)); err != 0) {
     return ErrnoStatus(err, absl::StrCat("write pack file ", PathOf(file->id)));
   }
   *ticket = Completed(file);
@@ -220,14 +186,14 @@ absl::StatusOr<PackRef> PackStore::AppendUncached(absl::string_view bytes, uint6
   const PackRef ref{
       .file = file->id, .offset = offset, .size = static_cast<uint32_t>(bytes.size())};
   int err = EINVAL;
-  if (aligned && file->direct_fd >= 0 && offset % kDirectAlignment == 0 && !bytes.empty()) {
+  if (aligned && file->direct != nullptr && offset % kDirectAlignment == 0 && !bytes.empty()) {
     thread_local AlignedBuffer buffer;  // one per writing thread, kept
     // Values of more than 64 MiB (none: chunks are at most 4 x 4 MiB) would not be kept.
     char* buf = padded <= (uint64_t{64} << 20) ? buffer.Get(padded) : nullptr;
     if (buf != nullptr) {
       std::memcpy(buf, bytes.data(), bytes.size());
       std::memset(buf + bytes.size(), 0, padded - bytes.size());
-      err = WriteAt(file->direct_fd, {iovec{buf, padded}}, offset);
+      err = file->direct->WriteAt(offset, {iovec{buf, padded}});
       if (err == EINVAL) direct_ok_.store(false, std::memory_order_relaxed);
       if (err == 0) direct_appends_.fetch_add(1, std::memory_order_relaxed);
     }
@@ -236,7 +202,7 @@ absl::StatusOr<PackRef> PackStore::AppendUncached(absl::string_view bytes, uint6
   if (err == EINVAL) {
     err = bytes.empty()
               ? 0
-              : WriteAt(file->fd, {iovec{const_cast<char*>(bytes.data()), bytes.size()}}, offset);
+              : file->file->WriteAt(offset, {iovec{const_cast<char*>(bytes.data()), bytes.size()}});
   }
   if (err != 0) return ErrnoStatus(err, absl::StrCat("write pack file ", PathOf(file->id)));
   *ticket = Completed(file);
@@ -259,8 +225,8 @@ absl::Status PackStore::Sync(uint64_t ticket) {
   }
   if (options_.sync) {
     for (const std::shared_ptr<File>& f : files) {
-      if (fdatasync(f->fd) != 0) {
-        absl::Status s = ErrnoStatus(errno, absl::StrCat("fdatasync pack file ", PathOf(f->id)));
+      if (int err = f->file->Sync(); err != 0) {
+        absl::Status s = ErrnoStatus(err, absl::StrCat("fdatasync pack file ", PathOf(f->id)));
         absl::MutexLock lock(&mu_);
         failed_ = absl::UnavailableError(
             absl::StrCat(s.message(), "; pack writes are refused until vaultd restarts"));
@@ -279,18 +245,18 @@ absl::StatusOr<std::shared_ptr<PackStore::File>> PackStore::OpenForRead(uint64_t
     if (it != readers_.end()) return it->second;
   }
   const std::string path = PathOf(id);
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) {
-      return absl::DataLossError(absl::StrCat("pack file ", path, " is missing"));
-    }
-    return ErrnoStatus(errno, absl::StrCat("open pack file ", path));
-  }
+  int err = 0;
   auto file = std::make_shared<File>();
   file->id = id;
-  file->fd = fd;
-  if (options_.direct_writes) {
-    file->direct_fd = open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);  // -1: not offered
+  file->file = env_->Open(path, common::OpenMode::kReadOnly, /*direct=*/false, &err);
+  if (file->file == nullptr) {
+    if (err == ENOENT) {
+      return absl::DataLossError(absl::StrCat("pack file ", path, " is missing"));
+    }
+    return ErrnoStatus(err, absl::StrCat("open pack file ", path));
+  }
+  if (options_.direct_writes) {  // null: not offered
+    file->direct = env_->Open(path, common::OpenMode::kReadOnly, /*direct=*/true, &err);
   }
   absl::MutexLock lock(&mu_);
   if (readers_.size() >= kMaxReaders) readers_.clear();
@@ -301,13 +267,12 @@ absl::StatusOr<std::shared_ptr<PackStore::File>> PackStore::OpenForRead(uint64_t
 absl::Status PackStore::Discard(const PackRef& ref) {
   if (ref.size == 0) return absl::OkStatus();
   const std::string path = PathOf(ref.file);
-  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open pack file ", path));
-  const int punched = fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                                static_cast<off_t>(ref.offset), static_cast<off_t>(ref.size));
-  const int err = errno;
-  close(fd);
-  if (punched == 0) return absl::OkStatus();
+  int err = 0;
+  std::unique_ptr<common::EnvFile> f =
+      env_->Open(path, common::OpenMode::kReadWrite, /*direct=*/false, &err);
+  if (f == nullptr) return ErrnoStatus(err, absl::StrCat("open pack file ", path));
+  err = f->PunchHole(ref.offset, ref.size);
+  if (err == 0) return absl::OkStatus();
   if (err == EOPNOTSUPP) {
     return absl::UnimplementedError(absl::StrCat("the file system of ", path, " has no holes"));
   }
@@ -320,10 +285,8 @@ absl::StatusOr<std::string> PackStore::Read(const PackRef& ref) const {
   std::string out(ref.size, '\0');
   size_t done = 0;
   while (done < out.size()) {
-    ssize_t n = pread((*file)->fd, out.data() + done, out.size() - done,
-                      static_cast<off_t>(ref.offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(errno, absl::StrCat("read pack file ", PathOf(ref.file)));
+    ssize_t n = (*file)->file->ReadAt(ref.offset + done, out.data() + done, out.size() - done);
+    if (n < 0) return ErrnoStatus(static_cast<int>(-n), absl::StrCat("read pack file ", PathOf(ref.file)));
     if (n == 0) {
       return absl::DataLossError(absl::StrCat("pack file ", PathOf(ref.file), " ends before ",
                                               ref.offset + ref.size, " bytes (truncated)"));
@@ -346,15 +309,14 @@ absl::StatusOr<absl::string_view> PackStore::ReadUncached(const PackRef& ref,
     return absl::DataLossError(
         absl::StrCat("pack file ", PathOf(ref.file), " ends before ", end, " bytes (truncated)"));
   };
-  if ((*file)->direct_fd >= 0 && direct_reads_ok_.load(std::memory_order_relaxed)) {
+  if ((*file)->direct != nullptr && direct_reads_ok_.load(std::memory_order_relaxed)) {
     uint64_t done = 0;
     int err = 0;
     while (from + done < end) {
-      ssize_t n = pread((*file)->direct_fd, buf + done, static_cast<size_t>(to - from - done),
-                        static_cast<off_t>(from + done));
-      if (n < 0 && errno == EINTR) continue;
+      ssize_t n =
+          (*file)->direct->ReadAt(from + done, buf + done, static_cast<size_t>(to - from - done));
       if (n < 0) {
-        err = errno;
+        err = static_cast<int>(-n);
         break;
       }
       if (n == 0) return truncated();
@@ -370,10 +332,8 @@ absl::StatusOr<absl::string_view> PackStore::ReadUncached(const PackRef& ref,
   }
   uint64_t done = 0;
   while (done < ref.size) {
-    ssize_t n =
-        pread((*file)->fd, buf + done, ref.size - done, static_cast<off_t>(ref.offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(errno, absl::StrCat("read pack file ", PathOf(ref.file)));
+    ssize_t n = (*file)->file->ReadAt(ref.offset + done, buf + done, ref.size - done);
+    if (n < 0) return ErrnoStatus(static_cast<int>(-n), absl::StrCat("read pack file ", PathOf(ref.file)));
     if (n == 0) return truncated();
     done += static_cast<uint64_t>(n);
   }

@@ -46,6 +46,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "common/env.h"
 
 namespace vault::cas {
 
@@ -81,6 +82,8 @@ class AlignedBuffer {
 
 struct PackOptions {
   std::string dir;
+  // The files' Env (common/env.h). Default: common::Env::Default().
+  common::Env* env = nullptr;
   // A file takes appends until this size (a larger value gets a file of its own).
   uint64_t file_bytes = uint64_t{256} << 20;
   // fdatasync in Sync (false: Sync only orders, for stores whose RocksDB writes are unsynced).
@@ -136,14 +139,14 @@ class PackStore {
  private:
   struct File {
     uint64_t id = 0;
-    int fd = -1;
+    std::unique_ptr<common::EnvFile> file;
     // The same file with O_DIRECT (read-write for files of this run, read-only for older
-    // ones), or -1 where refused.
-    int direct_fd = -1;
+    // ones), or null where refused.
+    std::unique_ptr<common::EnvFile> direct;
     bool dirty = false;  // guarded by PackStore::mu_
-    ~File();
   };
-  explicit PackStore(const PackOptions& options) : options_(options) {}
+  explicit PackStore(const PackOptions& options)
+      : options_(options), env_(options.env != nullptr ? options.env : common::Env::Default()) {}
   absl::StatusOr<std::shared_ptr<File>> OpenForRead(uint64_t id) const;
   absl::Status NewFileLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string PathOf(uint64_t id) const;
@@ -151,12 +154,11 @@ class PackStore {
   // start rounded up to `align` and the tail after it too.
   absl::StatusOr<std::pair<std::shared_ptr<File>, uint64_t>> Reserve(uint64_t bytes,
                                                                      uint64_t align);
-  // Writes every piece at `offset` on `fd`, going on after short writes. The errno on failure.
-  static int WriteAt(int fd, std::vector<iovec> iov, uint64_t offset);
   // Hands out the ticket of a finished write to `file`.
   uint64_t Completed(const std::shared_ptr<File>& file);
 
   const PackOptions options_;
+  common::Env* const env_;
   mutable absl::Mutex mu_;
   std::shared_ptr<File> current_ ABSL_GUARDED_BY(mu_);
   uint64_t tail_ ABSL_GUARDED_BY(mu_) = 0;       // next offset in current_

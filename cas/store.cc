@@ -93,6 +93,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(storage::Database* db,
   if (!options.pack_dir.empty()) {
     VAULT_ASSIGN_OR_RETURN(store->packs_,
                            PackStore::Open({.dir = options.pack_dir,
+                                            .env = options.env,
                                             .sync = db->options().sync_writes,
                                             .direct_writes = options.direct_chunk_writes}));
   }

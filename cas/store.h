@@ -47,6 +47,7 @@
 #include "cas/chunker.h"
 #include "cas/digest.h"
 #include "cas/pack.h"
+#include "common/env.h"
 #include "rocksdb/write_batch.h"
 #include "storage/database.h"
 #include "storage/group_commit.h"
@@ -65,6 +66,9 @@ struct StoreOptions {
   // Pack files (cas/pack.h) for values of at least pack_min_bytes: inline objects and chunks.
   // Empty: every value stays in RocksDB.
   std::string pack_dir;
+  // The pack files' Env (common/env.h). Default: common::Env::Default(). The database has its
+  // own (storage::DatabaseOptions::env).
+  common::Env* env = nullptr;
   uint64_t pack_min_bytes = 1 << 10;
   // Chunks of large objects go to the packs with O_DIRECT where the file system allows it
   // (PackStore::AppendUncached).

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/env.h"
 #include "common/status_macros.h"
 #include "common/unique_fd.h"
 
@@ -49,34 +50,24 @@ absl::StatusCode CodeForErrno(int err) {
 
 using Fd = UniqueFd;
 
-absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {
-  while (!data.empty()) {
-    ssize_t n = write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return PosixError(errno, absl::StrCat("write ", path));
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
+absl::Status SyncDir(Env* env, const std::string& dir) {
+  if (int err = env->SyncDir(dir); err != 0) return PosixError(err, absl::StrCat("fsync ", dir));
   return absl::OkStatus();
 }
 
-absl::Status SyncDir(const std::string& dir) {
-  Fd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() < 0) return PosixError(errno, absl::StrCat("open directory ", dir));
-  if (fsync(fd.get()) != 0) return PosixError(errno, absl::StrCat("fsync ", dir));
-  return absl::OkStatus();
-}
-
-absl::Status WriteAndSync(const std::string& path, absl::string_view data, mode_t mode,
-                          int extra_flags) {
-  Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | extra_flags, mode));
-  if (fd.get() < 0) return PosixError(errno, absl::StrCat("create ", path));
+// Creates `path` (failing when it exists), writes `data`, sets `mode` and syncs it.
+absl::Status WriteAndSync(Env* env, const std::string& path, absl::string_view data, mode_t mode) {
+  int err = 0;
+  std::unique_ptr<EnvFile> f = env->Open(path, OpenMode::kCreateNew, /*direct=*/false, &err, mode);
+  if (f == nullptr) return PosixError(err, absl::StrCat("create ", path));
   // The umask may have removed bits; the caller's mode is what it asked for.
-  if (fchmod(fd.get(), mode) != 0) return PosixError(errno, absl::StrCat("chmod ", path));
-  VAULT_RETURN_IF_ERROR(WriteAll(fd.get(), data, path));
-  if (fsync(fd.get()) != 0) return PosixError(errno, absl::StrCat("fsync ", path));
-  if (fd.Close() != 0) return PosixError(errno, absl::StrCat("close ", path));
+  if (int e = f->Chmod(mode); e != 0) return PosixError(e, absl::StrCat("chmod ", path));
+  if (!data.empty()) {
+    if (int e = f->WriteAt(0, {iovec{const_cast<char*>(data.data()), data.size()}}); e != 0) {
+      return PosixError(e, absl::StrCat("write ", path));
+    }
+  }
+  if (int e = f->Sync(); e != 0) return PosixError(e, absl::StrCat("fsync ", path));
   return absl::OkStatus();
 }
 
@@ -120,29 +111,35 @@ absl::StatusOr<std::string> ReadPrivateFile(const std::string& path) {
   return ReadFile(path);
 }
 
-absl::Status WriteFileAtomic(const std::string& path, absl::string_view data, mode_t mode) {
+absl::Status WriteFileAtomic(const std::string& path, absl::string_view data, mode_t mode,
+                             Env* env) {
+  if (env == nullptr) env = Env::Default();
   // Unique per process and call: concurrent writers of one path never share a temporary file.
   static std::atomic<uint64_t> counter{0};
   std::string tmp = absl::StrCat(path, ".tmp.", getpid(), ".", counter.fetch_add(1));
-  absl::Status s = WriteAndSync(tmp, data, mode, O_EXCL | O_NOFOLLOW);
+  absl::Status s = WriteAndSync(env, tmp, data, mode);
   if (absl::IsAlreadyExists(s)) return s;  // not ours: leave it alone
-  if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
-    s = PosixError(errno, absl::StrCat("rename ", tmp, " to ", path));
+  if (s.ok()) {
+    if (int err = env->Rename(tmp, path); err != 0) {
+      s = PosixError(err, absl::StrCat("rename ", tmp, " to ", path));
+    }
   }
   if (!s.ok()) {
-    unlink(tmp.c_str());
+    env->Remove(tmp);
     return s;
   }
-  return SyncDir(DirName(path));
+  return SyncDir(env, DirName(path));
 }
 
-absl::Status WriteNewFile(const std::string& path, absl::string_view data, mode_t mode) {
-  absl::Status s = WriteAndSync(path, data, mode, O_EXCL);
+absl::Status WriteNewFile(const std::string& path, absl::string_view data, mode_t mode,
+                          Env* env) {
+  if (env == nullptr) env = Env::Default();
+  absl::Status s = WriteAndSync(env, path, data, mode);
   if (!s.ok()) {
-    if (s.code() != absl::StatusCode::kAlreadyExists) unlink(path.c_str());
+    if (s.code() != absl::StatusCode::kAlreadyExists) env->Remove(path);
     return s;
   }
-  return SyncDir(DirName(path));
+  return SyncDir(env, DirName(path));
 }
 
 absl::Status MakeDirs(const std::string& path, mode_t mode) {

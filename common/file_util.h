@@ -17,6 +17,8 @@
 
 namespace vault::common {
 
+class Env;
+
 // Converts an errno value into a Status whose code matches it (ENOENT -> NOT_FOUND, ...),
 // with the message "<what>: <strerror>".
 absl::Status PosixError(int err, absl::string_view what);
@@ -29,11 +31,14 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 absl::StatusOr<std::string> ReadPrivateFile(const std::string& path);
 
 // Writes `data` to a temporary file beside `path` with `mode`, fsyncs it, renames it over `path`
-// and fsyncs the directory: readers see the old or the new content, never a mix.
-absl::Status WriteFileAtomic(const std::string& path, absl::string_view data, mode_t mode);
+// and fsyncs the directory: readers see the old or the new content, never a mix. `env`: the
+// files' Env (common/env.h), Env::Default() when null.
+absl::Status WriteFileAtomic(const std::string& path, absl::string_view data, mode_t mode,
+                             Env* env = nullptr);
 
 // Like WriteFileAtomic, but fails with ALREADY_EXISTS (changing nothing) when `path` exists.
-absl::Status WriteNewFile(const std::string& path, absl::string_view data, mode_t mode);
+absl::Status WriteNewFile(const std::string& path, absl::string_view data, mode_t mode,
+                          Env* env = nullptr);
 
 // Creates `path` and missing parents with `mode`. OK when it already is a directory.
 absl::Status MakeDirs(const std::string& path, mode_t mode);
