@@ -139,6 +139,8 @@ class FederationService::StatusCall final : public grpc::ServerUnaryReactor {
       }
       asks.emplace_back(&view, *std::move(channel));
     }
+    // The calls' contexts: owned by contexts_ (which a cancel walks under mu_), used here.
+    std::vector<grpc::ClientContext*> contexts;
     {
       absl::MutexLock lock(&mu_);
       pending_ = asks.size() + 1;  // +1: this function, until every call is started
@@ -146,6 +148,7 @@ class FederationService::StatusCall final : public grpc::ServerUnaryReactor {
         contexts_.push_back(std::make_unique<grpc::ClientContext>());
         contexts_.back()->set_deadline(absl::ToChronoTime(deadline));
         if (cancelled_) contexts_.back()->TryCancel();
+        contexts.push_back(contexts_.back().get());
       }
     }
     for (size_t i = 0; i < asks.size(); ++i) {
@@ -154,7 +157,7 @@ class FederationService::StatusCall final : public grpc::ServerUnaryReactor {
       absl::Time start = absl::Now();
       // The stub lives until the callback has run.
       stub->async()->Summary(
-          contexts_[i].get(), &request_, view->mutable_summary(),
+          contexts[i], &request_, view->mutable_summary(),
           [this, view, stub, start](grpc::Status s) {
             view->set_round_trip_ms(absl::ToInt64Milliseconds(absl::Now() - start));
             if (s.ok()) {

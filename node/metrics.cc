@@ -366,7 +366,10 @@ class Metrics::StateCollector : public prometheus::Collectable {
     const uint64_t size = sources_.audit_log->size();
     if (cursor_ >= size) return;
     absl::Status s = sources_.audit_log->store().ScanEntries(
-        cursor_, [&](uint64_t seq, absl::string_view, absl::string_view bytes) {
+        cursor_,
+        // Called by ScanEntries on this thread, with mu_ still held.
+        [&](uint64_t seq, absl::string_view, absl::string_view bytes)
+            ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           if (seq >= size) return false;
           vault::v1::AuditEntry e;
           if (e.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {

@@ -83,11 +83,13 @@ void AuthorizeCasGet(HostCallContext& ctx) {
   Grant g = MakeGrant(Grant::READ);
   g.set_hash(h);
   c.grant = g;
-  absl::MutexLock lock(&ctx.live->mu);
-  const vault::v1::AgentRecord& r = ctx.live->record;
-  c.allowed_without_grant = ctx.live->shared.contains(h) ||
-                            (r.has_state() && r.state_digest().sha256() == h) ||
-                            r.spec().code_digest().sha256() == h;
+  LiveAgent& live = *ctx.live;
+  absl::MutexLock lock(&live.mu);
+  // Its own code and state, and what it put or was shared with it, need no grant (a read grant
+  // on the hash covers the rest).
+  c.allowed_without_grant = live.shared.contains(h) ||
+                            (live.record.has_state() && live.record.state_digest().sha256() == h) ||
+                            live.record.spec().code_digest().sha256() == h;
 }
 
 void AuthorizeCasWrite(HostCallContext& ctx) {
@@ -148,7 +150,7 @@ void CasGet(HostCallContext& ctx) {
 
 void CasPut(HostCallContext& ctx) {
   HostCallServices& s = ctx.services;
-  const std::shared_ptr<LiveAgent>& live = ctx.live;
+  const std::shared_ptr<LiveAgent> live = ctx.live;
   const HostRequest& request = ctx.request;
   HostCall& c = ctx.call;
   HostResponse& resp = c.response;
@@ -184,7 +186,7 @@ void CasPut(HostCallContext& ctx) {
 
 void CasUploadStart(HostCallContext& ctx) {
   HostCallServices& s = ctx.services;
-  const std::shared_ptr<LiveAgent>& live = ctx.live;
+  const std::shared_ptr<LiveAgent> live = ctx.live;
   const HostRequest& request = ctx.request;
   HostCall& c = ctx.call;
   HostResponse& resp = c.response;
@@ -246,7 +248,7 @@ void CasUploadStart(HostCallContext& ctx) {
 
 void CasUploadAppend(HostCallContext& ctx) {
   HostCallServices& s = ctx.services;
-  const std::shared_ptr<LiveAgent>& live = ctx.live;
+  const std::shared_ptr<LiveAgent> live = ctx.live;
   const HostRequest& request = ctx.request;
   HostCall& c = ctx.call;
   HostResponse& resp = c.response;
@@ -299,7 +301,7 @@ void CasUploadAppend(HostCallContext& ctx) {
 
 void CasUploadFinish(HostCallContext& ctx) {
   HostCallServices& s = ctx.services;
-  const std::shared_ptr<LiveAgent>& live = ctx.live;
+  const std::shared_ptr<LiveAgent> live = ctx.live;
   const HostRequest& request = ctx.request;
   HostCall& c = ctx.call;
   HostResponse& resp = c.response;

@@ -55,7 +55,7 @@ void ReadFile(HostCallContext& ctx) {
 
 void WriteFile(HostCallContext& ctx) {
   HostCallServices& s = ctx.services;
-  const std::shared_ptr<LiveAgent>& live = ctx.live;
+  const std::shared_ptr<LiveAgent> live = ctx.live;
   const HostRequest& request = ctx.request;
   HostCall& c = ctx.call;
   HostResponse& resp = c.response;

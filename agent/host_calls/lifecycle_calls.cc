@@ -43,7 +43,7 @@ void AuthorizeExit(HostCallContext& ctx) {
 
 void Log(HostCallContext& ctx) {
   HostCallServices& s = ctx.services;
-  const std::shared_ptr<LiveAgent>& live = ctx.live;
+  const std::shared_ptr<LiveAgent> live = ctx.live;
   const HostRequest& request = ctx.request;
   HostCall& c = ctx.call;
   uint64_t incarnation;
@@ -58,7 +58,7 @@ void Log(HostCallContext& ctx) {
 }
 
 void Heartbeat(HostCallContext& ctx) {
-  const std::shared_ptr<LiveAgent>& live = ctx.live;
+  const std::shared_ptr<LiveAgent> live = ctx.live;
   HostCall& c = ctx.call;
   HostResponse& resp = c.response;
   absl::MutexLock lock(&live->mu);
@@ -68,11 +68,12 @@ void Heartbeat(HostCallContext& ctx) {
 
 void SelfInspect(HostCallContext& ctx) {
   HostCallServices& s = ctx.services;
-  const std::shared_ptr<LiveAgent>& live = ctx.live;
+  const std::shared_ptr<LiveAgent> live = ctx.live;
   HostCall& c = ctx.call;
   HostResponse& resp = c.response;
   absl::MutexLock lock(&live->mu);
-  const vault::v1::AgentRecord& r = live->record;
+  // A non-const reference: clang 14 loses the guard of a const one reached through a shared_ptr.
+  vault::v1::AgentRecord& r = live->record;
   vault::v1::SelfInspectResult* out = resp.mutable_self_inspect();
   out->set_agent_id(live->id);
   out->set_vault(s.vault_name());
@@ -115,7 +116,7 @@ void SelfInspect(HostCallContext& ctx) {
 
 void SpawnChild(HostCallContext& ctx) {
   HostCallServices& s = ctx.services;
-  const std::shared_ptr<LiveAgent>& live = ctx.live;
+  const std::shared_ptr<LiveAgent> live = ctx.live;
   const HostRequest& request = ctx.request;
   HostCall& c = ctx.call;
   HostResponse& resp = c.response;
@@ -133,7 +134,8 @@ void SpawnChild(HostCallContext& ctx) {
   bool narrowed;
   {
     absl::MutexLock lock(&live->mu);
-    const vault::v1::AgentRecord& r = live->record;
+    // A non-const reference: clang 14 loses the guard of a const one reached through a shared_ptr.
+    vault::v1::AgentRecord& r = live->record;
     Grant read = MakeGrant(Grant::READ);
     read.set_hash(spec.code_digest().sha256());
     if (spec.code_digest().sha256() != r.spec().code_digest().sha256() &&
@@ -189,7 +191,7 @@ void SpawnChild(HostCallContext& ctx) {
 
 void Migrate(HostCallContext& ctx) {
   HostCallServices& s = ctx.services;
-  const std::shared_ptr<LiveAgent>& live = ctx.live;
+  const std::shared_ptr<LiveAgent> live = ctx.live;
   const HostRequest& request = ctx.request;
   HostCall& c = ctx.call;
   // The hop runs on the migration pool, not on this worker (a transfer takes as long as
@@ -249,7 +251,7 @@ void Migrate(HostCallContext& ctx) {
 
 void Exit(HostCallContext& ctx) {
   HostCallServices& s = ctx.services;
-  const std::shared_ptr<LiveAgent>& live = ctx.live;
+  const std::shared_ptr<LiveAgent> live = ctx.live;
   const HostRequest& request = ctx.request;
   HostCall& c = ctx.call;
   if (request.exit().has_result()) {

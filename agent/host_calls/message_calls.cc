@@ -55,7 +55,7 @@ void AuthorizeShare(HostCallContext& ctx) {
 
 void Send(HostCallContext& ctx) {
   HostCallServices& s = ctx.services;
-  const std::shared_ptr<LiveAgent>& live = ctx.live;
+  const std::shared_ptr<LiveAgent> live = ctx.live;
   const HostRequest& request = ctx.request;
   HostCall& c = ctx.call;
   HostResponse& resp = c.response;
@@ -129,7 +129,7 @@ void Send(HostCallContext& ctx) {
 }
 
 void Receive(HostCallContext& ctx) {
-  const std::shared_ptr<LiveAgent>& live = ctx.live;
+  const std::shared_ptr<LiveAgent> live = ctx.live;
   const HostRequest& request = ctx.request;
   HostCall& c = ctx.call;
   HostResponse& resp = c.response;
@@ -156,7 +156,7 @@ void Receive(HostCallContext& ctx) {
 
 void Share(HostCallContext& ctx) {
   HostCallServices& s = ctx.services;
-  const std::shared_ptr<LiveAgent>& live = ctx.live;
+  const std::shared_ptr<LiveAgent> live = ctx.live;
   const HostRequest& request = ctx.request;
   HostCall& c = ctx.call;
   HostResponse& resp = c.response;

@@ -33,7 +33,7 @@ void AuthorizeCheckpoint(HostCallContext& ctx) {
 
 void GetState(HostCallContext& ctx) {
   HostCallServices& s = ctx.services;
-  const std::shared_ptr<LiveAgent>& live = ctx.live;
+  const std::shared_ptr<LiveAgent> live = ctx.live;
   const HostRequest& request = ctx.request;
   HostCall& c = ctx.call;
   HostResponse& resp = c.response;
@@ -87,7 +87,7 @@ void GetState(HostCallContext& ctx) {
 
 void Checkpoint(HostCallContext& ctx) {
   HostCallServices& s = ctx.services;
-  const std::shared_ptr<LiveAgent>& live = ctx.live;
+  const std::shared_ptr<LiveAgent> live = ctx.live;
   const HostRequest& request = ctx.request;
   HostCall& c = ctx.call;
   HostResponse& resp = c.response;
