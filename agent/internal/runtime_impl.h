@@ -243,7 +243,8 @@ class AgentRuntime::Impl : public HostCallServices, public ChannelReactor::Handl
                                                                    bool abort_if_unknown,
                                                                    const std::string& caller);
   MigrationTransport* transport_ = nullptr;
-  absl::Mutex commit_mu_;
+  // One commit or fence at a time. Lock order: commit_mu_, then an agent's mu, then mu_.
+  absl::Mutex commit_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   // An arriving agent's process, started when its Offer is accepted and the code is here, so
   // that the sandbox's start (a cgroup attach and an unmount, each of which can wait for an RCU
   // grace period, ~10-20 ms on an idle machine) overlaps the transfer of its objects. The
@@ -299,13 +300,17 @@ class AgentRuntime::Impl : public HostCallServices, public ChannelReactor::Handl
   void GossipAllRevocations();
   // Messages to other vaults that nobody waits for (locations, revocations).
   std::unique_ptr<common::RetryQueue> outbox_;
-  absl::Mutex location_mu_;  // one location update at a time
+  // One location update at a time. Lock order: location_mu_, then an agent's mu, then mu_.
+  absl::Mutex location_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::unique_ptr<FileTree> files_;
   // Agents' code laid out for their sandboxes (agent/code_cache.h).
   std::unique_ptr<CodeCache> code_;
   capability::LinkCache link_cache_;
 
-  absl::Mutex mu_;
+  // The runtime's own state. Taken after commit_mu_, location_mu_ and any agent's mu
+  // (LiveAgent::mu), never before them. The parts' own locks (ChannelReactor, CodeCache,
+  // StorageQuota, AuditWriter) are leaves: none of them calls back into the runtime while held.
+  absl::Mutex mu_ ABSL_ACQUIRED_AFTER(commit_mu_, location_mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<LiveAgent>> agents_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
