@@ -127,7 +127,7 @@ void CodeCache::Release(const std::string& sha256) {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(sha256);
   if (it == entries_.end() || --it->second.refs > 0) return;
-  it->second.idle_since = absl::Now();
+  it->second.idle_since = env_->Now();
   for (;;) {
     auto oldest = entries_.end();
     size_t idle = 0;

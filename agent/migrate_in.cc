@@ -151,6 +151,16 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
     return absl::InvalidArgumentError(absl::StrCat("a Commit carries states of at most ",
                                                    kStateInCommit, " bytes, not ", state->size()));
   }
+  // Checked again at the Commit (the Offer did): agents may have been disabled since, or the
+  // Offer answered by a vault that did not check. Refused before anything is committed, so the
+  // agent resumes at its source.
+  if (absl::StatusOr<sandbox::Sandbox*> type = SandboxFor(p.spec().sandbox()); !type.ok()) {
+    Audit(audit::MakeEntry(p.source_vault(), "agent.migrate.refused", p.agent_id(),
+                           vault::v1::AuditEntry::DENIED, std::string(type.status().message()),
+                           {{"phase", "commit"}}),
+          /*durable=*/true);
+    return type.status();
+  }
   const absl::Time commit_start = absl::Now();
   // One commit or fence at a time: Status's abort and Commit never interleave.
   absl::MutexLock commit_lock(&commit_mu_);

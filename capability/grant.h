@@ -87,7 +87,7 @@ vault::v1::Constraints IntersectConstraints(const vault::v1::Constraints& a,
 // Human-readable, one line: "read /vault/pub", "read sha256:<hex>", "cas-read",
 // "network *.example.com:443", "network api.example.com:*", "send agent-7",
 // "send agent-7 types=ping,stop", "receive * types=ping", "migrate vault-b vault-c". The types
-// list reads as in the shorthand ParseGrants accepts ("send:agent-7:ping,stop").
+// list reads as in vaultctl's shorthand ("send:agent-7:ping,stop", vaultctl/shorthand.h).
 std::string GrantToString(const vault::v1::Grant& grant);
 
 }  // namespace vault::capability

@@ -19,10 +19,10 @@
 //     protobuf can hold prints and parses back; the result must be valid UTF-8. Raw newlines in
 //     strings are allowed; other raw control characters are not.
 //   - (migrate (vaults ...)) names and (send/receive ... (types ...)) message types are sorted and
-//     de-duplicated (S-expression and shorthand); JSON and text format are the exact wire form
+//     de-duplicated (S-expression and vaultctl's shorthand); JSON and text format are the exact wire form
 //     and must already be sorted and unique.
 //   - Limits that are not a whole number of seconds print as (max-runtime-ms N), (max-cpu-ms N)
-//     and (expires-ms N), which the parser (and the key=value shorthand) also accept.
+//     and (expires-ms N), which the parser (and vaultctl's key=value shorthand) also accept.
 //   - Names (path, host, agent, from, vault names, message types, sandbox) may be bare symbols or
 //     strings; purpose, instructions, code, code-file and hash must be strings.
 //   - JSON and text format specs get the same semantic checks as S-expressions (ValidateGrant,

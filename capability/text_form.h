@@ -56,15 +56,12 @@ absl::StatusOr<vault::v1::AgentSpec> ParseAgentSpec(absl::string_view text,
                                                     absl::string_view source,
                                                     TextFormat format = TextFormat::kAuto);
 // A list of grants: S-expression "(capabilities (read (path "/a")) ...)" or a single grant form
-// "(read (path "/a"))"; JSON/textproto of vault.v1.Grant (one) — and the command-line shorthand
-// used by vaultctl --grant: "read:/vault/pub", "write:/x", "read-hash:sha256:<hex>", "cas-read",
-// "cas-write", "spawn", "network:*.example.com:443", "network:host" (any port), "send:AGENT",
-// "receive:AGENT", "send:AGENT:ping,stop" / "receive:AGENT:ping" (only those message types),
-// "migrate:vault-b,vault-c".
+// "(read (path "/a"))"; JSON/textproto of vault.v1.Grant (one). (The command line's shorthand,
+// "read:/vault/pub", is vaultctl's own: vaultctl/shorthand.h.)
 absl::StatusOr<std::vector<vault::v1::Grant>> ParseGrants(absl::string_view text,
                                                           absl::string_view source);
-// "(constraints ...)" S-expression, or "key=value,..." shorthand for vaultctl --constraints
-// (max-runtime=86400,max-memory=1073741824,max-migrations=3, same units as the S-expression).
+// "(constraints ...)" S-expression, one limit form "(max-migrations 3)", JSON or text format.
+// (The "key=value,..." shorthand of vaultctl --constraints is vaultctl/shorthand.h's.)
 absl::StatusOr<vault::v1::Constraints> ParseConstraints(absl::string_view text,
                                                         absl::string_view source);
 

@@ -24,6 +24,7 @@ class PosixFile : public EnvFile {
     // wherever it stopped.
     size_t first = 0;
     uint64_t written = 0;
+    while (first < iov.size() && iov[first].iov_len == 0) ++first;  // nothing to write
     while (first < iov.size()) {
       const int count = static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
       ssize_t n = pwritev(fd_.get(), &iov[first], count, static_cast<off_t>(offset + written));
@@ -49,6 +50,8 @@ class PosixFile : public EnvFile {
   }
 
   int Sync() override { return fdatasync(fd_.get()) == 0 ? 0 : errno; }
+  int FullSync() override { return fsync(fd_.get()) == 0 ? 0 : errno; }
+  int Close() override { return fd_.Close() == 0 ? 0 : errno; }
 
   int PunchHole(uint64_t offset, uint64_t length) override {
     return fallocate(fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,

@@ -43,6 +43,10 @@ class EnvFile {
   virtual ssize_t ReadAt(uint64_t offset, char* out, size_t n) = 0;
   // Makes every write so far durable (fdatasync). 0 or an errno value.
   virtual int Sync() = 0;
+  // Makes the file and its metadata (mode, times) durable (fsync). 0 or an errno value.
+  virtual int FullSync() = 0;
+  // Closes it now and reports a late write error (the destructor closes too, silently).
+  virtual int Close() = 0;
   // Gives the bytes of [offset, offset + length) back to the file system; they read as zeros.
   // EOPNOTSUPP where the file system has no holes.
   virtual int PunchHole(uint64_t offset, uint64_t length) = 0;

@@ -67,7 +67,8 @@ absl::Status WriteAndSync(Env* env, const std::string& path, absl::string_view d
       return PosixError(e, absl::StrCat("write ", path));
     }
   }
-  if (int e = f->Sync(); e != 0) return PosixError(e, absl::StrCat("fsync ", path));
+  if (int e = f->FullSync(); e != 0) return PosixError(e, absl::StrCat("fsync ", path));
+  if (int e = f->Close(); e != 0) return PosixError(e, absl::StrCat("close ", path));
   return absl::OkStatus();
 }
 

@@ -249,7 +249,7 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
     deps.log = node->audit_log_.get();
     deps.vault_key = node->key_.get();
     node->counted_sandbox_ = node->metrics_->CountSpawns(node->sandbox_.get());
-    if (node->counted_sandbox_ != nullptr) {
+    if (node->counted_sandbox_ != nullptr && node->sandbox_state_.agents_enabled) {
       node->sandbox_types_.Add(node->counted_sandbox_.get());
     } else {
       node->sandbox_types_.AddUnavailable("posix", node->sandbox_state_.disabled_reason);

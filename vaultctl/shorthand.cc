@@ -188,6 +188,8 @@ absl::StatusOr<Constraints> ConstraintsFromShorthand(absl::string_view text,
 
 absl::StatusOr<std::vector<Grant>> ParseGrantsFlag(absl::string_view text,
                                                    absl::string_view source) {
+  // Past the size limit: text_form's error, whatever the text looks like.
+  if (text.size() > capability::text::kMaxInputBytes) return capability::ParseGrants(text, source);
   auto [begin, end] = Trimmed(text);
   if (begin == end) {
     return ErrorAt(source, PosAt(text, begin),

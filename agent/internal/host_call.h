@@ -71,7 +71,7 @@ class HostCallServices {
   virtual absl::StatusOr<std::shared_ptr<LiveAgent>> CreateAndLaunch(
       vault::v1::AgentRecord record, const std::string* initial_state) = 0;
   // Starts the agent's own hop on the migration pool; call `call_id` is answered when it fails.
-  // FAILED: the vault is stopping.
+  // UNAVAILABLE: the vault is stopping.
   virtual absl::Status StartMigration(const std::shared_ptr<LiveAgent>& live, uint64_t call_id,
                                       const std::string& to, const std::string& state,
                                       const std::optional<cas::Digest>& state_digest) = 0;

@@ -2,8 +2,9 @@
 // has the other side, for the vault's own files). A FaultFs wraps RocksDB's file system: it
 // records how much of every file RocksDB wrote was synced, drops writes and syncs once the
 // CrashSwitch is cut, and DropUnsynced() cuts every file back to its synced size, so that a
-// reopened database sees exactly what a power cut leaves: its synced WAL, and nothing RocksDB was
-// still flushing. Test-only.
+// reopened database sees what a power cut leaves of its files' contents: its synced WAL, and
+// nothing RocksDB was still flushing. (Names are not undone here: RocksDB makes a file's name
+// durable itself, by syncing the directory, before it relies on it.) Test-only.
 //
 //   CrashSwitch power;
 //   auto fs = std::make_shared<FaultFs>(&power);
@@ -50,7 +51,7 @@ class FaultFs : public rocksdb::FileSystemWrapper {
                                const rocksdb::IOOptions& o, rocksdb::IODebugContext* d) override {
     if (!power_->on()) return rocksdb::IOStatus::OK();
     rocksdb::IOStatus s = target()->RenameFile(from, to, o, d);
-    if (s.ok()) ledger_.Renamed(from, to);
+    if (s.ok()) ledger_.Renamed(from, to, /*undoable=*/false);
     return s;
   }
   rocksdb::IOStatus DeleteFile(const std::string& f, const rocksdb::IOOptions& o,
@@ -110,8 +111,11 @@ class FaultFs : public rocksdb::FileSystemWrapper {
   rocksdb::IOStatus Wrap(const std::string& path, rocksdb::IOStatus s,
                          std::unique_ptr<rocksdb::FSWritableFile>* r, uint64_t size) {
     if (!s.ok()) return s;
+    // A file reopened that this ledger never saw holds what an earlier life left: durable. One
+    // it saw keeps what it knew of it.
+    const bool known = ledger_.Known(path);
     ledger_.Wrote(path, size);
-    if (size > 0) ledger_.Synced(path);  // what was there before it was reopened
+    if (size > 0 && !known) ledger_.Synced(path);
     *r = std::make_unique<File>(this, path, std::move(*r), size);
     return s;
   }
