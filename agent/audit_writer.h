@@ -26,8 +26,7 @@ class AuditWriter {
  public:
   // Queued entries are taken at most every `batch_interval` (a wake-up per entry would put a
   // third thread on the CPUs beside the agent and the reactor for every host call).
-  explicit AuditWriter(audit::AuditLog* log,
-                       absl::Duration batch_interval = absl::Milliseconds(2));
+  explicit AuditWriter(audit::AuditLog* log, absl::Duration batch_interval = absl::Milliseconds(2));
   AuditWriter(const AuditWriter&) = delete;
   AuditWriter& operator=(const AuditWriter&) = delete;
   ~AuditWriter();  // Stop()

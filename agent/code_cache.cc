@@ -61,7 +61,8 @@ absl::StatusOr<std::unique_ptr<CodeCache>> CodeCache::Open(const CodeCacheOption
         std::filesystem::copy_options::recursive | std::filesystem::copy_options::skip_symlinks,
         ec);
     if (ec) {
-      return absl::InternalError(absl::StrCat("copy the Python SDK from ", sdk, ": ", ec.message()));
+      return absl::InternalError(
+          absl::StrCat("copy the Python SDK from ", sdk, ": ", ec.message()));
     }
     for (const auto& entry : std::filesystem::recursive_directory_iterator(copy, ec)) {
       chmod(entry.path().c_str(), entry.is_directory() ? 0755 : 0644);

@@ -53,7 +53,7 @@ absl::Status AgentRuntime::Impl::AnswerQuery(uint64_t reply_to, const std::strin
 }
 
 std::optional<std::string> AgentRuntime::Impl::DepartedFor(LiveAgent& sender,
-                                                            const std::string& id) {
+                                                           const std::string& id) {
   // Visible to the agents of its own principal, and to senders whose grants name it.
   absl::StatusOr<vault::v1::AgentRecord> r = store_->Get(id);
   if (!r.ok() || r->state() != vault::v1::DEPARTED) return std::nullopt;

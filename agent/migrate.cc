@@ -14,7 +14,6 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/random.h"
 #include "agent/internal/runtime_impl.h"
 #include "agent/internal/transfer.h"
 #include "capability/chain.h"
@@ -23,6 +22,7 @@
 #include "cas/digest.h"
 #include "common/log_fields.h"
 #include "common/proto_util.h"
+#include "common/random.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 

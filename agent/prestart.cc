@@ -45,7 +45,7 @@ void AgentRuntime::Impl::EndHeldLater(std::shared_ptr<LiveAgent> live) {
 void AgentRuntime::Impl::PrestartArrival(const vault::v1::MigrationPackage& p,
                                          const capability::VerifiedChain& v) {
   if (!SandboxFor(p.spec().sandbox()).ok()) return;  // the Offer or the Commit refuses it
-  if (Find(p.agent_id()) != nullptr) return;                      // the Commit refuses it
+  if (Find(p.agent_id()) != nullptr) return;         // the Commit refuses it
   std::optional<vault::v1::TrustEntry> trust = policy_->Lookup(*v.root);
   if (!trust.has_value()) return;  // the Commit refuses it
   absl::StatusOr<cas::Digest> code = ToDigest(p.spec().code_digest());
@@ -72,31 +72,31 @@ void AgentRuntime::Impl::PrestartArrival(const vault::v1::MigrationPackage& p,
     prestarts_[id] = Prestart{.live = live, .key = key, .expires = absl::Now() + kPrestartTtl};
   }
   // Off the Offer's thread: its answer (and the objects after it) must not wait for the start.
-  const bool scheduled = lifecycle_->Schedule([this, live, code = *code, constraints, id,
-                                                type = p.spec().sandbox()] {
-    absl::Status started;
-    {
-      absl::MutexLock lock(&live->mu);
-      live->held = true;
-      started = StartProcess(live, code, constraints, type);
-    }
-    bool mine;
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = prestarts_.find(id);
-      mine = it != prestarts_.end() && it->second.live == live;
-      if (mine && started.ok()) it->second.ready = true;
-      if (mine && !started.ok()) prestarts_.erase(it);
-      prestart_cv_.SignalAll();
-    }
-    if (!started.ok()) {
-      common::LogAgent(spdlog::level::debug, live->id,
-                       "agent {}: no process started at the offer ({}); the commit starts one",
-                       live->id, started.ToString());
-    } else if (!mine) {
-      EndHeld(*this, live);  // taken, fenced or expired while it started
-    }
-  });
+  const bool scheduled =
+      lifecycle_->Schedule([this, live, code = *code, constraints, id, type = p.spec().sandbox()] {
+        absl::Status started;
+        {
+          absl::MutexLock lock(&live->mu);
+          live->held = true;
+          started = StartProcess(live, code, constraints, type);
+        }
+        bool mine;
+        {
+          absl::MutexLock lock(&mu_);
+          auto it = prestarts_.find(id);
+          mine = it != prestarts_.end() && it->second.live == live;
+          if (mine && started.ok()) it->second.ready = true;
+          if (mine && !started.ok()) prestarts_.erase(it);
+          prestart_cv_.SignalAll();
+        }
+        if (!started.ok()) {
+          common::LogAgent(spdlog::level::debug, live->id,
+                           "agent {}: no process started at the offer ({}); the commit starts one",
+                           live->id, started.ToString());
+        } else if (!mine) {
+          EndHeld(*this, live);  // taken, fenced or expired while it started
+        }
+      });
   if (!scheduled) {
     absl::MutexLock lock(&mu_);
     prestarts_.erase(id);

@@ -16,13 +16,13 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/random.h"
 #include "agent/internal/runtime_impl.h"
 #include "capability/grant.h"
-#include "cas/digest_proto.h"
 #include "cas/digest.h"
+#include "cas/digest_proto.h"
 #include "common/file_util.h"
 #include "common/log_fields.h"
+#include "common/random.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -62,7 +62,6 @@ absl::Status ValidateAgentId(const std::string& id) {
   }
   return absl::OkStatus();
 }
-
 
 std::string StateName(AgentState state) {
   std::string name = vault::v1::AgentState_Name(state);
@@ -203,11 +202,12 @@ absl::Status AgentRuntime::Impl::Init() {
     }
     return options_.config.default_max_storage_bytes();
   });
-  VAULT_ASSIGN_OR_RETURN(code_, CodeCache::Open({.root = options_.code_root,
-                                                  .vault_name = options_.vault_name,
-                                                  .data_dir = options_.data_dir,
-                                                  .python_sdk_dir = options_.config.python_sdk_dir()},
-                                                 deps_.cas));
+  VAULT_ASSIGN_OR_RETURN(code_,
+                         CodeCache::Open({.root = options_.code_root,
+                                          .vault_name = options_.vault_name,
+                                          .data_dir = options_.data_dir,
+                                          .python_sdk_dir = options_.config.python_sdk_dir()},
+                                         deps_.cas));
 
   VAULT_ASSIGN_OR_RETURN(std::vector<AgentRecord> records, store_->LoadAll());
   // Lock order: an agent's mu before the runtime's mu_, never the other way.

@@ -1,6 +1,5 @@
 #include "audit/note.h"
 
-
 #include <algorithm>
 #include <cstdlib>
 #include <limits>

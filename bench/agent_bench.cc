@@ -115,7 +115,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/random.h"
 #include "bench/bench_result.h"
 #include "capability/chain.h"
 #include "capability/principal.h"
@@ -123,6 +122,7 @@
 #include "capability/text_form.h"
 #include "common/grpc_status.h"
 #include "common/proto_util.h"
+#include "common/random.h"
 #include "sandbox/channel.h"
 #include "sandbox/posix/linux_sandbox.h"
 #include "sandbox/sandbox.h"
@@ -1346,8 +1346,7 @@ int Main(int argc, char** argv) {
           ctx2.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
           st = stubs[static_cast<size_t>(c)]->Spawn(&ctx2, *again, &out);
         }
-        if (!st.ok())
-          return common::FromGrpc(st);
+        if (!st.ok()) return common::FromGrpc(st);
         ids[static_cast<size_t>(i)] = out.agent_id();
         return absl::OkStatus();
       });
@@ -1406,8 +1405,7 @@ int Main(int argc, char** argv) {
           ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
           vault::v1::ControlResponse out;
           grpc::Status st = stubs[static_cast<size_t>(c)]->Control(&ctx, *req, &out);
-          if (!st.ok())
-            return common::FromGrpc(st);
+          if (!st.ok()) return common::FromGrpc(st);
           return absl::OkStatus();
         });
     txtbsy_total = txtbsy.load();

@@ -1,6 +1,5 @@
 #include "capability/chain.h"
 
-
 #include <memory>
 #include <utility>
 
@@ -8,9 +7,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/sha256.h"
 #include "capability/grant.h"
 #include "common/proto_util.h"
+#include "common/sha256.h"
 #include "common/status_macros.h"
 
 namespace vault::capability {
@@ -63,7 +62,6 @@ absl::Status Fail(ChainError e, int index, absl::string_view message) {
   s.SetPayload(kErrorPayloadUrl, absl::Cord(absl::StrCat(info.name, ":", index)));
   return s;
 }
-
 
 bool HasUnknownFields(const google::protobuf::Message& m) {
   const google::protobuf::Reflection* r = m.GetReflection();

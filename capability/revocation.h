@@ -26,8 +26,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "capability/signing_domains.h"
 #include "capability/principal.h"
+#include "capability/signing_domains.h"
 #include "storage/database.h"
 #include "vault/v1/capability.pb.h"
 

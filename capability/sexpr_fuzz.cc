@@ -2,8 +2,8 @@
 // parses to a spec whose canonical S-expression parses back to the same message (and prints
 // the same again); the spec's protobuf JSON and text format parse back to it too.
 //
-//   cmake -B build-fuzz -DVAULT_BUILD_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ && ninja -C build-fuzz sexpr_fuzz
-//   build-fuzz/capability/sexpr_fuzz -max_len=4096 -timeout=5 corpus/
+//   cmake -B build-fuzz -DVAULT_BUILD_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ && ninja -C build-fuzz
+//   sexpr_fuzz build-fuzz/capability/sexpr_fuzz -max_len=4096 -timeout=5 corpus/
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>

@@ -19,8 +19,8 @@
 //     protobuf can hold prints and parses back; the result must be valid UTF-8. Raw newlines in
 //     strings are allowed; other raw control characters are not.
 //   - (migrate (vaults ...)) names and (send/receive ... (types ...)) message types are sorted and
-//     de-duplicated (S-expression and vaultctl's shorthand); JSON and text format are the exact wire form
-//     and must already be sorted and unique.
+//     de-duplicated (S-expression and vaultctl's shorthand); JSON and text format are the exact
+//     wire form and must already be sorted and unique.
 //   - Limits that are not a whole number of seconds print as (max-runtime-ms N), (max-cpu-ms N)
 //     and (expires-ms N), which the parser (and vaultctl's key=value shorthand) also accept.
 //   - Names (path, host, agent, from, vault names, message types, sandbox) may be bare symbols or
@@ -100,8 +100,8 @@ absl::StatusOr<std::vector<Grant>> ParseGrants(absl::string_view text, absl::str
   VAULT_RETURN_IF_ERROR(text::CheckSize(text, source));
   switch (Detect(text)) {
     case TextFormat::kSexpr: {
-      VAULT_ASSIGN_OR_RETURN(
-          Sexp doc, ReadSexpDocument(text, source, "(capabilities ...) or a grant form"));
+      VAULT_ASSIGN_OR_RETURN(Sexp doc,
+                             ReadSexpDocument(text, source, "(capabilities ...) or a grant form"));
       return SexpToGrants(doc, source);
     }
     case TextFormat::kJson: {

@@ -44,10 +44,12 @@ class CrashConsistencyTest : public ::testing::Test {
   void Open() {
     fs_ = std::make_shared<FaultFs>(&power_);
     rocks_env_ = rocksdb::NewCompositeEnv(fs_);
-    absl::StatusOr<std::unique_ptr<storage::Database>> db = storage::Database::Open(
-        {.path = tmp_.Path("db"), .env = rocks_env_.get(), .sync_writes = true,
-         .block_cache_mb = 8},
-        Store::ColumnFamilies());
+    absl::StatusOr<std::unique_ptr<storage::Database>> db =
+        storage::Database::Open({.path = tmp_.Path("db"),
+                                 .env = rocks_env_.get(),
+                                 .sync_writes = true,
+                                 .block_cache_mb = 8},
+                                Store::ColumnFamilies());
     ASSERT_EQ(db.status(), absl::OkStatus());
     db_ = *std::move(db);
     absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(db_.get(), options_);
@@ -88,8 +90,8 @@ TEST_F(CrashConsistencyTest, NothingAcknowledgedIsLostAndNothingInFlightIsDamage
   uint64_t seed = 1;
   for (int round = 0; round < 4; ++round) {
     // Inline in RocksDB, inline in a pack, chunked into packs: each acknowledged.
-    for (size_t size : {size_t{100}, size_t{3000}, size_t{20} << 10, size_t{200} << 10,
-                        (size_t{1} << 20) + 7}) {
+    for (size_t size :
+         {size_t{100}, size_t{3000}, size_t{20} << 10, size_t{200} << 10, (size_t{1} << 20) + 7}) {
       const std::string data = RandomBytes(size, seed++);
       if (size < kThreshold) {
         absl::StatusOr<PutOutcome> put = store_->Put(Digest::Of(data), data);

@@ -286,7 +286,8 @@ absl::StatusOr<std::string> PackStore::Read(const PackRef& ref) const {
   size_t done = 0;
   while (done < out.size()) {
     ssize_t n = (*file)->file->ReadAt(ref.offset + done, out.data() + done, out.size() - done);
-    if (n < 0) return ErrnoStatus(static_cast<int>(-n), absl::StrCat("read pack file ", PathOf(ref.file)));
+    if (n < 0)
+      return ErrnoStatus(static_cast<int>(-n), absl::StrCat("read pack file ", PathOf(ref.file)));
     if (n == 0) {
       return absl::DataLossError(absl::StrCat("pack file ", PathOf(ref.file), " ends before ",
                                               ref.offset + ref.size, " bytes (truncated)"));
@@ -333,7 +334,8 @@ absl::StatusOr<absl::string_view> PackStore::ReadUncached(const PackRef& ref,
   uint64_t done = 0;
   while (done < ref.size) {
     ssize_t n = (*file)->file->ReadAt(ref.offset + done, buf + done, ref.size - done);
-    if (n < 0) return ErrnoStatus(static_cast<int>(-n), absl::StrCat("read pack file ", PathOf(ref.file)));
+    if (n < 0)
+      return ErrnoStatus(static_cast<int>(-n), absl::StrCat("read pack file ", PathOf(ref.file)));
     if (n == 0) return truncated();
     done += static_cast<uint64_t>(n);
   }

@@ -68,8 +68,8 @@ class PosixFile : public EnvFile {
 
 class PosixEnv : public Env {
  public:
-  std::unique_ptr<EnvFile> Open(const std::string& path, OpenMode open_mode, bool direct,
-                                int* err, mode_t mode) override {
+  std::unique_ptr<EnvFile> Open(const std::string& path, OpenMode open_mode, bool direct, int* err,
+                                mode_t mode) override {
     int flags = O_CLOEXEC | (direct ? O_DIRECT : 0);
     switch (open_mode) {
       case OpenMode::kCreateNew:

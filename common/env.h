@@ -10,10 +10,9 @@
 //
 //   common::Env* env = options.env != nullptr ? options.env : common::Env::Default();
 //   int err = 0;
-//   std::unique_ptr<common::EnvFile> f = env->Open(path, common::OpenMode::kCreateNew, false, &err);
-//   if (f == nullptr) return common::PosixError(err, "create " + path);
-//   if (int e = f->WriteAt(0, {{data, size}}); e != 0) ...
-//   if (int e = f->Sync(); e != 0) ...
+//   std::unique_ptr<common::EnvFile> f = env->Open(path, common::OpenMode::kCreateNew, false,
+//   &err); if (f == nullptr) return common::PosixError(err, "create " + path); if (int e =
+//   f->WriteAt(0, {{data, size}}); e != 0) ... if (int e = f->Sync(); e != 0) ...
 //
 // Thread-safety: an Env is thread-safe. An EnvFile's positional calls may run concurrently on
 // disjoint ranges.

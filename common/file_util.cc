@@ -132,8 +132,7 @@ absl::Status WriteFileAtomic(const std::string& path, absl::string_view data, mo
   return SyncDir(env, DirName(path));
 }
 
-absl::Status WriteNewFile(const std::string& path, absl::string_view data, mode_t mode,
-                          Env* env) {
+absl::Status WriteNewFile(const std::string& path, absl::string_view data, mode_t mode, Env* env) {
   if (env == nullptr) env = Env::Default();
   absl::Status s = WriteAndSync(env, path, data, mode);
   if (!s.ok()) {

@@ -44,7 +44,8 @@ inline absl::Status FromItemStatus(const vault::v1::ItemStatus& s) {
 
 inline absl::Status FromItemStatus(const vault::v1::ItemStatus& s, absl::string_view what) {
   if (s.code() == 0) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.code()), absl::StrCat(what, ": ", s.message()));
+  return absl::Status(static_cast<absl::StatusCode>(s.code()),
+                      absl::StrCat(what, ": ", s.message()));
 }
 
 inline void SetItemStatus(const absl::Status& s, vault::v1::ItemStatus* out) {

@@ -7,9 +7,7 @@
 namespace vault::common {
 namespace {
 
-std::string Json(absl::string_view text) {
-  return JsonQuote(text);
-}
+std::string Json(absl::string_view text) { return JsonQuote(text); }
 
 TEST(AppendJsonString, EscapesQuotesBackslashesAndControlCharacters) {
   EXPECT_EQ(Json(""), R"("")");

@@ -13,8 +13,8 @@ namespace vault::common {
 
 absl::StatusOr<std::string> RandomBytes(size_t n) {
   if (n > static_cast<size_t>(std::numeric_limits<int>::max())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("RandomBytes: ", n, " bytes asked, at most ", std::numeric_limits<int>::max()));
+    return absl::InvalidArgumentError(absl::StrCat("RandomBytes: ", n, " bytes asked, at most ",
+                                                   std::numeric_limits<int>::max()));
   }
   std::string out(n, '\0');
   if (n > 0 && RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(n)) != 1) {

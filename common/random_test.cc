@@ -23,8 +23,7 @@ TEST(RandomBytes, GivesTheSizeAskedAndDoesNotRepeat) {
 }
 
 TEST(RandomBytes, RefusesAbsurdSizes) {
-  EXPECT_EQ(RandomBytes(size_t{1} << 40).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RandomBytes(size_t{1} << 40).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(RandomHex, IsLowercaseHexOfTwiceTheLength) {

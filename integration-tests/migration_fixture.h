@@ -639,10 +639,9 @@ class MigrationTest : public VaultTest {
   vault::v1::ReceiptPayload OpenReceipt(const std::string& serialized, const std::string& signer) {
     vault::v1::SignedReceipt receipt;
     EXPECT_TRUE(receipt.ParseFromString(serialized));
-    EXPECT_TRUE(VerifyEd25519(
-        V(signer).public_key,
-        absl::StrCat(capability::kReceiptDomain, receipt.payload()),
-        receipt.signature()))
+    EXPECT_TRUE(VerifyEd25519(V(signer).public_key,
+                              absl::StrCat(capability::kReceiptDomain, receipt.payload()),
+                              receipt.signature()))
         << "the receipt is not signed by " << signer;
     vault::v1::ReceiptPayload p;
     EXPECT_TRUE(p.ParseFromString(receipt.payload()));

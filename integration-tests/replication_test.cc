@@ -169,8 +169,7 @@ class ReplicationTest : public VaultTest {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, absl::Seconds(10));
     grpc::Status s = stub->GetManifest(&ctx, req, &manifest);
-    if (!s.ok())
-      return common::FromGrpc(s);
+    if (!s.ok()) return common::FromGrpc(s);
     return manifest;
   }
   // The second chunk of chunked `data` on the vault behind `stub`: its hash and bytes.

@@ -5,9 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/file_util.h"
+#include "common/grpc_status.h"
 #include "common/member_channel.h"
 #include "common/status_macros.h"
-#include "common/grpc_status.h"
 
 namespace vault::migration {
 namespace {

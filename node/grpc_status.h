@@ -10,8 +10,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cas/digest.h"
-#include "common/grpc_status.h"
 #include "cas/digest_proto.h"
+#include "common/grpc_status.h"
 #include "vault/v1/cas.pb.h"
 
 namespace vault::node {

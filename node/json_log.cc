@@ -48,12 +48,13 @@ class JsonLogFormatter : public spdlog::formatter {
     if (const common::LogFields* fields = common::CurrentLogFields(); fields != nullptr) {
       if (!fields->agent.empty()) {
         line.append(",\"agent\":");
-        common::AppendJsonString(absl::string_view(fields->agent.data(), fields->agent.size()), &line);
+        common::AppendJsonString(absl::string_view(fields->agent.data(), fields->agent.size()),
+                                 &line);
       }
       if (!fields->transfer.empty()) {
         line.append(",\"transfer\":");
-        common::AppendJsonString(absl::string_view(fields->transfer.data(), fields->transfer.size()),
-                         &line);
+        common::AppendJsonString(
+            absl::string_view(fields->transfer.data(), fields->transfer.size()), &line);
       }
     }
     line.append("}\n");

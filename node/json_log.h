@@ -5,8 +5,9 @@
 //
 // Members, in this order: time (RFC 3339, UTC, microseconds), level (trace, debug, info, warn,
 // error, critical), vault (this vault's name), message, then the line's structured fields when it
-// has them (common/log_fields.h): agent, transfer. Strings are escaped per RFC 8259 (common/json.h); bytes
-// that are not UTF-8 become U+FFFD, so every line is valid JSON whatever a message holds.
+// has them (common/log_fields.h): agent, transfer. Strings are escaped per RFC 8259
+// (common/json.h); bytes that are not UTF-8 become U+FFFD, so every line is valid JSON whatever a
+// message holds.
 //
 //   spdlog::default_logger()->set_formatter(node::NewJsonLogFormatter(config.name()));
 //

@@ -370,16 +370,16 @@ class Metrics::StateCollector : public prometheus::Collectable {
         // Called by ScanEntries on this thread, with mu_ still held.
         [&](uint64_t seq, absl::string_view, absl::string_view bytes)
             ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          if (seq >= size) return false;
-          vault::v1::AuditEntry e;
-          if (e.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-            ActionKey key(e.action(), e.decision());
-            if (counts_.size() >= kMaxActions && !counts_.contains(key)) key.first = "other";
-            ++counts_[key];
-          }
-          cursor_ = seq + 1;
-          return true;
-        });
+              if (seq >= size) return false;
+              vault::v1::AuditEntry e;
+              if (e.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+                ActionKey key(e.action(), e.decision());
+                if (counts_.size() >= kMaxActions && !counts_.contains(key)) key.first = "other";
+                ++counts_[key];
+              }
+              cursor_ = seq + 1;
+              return true;
+            });
     (void)s;  // what was read is counted; the next scrape reads on from the cursor
   }
 

@@ -51,9 +51,8 @@ absl::StatusOr<Sandbox*> SandboxRegistry::Find(absl::string_view name) const {
       available.empty() ? "no sandbox type" : absl::StrCat(absl::StrJoin(available, ", "));
   std::string why = "not built into this vaultd";
   if (auto it = unavailable_.find(*type); it != unavailable_.end()) why = it->second;
-  return absl::FailedPreconditionError(absl::StrCat("sandbox type \"", *type,
-                                                    "\" is not available here: ", why,
-                                                    " (this vault has: ", has, ")"));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "sandbox type \"", *type, "\" is not available here: ", why, " (this vault has: ", has, ")"));
 }
 
 std::vector<std::string> SandboxRegistry::Describe() const {

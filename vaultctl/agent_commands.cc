@@ -30,7 +30,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/random.h"
 #include "capability/chain.h"
 #include "capability/grant.h"
 #include "capability/principal.h"
@@ -38,6 +37,7 @@
 #include "capability/text_form.h"
 #include "common/file_util.h"
 #include "common/proto_util.h"
+#include "common/random.h"
 #include "common/status_macros.h"
 #include "node/grpc_status.h"
 #include "vault/v1/agent.pb.h"
@@ -96,7 +96,6 @@ struct AgentFlags {
 int ReportInputError(const absl::Status& status, bool json) {
   return ReportConnectError(status, json);
 }
-
 
 std::string TimeText(int64_t unix_ms) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixMillis(unix_ms),

@@ -136,8 +136,7 @@ absl::StatusOr<vault::v1::Digest> DigestArg(const std::string& text) {
 // The link's authority from --grant (repeatable) and --constraints.
 absl::Status FillAuthority(const CapFlags& f, LinkPayload* p) {
   for (const std::string& g : f.grants) {
-    VAULT_ASSIGN_OR_RETURN(std::vector<vault::v1::Grant> parsed,
-                           ParseGrantsFlag(g, "--grant"));
+    VAULT_ASSIGN_OR_RETURN(std::vector<vault::v1::Grant> parsed, ParseGrantsFlag(g, "--grant"));
     for (vault::v1::Grant& x : parsed) *p->add_grants() = std::move(x);
   }
   if (!f.constraints.empty()) {

@@ -58,8 +58,7 @@ absl::Status FillCeiling(const std::vector<std::string>& ceiling, TrustEntry* en
       return absl::InvalidArgumentError(absl::StrCat(
           "--ceiling: the preset ", c, " is a whole ceiling: give it alone, or give grants"));
     }
-    VAULT_ASSIGN_OR_RETURN(std::vector<vault::v1::Grant> grants,
-                           ParseGrantsFlag(c, "--ceiling"));
+    VAULT_ASSIGN_OR_RETURN(std::vector<vault::v1::Grant> grants, ParseGrantsFlag(c, "--ceiling"));
     for (vault::v1::Grant& gr : grants) *entry->add_ceiling() = std::move(gr);
   }
   return capability::ValidateGrants(entry->ceiling());

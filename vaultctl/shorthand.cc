@@ -42,7 +42,6 @@ bool IsShorthandWord(absl::string_view word) {
                      [](char c) { return absl::ascii_islower(c) || c == '-'; });
 }
 
-
 absl::StatusOr<Grant> GrantFromShorthand(absl::string_view text, absl::string_view source) {
   const std::pair<size_t, size_t> span = Trimmed(text);  // not a structured binding: captured
   const size_t begin = span.first;
@@ -206,8 +205,7 @@ absl::StatusOr<std::vector<Grant>> ParseGrantsFlag(absl::string_view text,
   return capability::ParseGrants(text, source);
 }
 
-absl::StatusOr<Constraints> ParseConstraintsFlag(absl::string_view text,
-                                                 absl::string_view source) {
+absl::StatusOr<Constraints> ParseConstraintsFlag(absl::string_view text, absl::string_view source) {
   auto [begin, end] = Trimmed(text);
   absl::string_view trimmed = text.substr(begin, end - begin);
   const size_t eq = trimmed.find('=');

@@ -237,7 +237,6 @@ TEST(ParseConstraints, SexprAndShorthand) {
   }
 }
 
-
 TEST(TextFormCli, DirectoryPathsLoseOnlyTheirTrailingSlash) {
   absl::StatusOr<std::vector<vault::v1::Grant>> g =
       ParseGrantsFlag("(read (path \"/vault/papers/\"))", "--grant");
@@ -267,7 +266,6 @@ TEST(TextFormCli, ASingleLimitIsAConstraintsForm) {
   EXPECT_EQ(ParseConstraintsFlag("(max-bananas 3)", "--constraints").status().message(),
             "--constraints:1:1: expected (constraints ...), found (max-bananas ...)");
 }
-
 
 }  // namespace
 }  // namespace vault::vaultctl

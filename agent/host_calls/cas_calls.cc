@@ -128,20 +128,18 @@ void CasGet(HostCallContext& ctx) {
     c.status = absl::OutOfRangeError("offset past the end of the object");
     return;
   }
-  uint64_t want =
-      limit == 0 ? digest->size() - offset : std::min(limit, digest->size() - offset);
+  uint64_t want = limit == 0 ? digest->size() - offset : std::min(limit, digest->size() - offset);
   if (want > ctx.max_payload) {
-    c.status = absl::ResourceExhaustedError(absl::StrCat("the range is ", want,
-                                                         " bytes; read at most ", ctx.max_payload,
-                                                         " per call (offset/limit)"));
+    c.status =
+        absl::ResourceExhaustedError(absl::StrCat("the range is ", want, " bytes; read at most ",
+                                                  ctx.max_payload, " per call (offset/limit)"));
     return;
   }
   std::string data;
-  c.status =
-      s.cas().Read(*digest, offset, want, 1 << 20, [&](uint64_t, absl::string_view piece) {
-        data.append(piece.data(), piece.size());
-        return absl::OkStatus();
-      });
+  c.status = s.cas().Read(*digest, offset, want, 1 << 20, [&](uint64_t, absl::string_view piece) {
+    data.append(piece.data(), piece.size());
+    return absl::OkStatus();
+  });
   if (!c.status.ok()) return;
   c.bytes = data.size();
   resp.mutable_cas_get()->set_size(digest->size());
@@ -175,8 +173,8 @@ void CasPut(HostCallContext& ctx) {
   {
     absl::MutexLock lock(&live->mu);
     if (!out->already_present) {
-      live->record.mutable_counters()->set_bytes_written(
-          live->record.counters().bytes_written() + data.size());
+      live->record.mutable_counters()->set_bytes_written(live->record.counters().bytes_written() +
+                                                         data.size());
     }
     live->shared.insert(d.sha256());  // it may read back what it wrote
   }
@@ -198,9 +196,9 @@ void CasUploadStart(HostCallContext& ctx) {
   c.subject = d->ToString();
   auto too_many = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu) -> absl::Status {
     if (live->uploads.size() < kMaxOpenUploads) return absl::OkStatus();
-    return absl::ResourceExhaustedError(
-        absl::StrCat("this agent has ", live->uploads.size(), " uploads open (at most ",
-                     kMaxOpenUploads, "): finish or abort one first"));
+    return absl::ResourceExhaustedError(absl::StrCat("this agent has ", live->uploads.size(),
+                                                     " uploads open (at most ", kMaxOpenUploads,
+                                                     "): finish or abort one first"));
   };
   {
     absl::MutexLock lock(&live->mu);
@@ -231,8 +229,7 @@ void CasUploadStart(HostCallContext& ctx) {
     absl::MutexLock lock(&live->mu);
     // Checked again: calls of one agent run on several workers; and an agent that ended
     // meanwhile had its uploads dropped already.
-    c.status =
-        live->running ? too_many() : absl::FailedPreconditionError("the agent is ending");
+    c.status = live->running ? too_many() : absl::FailedPreconditionError("the agent is ending");
     if (c.status.ok()) {
       id = live->next_upload_id++;
       live->uploads.emplace(id, up);
@@ -317,8 +314,8 @@ void CasUploadFinish(HostCallContext& ctx) {
   if (!finish.abort() && up->received != up->digest.size()) {
     // Stays open: the agent may send the rest.
     c.status = absl::FailedPreconditionError(
-        absl::StrCat("upload ", finish.upload_id(), " has received ", up->received,
-                     " of the ", up->digest.size(), " bytes of ", up->digest.ToString()));
+        absl::StrCat("upload ", finish.upload_id(), " has received ", up->received, " of the ",
+                     up->digest.size(), " bytes of ", up->digest.ToString()));
     return;
   }
   // The upload ends here, whatever the outcome.
@@ -332,8 +329,8 @@ void CasUploadFinish(HostCallContext& ctx) {
     }
   }
   if (!taken) {
-    c.status = absl::NotFoundError(
-        absl::StrCat("upload ", finish.upload_id(), " was dropped meanwhile"));
+    c.status =
+        absl::NotFoundError(absl::StrCat("upload ", finish.upload_id(), " was dropped meanwhile"));
     return;
   }
   if (finish.abort()) {
@@ -345,9 +342,8 @@ void CasUploadFinish(HostCallContext& ctx) {
   if (up->upload != nullptr) {
     out = up->upload->Finish();
   } else if (up->hash.Finish() != up->digest.sha256()) {
-    out = absl::InvalidArgumentError(
-        absl::StrCat("digest mismatch: the bytes sent do not hash to ", up->digest.ToString(),
-                     "; nothing stored"));
+    out = absl::InvalidArgumentError(absl::StrCat("digest mismatch: the bytes sent do not hash to ",
+                                                  up->digest.ToString(), "; nothing stored"));
   } else {
     out = cas::PutOutcome{.seq = 0, .already_present = true};
   }
@@ -361,8 +357,8 @@ void CasUploadFinish(HostCallContext& ctx) {
   {
     absl::MutexLock lock(&live->mu);
     if (!out->already_present) {
-      live->record.mutable_counters()->set_bytes_written(
-          live->record.counters().bytes_written() + up->digest.size());
+      live->record.mutable_counters()->set_bytes_written(live->record.counters().bytes_written() +
+                                                         up->digest.size());
     }
     live->shared.insert(up->digest.sha256());  // it may read back (and name) what it put
   }

@@ -61,9 +61,8 @@ void WriteFile(HostCallContext& ctx) {
   HostResponse& resp = c.response;
   c.bytes = request.write_file().data().size();
   if (c.status = s.ChargeStorage(live->principal, c.bytes); !c.status.ok()) return;
-  absl::StatusOr<uint64_t> size =
-      s.files().Write(request.write_file().path(), request.write_file().data(),
-                    request.write_file().append());
+  absl::StatusOr<uint64_t> size = s.files().Write(
+      request.write_file().path(), request.write_file().data(), request.write_file().append());
   if (!size.ok()) {
     s.RefundStorage(live->principal, c.bytes);
     c.status = size.status();
@@ -71,8 +70,8 @@ void WriteFile(HostCallContext& ctx) {
   }
   {
     absl::MutexLock lock(&live->mu);
-    live->record.mutable_counters()->set_bytes_written(
-        live->record.counters().bytes_written() + c.bytes);
+    live->record.mutable_counters()->set_bytes_written(live->record.counters().bytes_written() +
+                                                       c.bytes);
   }
   resp.mutable_write_file()->set_size(*size);
 }

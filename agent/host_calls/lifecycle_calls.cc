@@ -86,20 +86,16 @@ void SelfInspect(HostCallContext& ctx) {
   out->set_incarnation(r.incarnation());
   out->set_purpose(r.spec().purpose());
   sandbox::Limits limits;
-  limits.memory_bytes = r.constraints().has_max_memory_bytes()
-                            ? r.constraints().max_memory_bytes()
-                            : s.config().default_memory_bytes();
-  uint64_t runtime_ms = r.constraints().has_max_runtime_ms()
-                            ? r.constraints().max_runtime_ms()
-                            : s.config().default_runtime_ms();
+  limits.memory_bytes = r.constraints().has_max_memory_bytes() ? r.constraints().max_memory_bytes()
+                                                               : s.config().default_memory_bytes();
+  uint64_t runtime_ms = r.constraints().has_max_runtime_ms() ? r.constraints().max_runtime_ms()
+                                                             : s.config().default_runtime_ms();
   uint64_t cpu_ms =
       r.constraints().has_max_cpu_ms() ? r.constraints().max_cpu_ms() : s.config().default_cpu_ms();
-  uint64_t storage = r.constraints().has_max_storage_bytes()
-                         ? r.constraints().max_storage_bytes()
-                         : s.config().default_storage_bytes();
+  uint64_t storage = r.constraints().has_max_storage_bytes() ? r.constraints().max_storage_bytes()
+                                                             : s.config().default_storage_bytes();
   int64_t up_ms = absl::ToInt64Milliseconds(absl::Now() - live->started);
-  out->set_runtime_remaining_ms(
-      std::max<int64_t>(0, static_cast<int64_t>(runtime_ms) - up_ms));
+  out->set_runtime_remaining_ms(std::max<int64_t>(0, static_cast<int64_t>(runtime_ms) - up_ms));
   if (live->handle != nullptr) {
     absl::StatusOr<sandbox::Usage> u = live->handle->GetUsage();
     if (u.ok()) {
@@ -139,8 +135,7 @@ void SpawnChild(HostCallContext& ctx) {
     Grant read = MakeGrant(Grant::READ);
     read.set_hash(spec.code_digest().sha256());
     if (spec.code_digest().sha256() != r.spec().code_digest().sha256() &&
-        !live->shared.contains(spec.code_digest().sha256()) &&
-        !live->authority->Allows(read)) {
+        !live->shared.contains(spec.code_digest().sha256()) && !live->authority->Allows(read)) {
       c.status = absl::PermissionDeniedError(
           "denied: a child's code must be the parent's own or an object it may read");
       return;
@@ -232,13 +227,13 @@ void Migrate(HostCallContext& ctx) {
     live->migrate_call_id = call_id;
   }
   c.deferred = true;
-  s.Audit(audit::MakeEntry(live->id, "host.migrate", request.migrate().vault(),
-                         vault::v1::AuditEntry::ALLOWED, "",
-                         {{"call_id", absl::StrCat(call_id)},
-                          {"state", named.has_value() ? named->ToString()
-                                                      : Sha256Hex(request.migrate().state())},
-                          {"grant", capability::GrantToString(*c.grant)}}),
-        /*durable=*/true);
+  s.Audit(
+      audit::MakeEntry(
+          live->id, "host.migrate", request.migrate().vault(), vault::v1::AuditEntry::ALLOWED, "",
+          {{"call_id", absl::StrCat(call_id)},
+           {"state", named.has_value() ? named->ToString() : Sha256Hex(request.migrate().state())},
+           {"grant", capability::GrantToString(*c.grant)}}),
+      /*durable=*/true);
   if (absl::Status started = s.StartMigration(live, call_id, request.migrate().vault(),
                                               request.migrate().state(), named);
       !started.ok()) {
@@ -258,10 +253,9 @@ void Exit(HostCallContext& ctx) {
     absl::StatusOr<cas::Digest> d = ToDigest(request.exit().result());
     absl::StatusOr<bool> present = d.ok() ? s.cas().Contains(*d) : d.status();
     if (!present.ok() || !*present) {
-      c.status =
-          present.ok()
-              ? absl::NotFoundError("the result names an object that is not in the CAS")
-              : present.status();
+      c.status = present.ok()
+                     ? absl::NotFoundError("the result names an object that is not in the CAS")
+                     : present.status();
       return;
     }
     c.subject = d->ToString();

@@ -70,8 +70,8 @@ void Send(HostCallContext& ctx) {
   // Isolation (RFC-0006 §9): another principal's agent is addressable only through grants
   // naming it exactly, on both sides; otherwise it is as if it did not exist.
   std::shared_ptr<LiveAgent> to = s.Find(send.to());
-  absl::Status hidden = absl::NotFoundError(
-      absl::StrCat("no agent ", send.to(), " that this agent may send to"));
+  absl::Status hidden =
+      absl::NotFoundError(absl::StrCat("no agent ", send.to(), " that this agent may send to"));
   // An agent that departed from here, to a sender that may address it: refused with where it
   // went.
   if (to == nullptr) {
@@ -122,8 +122,7 @@ void Send(HostCallContext& ctx) {
   }
   {
     absl::MutexLock lock(&live->mu);
-    live->record.mutable_counters()->set_messages_sent(
-        live->record.counters().messages_sent() + 1);
+    live->record.mutable_counters()->set_messages_sent(live->record.counters().messages_sent() + 1);
   }
   resp.mutable_send()->set_message_id(*id);
 }
@@ -173,8 +172,8 @@ void Share(HostCallContext& ctx) {
     grants.assign(live->record.grants().begin(), live->record.grants().end());
   }
   if (!can_read) {
-    c.status = absl::PermissionDeniedError(
-        "denied: an agent can share only an object it may read itself");
+    c.status =
+        absl::PermissionDeniedError("denied: an agent can share only an object it may read itself");
     return;
   }
   absl::StatusOr<bool> present = [&]() -> absl::StatusOr<bool> {
@@ -182,8 +181,8 @@ void Share(HostCallContext& ctx) {
     return s.cas().Contains(d);
   }();
   if (!present.ok() || !*present) {
-    c.status = present.ok() ? absl::NotFoundError("no such object in this vault's CAS")
-                            : present.status();
+    c.status =
+        present.ok() ? absl::NotFoundError("no such object in this vault's CAS") : present.status();
     return;
   }
   std::vector<std::shared_ptr<LiveAgent>> targets;
@@ -191,8 +190,8 @@ void Share(HostCallContext& ctx) {
     std::shared_ptr<LiveAgent> to = s.Find(id);
     if (to == nullptr ||
         (to->principal != live->principal && !NamesExactly(grants, Grant::SEND, id))) {
-      c.status = absl::NotFoundError(
-          absl::StrCat("no agent ", id, " that this agent may share with"));
+      c.status =
+          absl::NotFoundError(absl::StrCat("no agent ", id, " that this agent may share with"));
       return;
     }
     targets.push_back(std::move(to));
@@ -202,8 +201,7 @@ void Share(HostCallContext& ctx) {
     absl::MutexLock lock(&to->mu);
     to->shared.insert(share.digest().sha256());
   }
-  c.subject =
-      absl::StrCat(DigestText(share.digest()), " -> ", absl::StrJoin(share.agents(), ","));
+  c.subject = absl::StrCat(DigestText(share.digest()), " -> ", absl::StrJoin(share.agents(), ","));
   resp.mutable_share();
 }
 

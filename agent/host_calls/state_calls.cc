@@ -71,11 +71,10 @@ void GetState(HostCallContext& ctx) {
   std::string data;
   data.reserve(want);
   if (want > 0) {
-    c.status = s.cas().Read(*digest, offset, want, 1 << 20,
-                               [&](uint64_t, absl::string_view piece) {
-                                 data.append(piece.data(), piece.size());
-                                 return absl::OkStatus();
-                               });
+    c.status = s.cas().Read(*digest, offset, want, 1 << 20, [&](uint64_t, absl::string_view piece) {
+      data.append(piece.data(), piece.size());
+      return absl::OkStatus();
+    });
     if (!c.status.ok()) return;
   }
   c.bytes = data.size();
@@ -98,11 +97,10 @@ void Checkpoint(HostCallContext& ctx) {
     absl::StatusOr<bool> present =
         named.ok() ? s.cas().Contains(*named) : absl::StatusOr<bool>(named.status());
     if (!present.ok() || !*present) {
-      c.status =
-          present.ok()
-              ? absl::NotFoundError(absl::StrCat("the checkpoint names ", named->ToString(),
-                                                 ", which is not in this vault's CAS"))
-              : present.status();
+      c.status = present.ok()
+                     ? absl::NotFoundError(absl::StrCat("the checkpoint names ", named->ToString(),
+                                                        ", which is not in this vault's CAS"))
+                     : present.status();
       return;
     }
     d = *named;

@@ -64,8 +64,7 @@ class HostCallServices {
   virtual absl::Status AnswerQuery(uint64_t reply_to, const std::string& agent_id,
                                    const std::string& type, const std::string& data) = 0;
   // When `id` departed from here and `sender` may address it: the error naming where it went.
-  virtual std::optional<std::string> DepartedFor(LiveAgent& sender,
-                                                 const std::string& id) = 0;
+  virtual std::optional<std::string> DepartedFor(LiveAgent& sender, const std::string& id) = 0;
 
   // Records a child (already narrowed) and starts it.
   virtual absl::StatusOr<std::shared_ptr<LiveAgent>> CreateAndLaunch(
@@ -79,11 +78,11 @@ class HostCallServices {
 
 // One host call on its way through the proxy.
 struct HostCall {
-  std::string op;                                // "cas_put"
-  std::string subject;                           // path, digest, agent, host:port
-  std::optional<vault::v1::Grant> grant;         // the authority it needs (none: every agent may)
-  bool allowed_without_grant = false;            // e.g. reading its own state or a shared object
-  bool durable = false;                          // audited durably before the answer
+  std::string op;                         // "cas_put"
+  std::string subject;                    // path, digest, agent, host:port
+  std::optional<vault::v1::Grant> grant;  // the authority it needs (none: every agent may)
+  bool allowed_without_grant = false;     // e.g. reading its own state or a shared object
+  bool durable = false;                   // audited durably before the answer
   bool audited = true;
   bool deferred = false;  // answered later (a waiting receive, a hop)
   absl::Status status;

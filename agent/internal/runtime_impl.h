@@ -30,8 +30,8 @@
 #include "agent/internal/live_agent.h"
 #include "agent/internal/runtime_util.h"
 #include "agent/policy.h"
-#include "agent/storage_quota.h"
 #include "agent/runtime.h"
+#include "agent/storage_quota.h"
 #include "capability/chain.h"
 #include "capability/decision.h"
 #include "common/executor.h"
@@ -75,8 +75,7 @@ class AgentRuntime::Impl : public HostCallServices, public ChannelReactor::Handl
   // `sandbox_type`: the spec's (sandbox ...) name.
   absl::Status StartProcess(const std::shared_ptr<LiveAgent>& live, const cas::Digest& code_digest,
                             const vault::v1::Constraints& constraints,
-                            absl::string_view sandbox_type)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu);
+                            absl::string_view sandbox_type) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu);
   // Starts a process for `live` (its record says what to run), or adopts the one held for it
   // (`live->held`: started at the Offer). On failure the record is FAILED.
   // `entry`: an audit entry written in the same durable write as the record's new state (the

@@ -391,7 +391,6 @@ Pos ResolveJsonPath(const JsonValue& root, const Descriptor* descriptor, absl::s
   return pos;
 }
 
-
 }  // namespace
 
 absl::Status ParseJsonInto(absl::string_view text, absl::string_view source,

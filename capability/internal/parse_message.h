@@ -26,9 +26,9 @@ template <typename M>
 absl::StatusOr<M> ParseJson(absl::string_view text, absl::string_view source,
                             std::optional<Problem> (*check)(const M&)) {
   M message;
-  absl::Status s = ParseJsonInto(text, source, &message, [check](const google::protobuf::Message& m) {
-    return check(static_cast<const M&>(m));
-  });
+  absl::Status s = ParseJsonInto(
+      text, source, &message,
+      [check](const google::protobuf::Message& m) { return check(static_cast<const M&>(m)); });
   if (!s.ok()) return s;
   return message;
 }
@@ -37,9 +37,9 @@ template <typename M>
 absl::StatusOr<M> ParseText(absl::string_view text, absl::string_view source,
                             std::optional<Problem> (*check)(const M&)) {
   M message;
-  absl::Status s = ParseTextInto(text, source, &message, [check](const google::protobuf::Message& m) {
-    return check(static_cast<const M&>(m));
-  });
+  absl::Status s = ParseTextInto(
+      text, source, &message,
+      [check](const google::protobuf::Message& m) { return check(static_cast<const M&>(m)); });
   if (!s.ok()) return s;
   return message;
 }

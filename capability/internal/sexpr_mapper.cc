@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "capability/grant.h"
 #include "capability/internal/sexpr.h"
 #include "common/status_macros.h"
@@ -23,27 +23,27 @@ namespace {
 
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Reflection;
+using text::CheckGrant;
 using text::ConstraintName;
 using text::ConstraintNameList;
-using text::DropDirectorySlash;
-using text::FindConstraintName;
-using text::kDigestSyntax;
-using text::kHashSyntax;
-using text::ParseDigest;
-using text::ParseHash;
-using vault::v1::AgentSpec;
-using vault::v1::Constraints;
-using vault::v1::Grant;
-using text::CheckGrant;
 using text::DescribeByte;
+using text::DropDirectorySlash;
 using text::ErrorAt;
+using text::FindConstraintName;
 using text::IsIntegerLiteral;
 using text::IsSymbolChar;
 using text::IsValidUtf8;
+using text::kDigestSyntax;
+using text::kHashSyntax;
 using text::kMaxDepth;
+using text::ParseDigest;
+using text::ParseHash;
 using text::Pos;
 using text::PosAt;
 using text::Quoted;
+using vault::v1::AgentSpec;
+using vault::v1::Constraints;
+using vault::v1::Grant;
 
 // From S-expressions to messages.
 class SexpMapper {

@@ -28,7 +28,9 @@ class TextCursor {
     }
     ++i_;
   }
-  absl::Status Error(text::Pos pos, absl::string_view what) const { return text::ErrorAt(source_, pos, what); }
+  absl::Status Error(text::Pos pos, absl::string_view what) const {
+    return text::ErrorAt(source_, pos, what);
+  }
 
   absl::string_view text_;
   absl::string_view source_;

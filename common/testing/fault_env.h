@@ -153,8 +153,8 @@ class FaultEnv : public Env {
  public:
   explicit FaultEnv(CrashSwitch* power, Env* base = Env::Default()) : power_(power), base_(base) {}
 
-  std::unique_ptr<EnvFile> Open(const std::string& path, OpenMode open_mode, bool direct,
-                                int* err, mode_t mode) override {
+  std::unique_ptr<EnvFile> Open(const std::string& path, OpenMode open_mode, bool direct, int* err,
+                                mode_t mode) override {
     std::unique_ptr<EnvFile> f = base_->Open(path, open_mode, direct, err, mode);
     if (f == nullptr) return nullptr;
     // After the cut too: a file made then is gone at DropUnsynced (its directory is never

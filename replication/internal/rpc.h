@@ -19,8 +19,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cas/digest.h"
-#include "common/grpc_status.h"
 #include "cas/digest_proto.h"
+#include "common/grpc_status.h"
 #include "vault/v1/cas.pb.h"
 
 namespace vault::replication::internal {
