@@ -90,8 +90,9 @@ class SyncLedger {
     if (undoable) pending_[Dir(to)].push_back(Op{.from = from, .to = to, .replaced = replaced});
     auto it = files_.find(from);
     if (it == files_.end()) return;
-    files_[to] = it->second;
-    files_.erase(from);
+    const File moved = it->second;  // (inserting `to` may move the table's elements)
+    files_.erase(it);
+    files_[to] = moved;
   }
   void Removed(const std::string& path) {
     absl::MutexLock lock(&mu_);
@@ -110,8 +111,9 @@ class SyncLedger {
         } else if (rename(op->to.c_str(), op->from.c_str()) == 0) {
           ++lost;
           if (auto it = files_.find(op->to); it != files_.end()) {
-            files_[op->from] = it->second;
-            files_.erase(op->to);
+            const File moved = it->second;
+            files_.erase(it);
+            files_[op->from] = moved;
           }
           // The file it had replaced is back under its name.
           if (!op->replaced.empty()) rename(op->replaced.c_str(), op->to.c_str());
