@@ -2,6 +2,8 @@
 
 #include <memory>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "storage/keys.h"
@@ -18,6 +20,22 @@ std::string LogKey(const std::string& id, uint64_t seq) {
 }
 
 }  // namespace
+
+// Agent ids: 1-64 of [a-z0-9-], starting with a letter or digit ("a-" + hex by vaultctl).
+absl::Status ValidateAgentId(const std::string& id) {
+  bool ok = !id.empty() && id.size() <= 64 && id.front() != '-';
+  for (char c : id) ok = ok && (absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-');
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("agent id \"", absl::CHexEscape(id), "\" must be 1-64 of [a-z0-9-]"));
+  }
+  return absl::OkStatus();
+}
+
+std::string StateName(vault::v1::AgentState state) {
+  std::string name = vault::v1::AgentState_Name(state);
+  return absl::AsciiStrToLower(name);
+}
 
 std::vector<storage::ColumnFamilySpec> AgentStore::ColumnFamilies() {
   return {{.name = kAgents}, {.name = kLogs, .point_lookups = false}};

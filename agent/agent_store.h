@@ -30,6 +30,12 @@ namespace vault::agent {
 
 inline constexpr uint64_t kLogLinesKept = 10000;
 
+// Agent ids: 1-64 of [a-z0-9-], starting with a letter or digit ("a-" + hex by vaultctl).
+// INVALID_ARGUMENT otherwise.
+absl::Status ValidateAgentId(const std::string& id);
+// "running", "paused", ...
+std::string StateName(vault::v1::AgentState state);
+
 class AgentStore {
  public:
   static std::vector<storage::ColumnFamilySpec> ColumnFamilies();

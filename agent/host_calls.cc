@@ -68,17 +68,6 @@ std::optional<std::string> AgentRuntime::Impl::DepartedFor(LiveAgent& sender,
   return DepartedNote(id);
 }
 
-absl::Status AgentRuntime::Impl::StartMigration(const std::shared_ptr<LiveAgent>& live,
-                                                uint64_t call_id, const std::string& to,
-                                                const std::string& state,
-                                                const std::optional<cas::Digest>& state_digest) {
-  const bool queued = migrations_->Schedule([this, live, call_id, to, state, state_digest] {
-    MigrateForAgent(live, call_id, to, state, state_digest);
-  });
-  if (!queued) return absl::UnavailableError("the vault is stopping");
-  return absl::OkStatus();
-}
-
 void AgentRuntime::Impl::Audit(vault::v1::AuditEntry entry, bool durable) {
   audit_writer_->Append(std::move(entry), durable);
 }

@@ -171,7 +171,7 @@ absl::StatusOr<std::shared_ptr<LiveAgent>> AgentRuntime::Impl::CreateAndLaunch(
   if (initial_state != nullptr) {
     // Any size the call carried (server.max_message_bytes): agents read states in pieces.
     cas::Digest d = cas::Digest::Of(*initial_state);
-    VAULT_RETURN_IF_ERROR(PutObject(*deps_.cas, d, *initial_state).status());
+    VAULT_RETURN_IF_ERROR(cas::PutObject(*deps_.cas, d, *initial_state).status());
     *record.mutable_state_digest() = FromDigest(d);
     record.set_has_state(true);
   }

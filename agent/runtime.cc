@@ -52,22 +52,6 @@ absl::StatusOr<cas::Digest> ToDigest(const vault::v1::Digest& d) { return cas::F
 
 vault::v1::Digest FromDigest(const cas::Digest& d) { return cas::ToProto(d); }
 
-// Agent ids: 1-64 of [a-z0-9-], starting with a letter or digit ("a-" + hex by vaultctl).
-absl::Status ValidateAgentId(const std::string& id) {
-  bool ok = !id.empty() && id.size() <= 64 && id.front() != '-';
-  for (char c : id) ok = ok && (absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-');
-  if (!ok) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("agent id \"", absl::CHexEscape(id), "\" must be 1-64 of [a-z0-9-]"));
-  }
-  return absl::OkStatus();
-}
-
-std::string StateName(AgentState state) {
-  std::string name = vault::v1::AgentState_Name(state);
-  return absl::AsciiStrToLower(name);
-}
-
 std::string DigestText(const vault::v1::Digest& d) {
   absl::StatusOr<cas::Digest> digest = ToDigest(d);
   return digest.ok() ? digest->ToString() : "(invalid digest)";
@@ -85,7 +69,6 @@ std::vector<storage::ColumnFamilySpec> AgentRuntime::ColumnFamilies() {
   for (storage::ColumnFamilySpec& cf : capability::RevocationStore::ColumnFamilies()) {
     cfs.push_back(cf);
   }
-  for (storage::ColumnFamilySpec& cf : MigrationColumnFamilies()) cfs.push_back(cf);
   return cfs;
 }
 
@@ -125,41 +108,6 @@ absl::StatusOr<vault::v1::QueryResponse> AgentRuntime::Query(const vault::v1::Qu
 }
 TrustPolicy* AgentRuntime::policy() const { return impl_->policy_.get(); }
 capability::RevocationStore* AgentRuntime::revocations() const { return impl_->revocations_.get(); }
-void AgentRuntime::SetMigrationTransport(MigrationTransport* transport) {
-  impl_->transport_ = transport;
-  impl_->outbox_ = std::make_unique<common::RetryQueue>(absl::Milliseconds(200), absl::Seconds(10));
-  // Members that were down when a revocation was given (or gossiped) get it now.
-  impl_->GossipAllRevocations();
-}
-absl::StatusOr<std::vector<vault::v1::Digest>> AgentRuntime::OfferIn(
-    const vault::v1::MigrationPackage& p, const std::string& caller) {
-  return impl_->OfferIn(p, caller);
-}
-absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::CommitIn(
-    const vault::v1::MigrationPackage& p, const std::string& caller, const std::string* state,
-    std::function<void()>* after_answer) {
-  return impl_->CommitIn(p, caller, state, after_answer);
-}
-absl::StatusOr<vault::v1::TransferStatusResponse> AgentRuntime::TransferStatus(
-    const std::string& transfer_id, bool abort_if_unknown, const std::string& caller) {
-  return impl_->TransferStatus(transfer_id, abort_if_unknown, caller);
-}
-vault::v1::WhereResponse AgentRuntime::Where(const std::string& id) { return impl_->Where(id); }
-absl::StatusOr<vault::v1::LocateResponse> AgentRuntime::Locate(const std::string& id) {
-  return impl_->Locate(id);
-}
-absl::StatusOr<vault::v1::JourneyResponse> AgentRuntime::Journey(const std::string& id) {
-  return impl_->Journey(id);
-}
-absl::StatusOr<vault::v1::LocatedResponse> AgentRuntime::Located(
-    const vault::v1::SignedReceipt& receipt, const std::string& caller) {
-  return impl_->Located(receipt, caller);
-}
-absl::StatusOr<vault::v1::MigrateAgentResponse> AgentRuntime::Migrate(
-    const vault::v1::MigrateAgentRequest& request) {
-  return impl_->MigrateOperator(request);
-}
-
 absl::StatusOr<vault::v1::RevokeResponse> AgentRuntime::Revoke(
     const vault::v1::RevokeRequest& request) {
   return impl_->Revoke(request, "");
@@ -225,7 +173,6 @@ absl::Status AgentRuntime::Impl::Init() {
 
   workers_ = std::make_unique<FairQueue>(options_.config.worker_threads());
   lifecycle_ = std::make_unique<common::Executor>(2, 1 << 20);
-  migrations_ = std::make_unique<common::Executor>(4, 1 << 16);
   VAULT_ASSIGN_OR_RETURN(reactor_, ChannelReactor::Start(this, poll_window_));
   watchdog_ = std::thread([this] { WatchdogLoop(); });
   return absl::OkStatus();
@@ -258,8 +205,15 @@ absl::Status AgentRuntime::Impl::ResumeAgents() {
       migrating = live->record.state() == vault::v1::MIGRATING;
     }
     if (migrating) {
-      // A hop in flight when this vault stopped: its outcome is settled with the destination.
-      ScheduleResolve(live);
+      // A hop in flight when this vault stopped: its outcome is settled with the destination
+      // (it stays frozen, not started, until then).
+      if (Migrator* m = migrator(); m != nullptr) {
+        m->Settle(live);
+      } else {
+        common::LogAgent(spdlog::level::err, live->id,
+                         "agent {} was migrating, and this vault has no migration to settle it",
+                         live->id);
+      }
       continue;
     }
     std::string revoked;
@@ -313,7 +267,9 @@ void AgentRuntime::Impl::Stop() {
     stopping_ = true;
     for (auto& [id, live] : agents_) live_agents.push_back(live);
   }
-  ExpirePrestarts(/*all=*/true);  // arrivals not committed: the source learns it from Status
+  // Arrivals not committed end (their sources learn it from Status); hops in flight leave their
+  // outcome to the next start.
+  if (Migrator* m = migrator(); m != nullptr) m->Stop();
   // Ask every running agent to checkpoint, then give them the configured time.
   absl::flat_hash_map<std::string, uint64_t> checkpoints_before;
   for (const auto& live : live_agents) {
@@ -344,14 +300,6 @@ void AgentRuntime::Impl::Stop() {
     live->mu.AwaitWithDeadline(absl::Condition(&done), deadline);
   }
   if (outbox_ != nullptr) outbox_->Stop();
-  // Hops the agents asked for: each leaves at its next retry (stopping_), settled at restart.
-  if (migrations_ != nullptr) migrations_->Shutdown();
-  std::vector<std::thread> resolvers;
-  {
-    absl::MutexLock lock(&mu_);
-    resolvers.swap(resolvers_);
-  }
-  for (std::thread& t : resolvers) t.join();  // each leaves at its next retry: stopping_
   for (const auto& live : live_agents) End(live, EndCause::kVaultStop, "vault stopping");
   // Wait for the exits to be handled (records written).
   absl::Time exits_deadline = absl::Now() + absl::Seconds(10);

@@ -36,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "agent/agent_store.h"
+#include "agent/migration_port.h"
 #include "agent/policy.h"
 #include "audit/log.h"
 #include "capability/principal.h"
@@ -65,30 +66,11 @@ struct RuntimeOptions {
   std::string code_root;
 };
 
-// How the runtime reaches another member's Migration service (migration/ implements it over
-// gRPC with mutual TLS). Every call has a deadline.
-class MigrationTransport {
+// How the runtime reaches another member (migration/ implements it over gRPC with mutual TLS).
+// Every call has a deadline.
+class MemberClient {
  public:
-  virtual ~MigrationTransport() = default;
-  // The digests `vault` lacks.
-  virtual absl::StatusOr<std::vector<vault::v1::Digest>> Offer(
-      const std::string& vault, const vault::v1::MigrationPackage& package) = 0;
-  // Copies these objects from this vault's CAS to `vault`'s.
-  virtual absl::Status SendObjects(const std::string& vault,
-                                   const std::vector<vault::v1::Digest>& digests) = 0;
-  // `state`: the state's bytes, carried in the Commit (see CommitRequest.state), or null.
-  virtual absl::StatusOr<vault::v1::SignedReceipt> Commit(
-      const std::string& vault, const vault::v1::MigrationPackage& package,
-      const std::string* state) = 0;
-  virtual absl::StatusOr<vault::v1::TransferStatusResponse> Status(const std::string& vault,
-                                                                   const std::string& transfer_id,
-                                                                   bool abort_if_unknown) = 0;
-  // What `vault` knows of an agent (its state there, where it departed to).
-  virtual absl::StatusOr<vault::v1::WhereResponse> Where(const std::string& vault,
-                                                         const std::string& agent_id) = 0;
-  // Tells an agent's home vault the receipt of a hop.
-  virtual absl::StatusOr<vault::v1::LocatedResponse> Located(
-      const std::string& vault, const vault::v1::SignedReceipt& receipt) = 0;
+  virtual ~MemberClient() = default;
   // Forwards a signed control request to the vault it names.
   virtual absl::StatusOr<vault::v1::ControlResponse> Control(
       const std::string& vault, const vault::v1::ControlRequest& request) = 0;
@@ -96,13 +78,6 @@ class MigrationTransport {
   virtual absl::StatusOr<vault::v1::RevokeResponse> Revoke(
       const std::string& vault, const vault::v1::RevokeRequest& request) = 0;
 };
-
-// Receipts: signed by the destination's vault key as capability::kReceiptDomain || payload.
-absl::StatusOr<vault::v1::SignedReceipt> SignReceipt(const vault::v1::ReceiptPayload& payload,
-                                                     const capability::PrivateKey& key);
-absl::StatusOr<vault::v1::ReceiptPayload> OpenReceipt(const vault::v1::SignedReceipt& receipt,
-                                                      const capability::PublicKey& signer);
-std::vector<storage::ColumnFamilySpec> MigrationColumnFamilies();
 
 struct RuntimeDeps {
   const storage::Database* db = nullptr;
@@ -160,35 +135,14 @@ class AgentRuntime {
   AgentStore* store() const;
   capability::RevocationStore* revocations() const;
 
-  // Migration (design §7). The transport is set once, before agents can migrate.
-  void SetMigrationTransport(MigrationTransport* transport);
-  // Operator: asks the agent to checkpoint (waits checkpoint_wait_ms), then moves it.
-  absl::StatusOr<vault::v1::MigrateAgentResponse> Migrate(
-      const vault::v1::MigrateAgentRequest& request);
-  // Destination side, for the Migration service; `caller` is the calling member's name.
-  absl::StatusOr<std::vector<vault::v1::Digest>> OfferIn(const vault::v1::MigrationPackage& p,
-                                                         const std::string& caller);
-  // `state`: the state's bytes when the Commit carries them (CommitRequest.state), or null.
-  // `after_answer`: when non-null, CommitIn may set it to work that must run once the answer
-  // has left (or the call has ended): the agent, whose process is adopted and RUNNING by then,
-  // gets its first frame only after it, so that its first steps do not compete with the answer
-  // for the CPU. Null: everything happens before CommitIn returns.
-  absl::StatusOr<vault::v1::SignedReceipt> CommitIn(const vault::v1::MigrationPackage& p,
-                                                    const std::string& caller,
-                                                    const std::string* state = nullptr,
-                                                    std::function<void()>* after_answer = nullptr);
-  // Answers only the member whose transfer it is (`caller`).
-  absl::StatusOr<vault::v1::TransferStatusResponse> TransferStatus(const std::string& transfer_id,
-                                                                   bool abort_if_unknown,
-                                                                   const std::string& caller);
-  vault::v1::WhereResponse Where(const std::string& id);
-  // Follows what the members know to the vault that hosts the agent (docs/migration.md).
-  absl::StatusOr<vault::v1::LocateResponse> Locate(const std::string& id);
-  // Every entry about the agent in this vault's audit log and its mirrors of the members'.
-  absl::StatusOr<vault::v1::JourneyResponse> Journey(const std::string& id);
-  // The home vault's side of location forwarding: a member reports a hop's receipt it signed.
-  absl::StatusOr<vault::v1::LocatedResponse> Located(const vault::v1::SignedReceipt& receipt,
-                                                     const std::string& caller);
+  // Members: set once, before agents can reach other vaults. A new revocation is gossiped to
+  // every member, and those given while it was not set are sent now.
+  void SetMemberClient(MemberClient* members);
+  // Migration (design §7; migration/ owns it): what it may do to this vault's agents, and
+  // (set once, before ResumeAgents) where an agent's own migrate call and a hop found in flight
+  // at start go. Without a migrator an agent's migrate call is refused.
+  MigrationPort* migration_port() const;
+  void SetMigrator(Migrator* migrator);
 
   class Impl;
 

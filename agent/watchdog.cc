@@ -39,7 +39,6 @@ void AgentRuntime::Impl::WatchdogLoop() {
   // Every kTick, until Stop.
   while (!watchdog_stop_.WaitForNotificationWithTimeout(kTick)) {
     ++tick;
-    ExpirePrestarts(/*all=*/false);
     std::vector<std::shared_ptr<LiveAgent>> agents;
     {
       absl::MutexLock lock(&mu_);

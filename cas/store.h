@@ -410,6 +410,10 @@ class Store {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
+// Stores `data` as `digest` whatever its size: one Put below the store's chunking threshold, a
+// streaming upload in pieces above it (the CAS checks every byte either way).
+absl::StatusOr<PutOutcome> PutObject(Store& store, const Digest& digest, absl::string_view data);
+
 }  // namespace vault::cas
 
 #endif  // VAULT_CAS_STORE_H_

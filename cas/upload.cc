@@ -449,4 +449,19 @@ absl::StatusOr<std::string> Store::ReadAll(const Digest& digest, ReadCheck check
   return out;
 }
 
+absl::StatusOr<PutOutcome> PutObject(Store& store, const Digest& digest, absl::string_view data) {
+  // Pieces of an upload of a large object.
+  constexpr size_t kPieceBytes = 1 << 20;
+  if (digest.size() < store.options().chunking_threshold) return store.Put(digest, data);
+  if (data.size() != digest.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("size mismatch: ", digest.ToString(), " claims ",
+                                                   digest.size(), " bytes, got ", data.size()));
+  }
+  VAULT_ASSIGN_OR_RETURN(std::unique_ptr<Upload> upload, store.StartUpload(digest, 0));
+  for (size_t at = 0; at < data.size(); at += kPieceBytes) {
+    VAULT_RETURN_IF_ERROR(upload->Append(data.substr(at, kPieceBytes)));
+  }
+  return upload->Finish();
+}
+
 }  // namespace vault::cas

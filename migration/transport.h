@@ -1,10 +1,13 @@
-// migration: the wire of agent migration (design §7). GrpcTransport is the agent runtime's
-// MigrationTransport over gRPC with mutual TLS: the Migration service of the destination for
-// Offer/Commit/Status, and its Cas service for the objects the destination lacks. Every call
-// has a deadline. The node serves the other side (node/migration_service.cc).
+// migration/transport: how this vault reaches the other members (design §7). Transport is
+// what a hop needs (Offer/Commit/Status/Where/Located on the destination's Migration service,
+// and the objects it lacks through its Cas service); agent::MemberClient is what the agent
+// runtime needs (forwarded control requests, revocation gossip). GrpcTransport implements both
+// over gRPC with mutual TLS. Every call has a deadline. The node serves the other side
+// (node/migration_service.cc).
 //
 //   VAULT_ASSIGN_OR_RETURN(auto transport, GrpcTransport::Create(config, store));
-//   runtime->SetMigrationTransport(transport.get());
+//   runtime->SetMemberClient(transport.get());
+//   deps.transport = transport.get();  // MigrationDeps
 //
 // Thread-safety: all methods are thread-safe; channels are made once per member, on first use.
 #ifndef VAULT_MIGRATION_TRANSPORT_H_
@@ -29,7 +32,32 @@
 
 namespace vault::migration {
 
-class GrpcTransport final : public agent::MigrationTransport {
+// What a hop needs of another member.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // The digests `vault` lacks.
+  virtual absl::StatusOr<std::vector<vault::v1::Digest>> Offer(
+      const std::string& vault, const vault::v1::MigrationPackage& package) = 0;
+  // Copies these objects from this vault's CAS to `vault`'s.
+  virtual absl::Status SendObjects(const std::string& vault,
+                                   const std::vector<vault::v1::Digest>& digests) = 0;
+  // `state`: the state's bytes, carried in the Commit (see CommitRequest.state), or null.
+  virtual absl::StatusOr<vault::v1::SignedReceipt> Commit(
+      const std::string& vault, const vault::v1::MigrationPackage& package,
+      const std::string* state) = 0;
+  virtual absl::StatusOr<vault::v1::TransferStatusResponse> Status(const std::string& vault,
+                                                                   const std::string& transfer_id,
+                                                                   bool abort_if_unknown) = 0;
+  // What `vault` knows of an agent (its state there, where it departed to).
+  virtual absl::StatusOr<vault::v1::WhereResponse> Where(const std::string& vault,
+                                                         const std::string& agent_id) = 0;
+  // Tells an agent's home vault the receipt of a hop.
+  virtual absl::StatusOr<vault::v1::LocatedResponse> Located(
+      const std::string& vault, const vault::v1::SignedReceipt& receipt) = 0;
+};
+
+class GrpcTransport final : public Transport, public agent::MemberClient {
  public:
   // FAILED_PRECONDITION without TLS material (a vault without it cannot reach members).
   static absl::StatusOr<std::unique_ptr<GrpcTransport>> Create(const vault::v1::VaultConfig& config,

@@ -73,9 +73,10 @@ class LogsError final : public grpc::ServerWriteReactor<vault::v1::AgentLogLine>
 
 }  // namespace
 
-AgentService::AgentService(agent::AgentRuntime* runtime, common::Executor* executor,
-                           Auditor* auditor)
+AgentService::AgentService(agent::AgentRuntime* runtime, migration::Migration* migration,
+                           common::Executor* executor, Auditor* auditor)
     : runtime_(runtime),
+      migration_(migration),
       executor_(executor),
       auditor_(auditor),
       waiters_(std::make_unique<common::Executor>(8, 1024)) {}
@@ -203,7 +204,7 @@ grpc::ServerUnaryReactor* AgentService::Migrate(grpc::CallbackServerContext* ctx
                                                 const vault::v1::MigrateAgentRequest* req,
                                                 vault::v1::MigrateAgentResponse* resp) {
   return RunUnary(ctx, executor_, [this, req, resp]() -> absl::Status {
-    VAULT_ASSIGN_OR_RETURN(*resp, runtime_->Migrate(*req));
+    VAULT_ASSIGN_OR_RETURN(*resp, migration_->Migrate(*req));
     return absl::OkStatus();
   });
 }
@@ -212,7 +213,7 @@ grpc::ServerUnaryReactor* AgentService::Locate(grpc::CallbackServerContext* ctx,
                                                const vault::v1::LocateRequest* req,
                                                vault::v1::LocateResponse* resp) {
   return RunUnary(ctx, executor_, [this, req, resp]() -> absl::Status {
-    VAULT_ASSIGN_OR_RETURN(*resp, runtime_->Locate(req->id()));
+    VAULT_ASSIGN_OR_RETURN(*resp, migration_->Locate(req->id()));
     return absl::OkStatus();
   });
 }
@@ -221,7 +222,7 @@ grpc::ServerUnaryReactor* AgentService::Journey(grpc::CallbackServerContext* ctx
                                                 const vault::v1::JourneyRequest* req,
                                                 vault::v1::JourneyResponse* resp) {
   return RunUnary(ctx, executor_, [this, req, resp]() -> absl::Status {
-    VAULT_ASSIGN_OR_RETURN(*resp, runtime_->Journey(req->id()));
+    VAULT_ASSIGN_OR_RETURN(*resp, migration_->Journey(req->id()));
     return absl::OkStatus();
   });
 }

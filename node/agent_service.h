@@ -1,7 +1,8 @@
 // node: the gRPC `Agents` service (agent.proto), served only on the vault's admin socket. Thin:
-// every call runs on a work queue and forwards to agent::AgentRuntime.
+// every call runs on a work queue and forwards to agent::AgentRuntime (Migrate, Locate and
+// Journey to migration::Migration).
 //
-// Thread-safety: thread-safe; the runtime must outlive the service.
+// Thread-safety: thread-safe; the runtime and the migration must outlive the service.
 #ifndef VAULT_NODE_AGENT_SERVICE_H_
 #define VAULT_NODE_AGENT_SERVICE_H_
 
@@ -9,6 +10,7 @@
 
 #include "agent/runtime.h"
 #include "common/executor.h"
+#include "migration/migration.h"
 #include "node/auditor.h"
 #include "vault/v1/agent.grpc.pb.h"
 
@@ -16,7 +18,8 @@ namespace vault::node {
 
 class AgentService final : public vault::v1::Agents::CallbackService {
  public:
-  AgentService(agent::AgentRuntime* runtime, common::Executor* executor, Auditor* auditor);
+  AgentService(agent::AgentRuntime* runtime, migration::Migration* migration,
+               common::Executor* executor, Auditor* auditor);
   ~AgentService() override;
 
   grpc::ServerUnaryReactor* Spawn(grpc::CallbackServerContext* ctx,
@@ -63,6 +66,7 @@ class AgentService final : public vault::v1::Agents::CallbackService {
 
  private:
   agent::AgentRuntime* const runtime_;
+  migration::Migration* const migration_;
   common::Executor* const executor_;
   Auditor* const auditor_;
   // Queries and log follows wait for an agent: they get threads of their own so that they never

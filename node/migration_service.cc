@@ -26,7 +26,7 @@ grpc::ServerUnaryReactor* MigrationService::Offer(grpc::CallbackServerContext* c
                                                   vault::v1::OfferResponse* resp) {
   return RunUnary(ctx, executor_, [this, req, resp, caller = CallerMember(ctx)]() -> absl::Status {
     VAULT_ASSIGN_OR_RETURN(std::vector<vault::v1::Digest> missing,
-                           runtime_->OfferIn(req->package(), caller));
+                           migration_->OfferIn(req->package(), caller));
     for (vault::v1::Digest& d : missing) *resp->add_missing() = std::move(d);
     return absl::OkStatus();
   });
@@ -41,8 +41,8 @@ grpc::ServerUnaryReactor* MigrationService::Commit(grpc::CallbackServerContext* 
        caller = CallerMember(ctx)](std::function<void()>* after_answer) -> absl::Status {
         VAULT_ASSIGN_OR_RETURN(
             *resp->mutable_receipt(),
-            runtime_->CommitIn(req->package(), caller,
-                               req->state_carried() ? &req->state() : nullptr, after_answer));
+            migration_->CommitIn(req->package(), caller,
+                                 req->state_carried() ? &req->state() : nullptr, after_answer));
         return absl::OkStatus();
       });
 }
@@ -52,7 +52,7 @@ grpc::ServerUnaryReactor* MigrationService::Status(grpc::CallbackServerContext* 
                                                    vault::v1::TransferStatusResponse* resp) {
   return RunUnary(ctx, executor_, [this, req, resp, caller = CallerMember(ctx)]() -> absl::Status {
     VAULT_ASSIGN_OR_RETURN(
-        *resp, runtime_->TransferStatus(req->transfer_id(), req->abort_if_unknown(), caller));
+        *resp, migration_->TransferStatus(req->transfer_id(), req->abort_if_unknown(), caller));
     return absl::OkStatus();
   });
 }
@@ -61,7 +61,7 @@ grpc::ServerUnaryReactor* MigrationService::Where(grpc::CallbackServerContext* c
                                                   const vault::v1::WhereRequest* req,
                                                   vault::v1::WhereResponse* resp) {
   return RunUnary(ctx, executor_, [this, req, resp]() -> absl::Status {
-    *resp = runtime_->Where(req->agent_id());
+    *resp = migration_->Where(req->agent_id());
     return absl::OkStatus();
   });
 }
@@ -70,7 +70,7 @@ grpc::ServerUnaryReactor* MigrationService::Located(grpc::CallbackServerContext*
                                                     const vault::v1::LocatedRequest* req,
                                                     vault::v1::LocatedResponse* resp) {
   return RunUnary(ctx, executor_, [this, req, resp, caller = CallerMember(ctx)]() -> absl::Status {
-    VAULT_ASSIGN_OR_RETURN(*resp, runtime_->Located(req->receipt(), caller));
+    VAULT_ASSIGN_OR_RETURN(*resp, migration_->Located(req->receipt(), caller));
     return absl::OkStatus();
   });
 }

@@ -2,20 +2,23 @@
 // the destination side of a hop. The calling member's name comes from its verified certificate
 // and must be the package's source vault.
 //
-// Thread-safety: gRPC calls it from many threads; the runtime serializes commits.
+// Thread-safety: gRPC calls it from many threads; migration/ serializes commits.
 #ifndef VAULT_NODE_MIGRATION_SERVICE_H_
 #define VAULT_NODE_MIGRATION_SERVICE_H_
 
 #include "agent/runtime.h"
 #include "common/executor.h"
+#include "migration/migration.h"
 #include "vault/v1/migration.grpc.pb.h"
 
 namespace vault::node {
 
 class MigrationService final : public vault::v1::Migration::CallbackService {
  public:
-  MigrationService(agent::AgentRuntime* runtime, common::Executor* executor)
-      : runtime_(runtime), executor_(executor) {}
+  // `runtime` serves Control and Revoke; `migration` the rest.
+  MigrationService(agent::AgentRuntime* runtime, migration::Migration* migration,
+                   common::Executor* executor)
+      : runtime_(runtime), migration_(migration), executor_(executor) {}
 
   grpc::ServerUnaryReactor* Offer(grpc::CallbackServerContext* ctx,
                                   const vault::v1::OfferRequest* req,
@@ -41,6 +44,7 @@ class MigrationService final : public vault::v1::Migration::CallbackService {
 
  private:
   agent::AgentRuntime* const runtime_;
+  migration::Migration* const migration_;
   common::Executor* const executor_;
 };
 

@@ -120,6 +120,7 @@ std::vector<storage::ColumnFamilySpec> VaultNode::ColumnFamilies() {
   for (storage::ColumnFamilySpec& cf : agent::AgentRuntime::ColumnFamilies()) {
     cfs.push_back(std::move(cf));
   }
+  for (storage::ColumnFamilySpec& cf : migration::Migration::ColumnFamilies()) cfs.push_back(cf);
   for (storage::ColumnFamilySpec& cf : replication::Follower::ColumnFamilies()) {
     cfs.push_back(std::move(cf));
   }
@@ -268,7 +269,20 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
           migration::GrpcTransport::Create(config, node->store_.get());
       t.ok()) {
     node->transport_ = *std::move(t);
-    node->agents_->SetMigrationTransport(node->transport_.get());
+    node->agents_->SetMemberClient(node->transport_.get());
+  }
+  {
+    migration::MigrationOptions options;
+    options.vault_name = config.name();
+    options.members.assign(config.members().begin(), config.members().end());
+    VAULT_ASSIGN_OR_RETURN(
+        node->migration_,
+        migration::Migration::Start(std::move(options), {.db = node->db_.get(),
+                                                         .cas = node->store_.get(),
+                                                         .vault_key = node->key_.get(),
+                                                         .port = node->agents_->migration_port(),
+                                                         .transport = node->transport_.get()}));
+    node->agents_->SetMigrator(node->migration_.get());
   }
   // Every served log has a checkpoint from the start (peers and `audit tail` rely on one).
   VAULT_RETURN_IF_ERROR(node->audit_log_->IssueCheckpoint().status());
@@ -324,8 +338,8 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
     b.AddListeningPort(config.listen_address(), creds, &port);
     b.RegisterService(node->tcp_cas_.get());
     b.RegisterService(node->tcp_audit_.get());
-    node->migration_service_ =
-        std::make_unique<MigrationService>(node->agents_.get(), node->tcp_executor_.get());
+    node->migration_service_ = std::make_unique<MigrationService>(
+        node->agents_.get(), node->migration_.get(), node->tcp_executor_.get());
     b.RegisterService(node->migration_service_.get());
     node->tcp_federation_ = std::make_unique<FederationService>(
         node->FederationDeps(node->tcp_executor_.get()), /*admin=*/false);
@@ -361,8 +375,9 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
   b.RegisterService(node->admin_.get());
   b.RegisterService(node->unix_audit_.get());
   b.RegisterService(node->audit_admin_.get());
-  node->agent_service_ = std::make_unique<AgentService>(
-      node->agents_.get(), node->unix_executor_.get(), node->auditor_.get());
+  node->agent_service_ =
+      std::make_unique<AgentService>(node->agents_.get(), node->migration_.get(),
+                                     node->unix_executor_.get(), node->auditor_.get());
   b.RegisterService(node->agent_service_.get());
   node->unix_federation_ = std::make_unique<FederationService>(
       node->FederationDeps(node->unix_executor_.get()), /*admin=*/true);
@@ -461,8 +476,10 @@ void VaultNode::Shutdown(absl::Duration drain) {
   tcp_server_.reset();
   unix_server_.reset();
   agent_service_.reset();
-  // Agents are asked to checkpoint and end; their records stay for the next start.
+  // Agents are asked to checkpoint and end; their records stay for the next start. (The
+  // runtime's Stop stops the migration first: hops in flight settle at the next start.)
   if (agents_ != nullptr) agents_->Stop();
+  migration_.reset();
   agents_.reset();
   if (audit_log_ != nullptr) {
     if (auditor_ != nullptr) {

@@ -26,6 +26,7 @@
 #include "capability/principal.h"
 #include "cas/store.h"
 #include "common/executor.h"
+#include "migration/migration.h"
 #include "migration/transport.h"
 #include "node/admin_service.h"
 #include "node/agent_service.h"
@@ -104,6 +105,7 @@ class VaultNode {
   AdminService::SandboxState sandbox_state_;
   std::unique_ptr<migration::GrpcTransport> transport_;  // before agents_: it outlives them
   std::unique_ptr<agent::AgentRuntime> agents_;
+  std::unique_ptr<migration::Migration> migration_;  // after agents_: its port is the runtime
   std::unique_ptr<MigrationService> migration_service_;
   std::unique_ptr<FederationService> tcp_federation_;
   std::unique_ptr<FederationService> unix_federation_;

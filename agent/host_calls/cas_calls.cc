@@ -20,8 +20,6 @@ namespace {
 
 // Streaming CAS puts (cas_upload_*) an agent may have open at once.
 constexpr size_t kMaxOpenUploads = 4;
-// PutObject feeds a streaming upload in pieces of this size.
-constexpr size_t kPutPieceBytes = 1 << 20;
 
 }  // namespace
 
@@ -39,20 +37,6 @@ struct HostUpload {
   cas::Sha256 hash ABSL_GUARDED_BY(mu);
   uint64_t received ABSL_GUARDED_BY(mu) = 0;
 };
-
-absl::StatusOr<cas::PutOutcome> PutObject(cas::Store& store, const cas::Digest& digest,
-                                          absl::string_view data) {
-  if (digest.size() < store.options().chunking_threshold) return store.Put(digest, data);
-  if (data.size() != digest.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("size mismatch: ", digest.ToString(), " claims ",
-                                                   digest.size(), " bytes, got ", data.size()));
-  }
-  VAULT_ASSIGN_OR_RETURN(std::unique_ptr<cas::Upload> upload, store.StartUpload(digest, 0));
-  for (size_t at = 0; at < data.size(); at += kPutPieceBytes) {
-    VAULT_RETURN_IF_ERROR(upload->Append(data.substr(at, kPutPieceBytes)));
-  }
-  return upload->Finish();
-}
 
 void DropUploads(HostCallServices& services, LiveAgent& live) {
   for (auto& [id, upload] : live.uploads) services.RefundStorage(live.principal, upload->charged);
@@ -162,7 +146,7 @@ void CasPut(HostCallContext& ctx) {
   if (charged) {
     if (c.status = s.ChargeStorage(live->principal, data.size()); !c.status.ok()) return;
   }
-  absl::StatusOr<cas::PutOutcome> out = PutObject(s.cas(), d, data);
+  absl::StatusOr<cas::PutOutcome> out = cas::PutObject(s.cas(), d, data);
   if (charged && (!out.ok() || out->already_present)) {
     s.RefundStorage(live->principal, data.size());
   }

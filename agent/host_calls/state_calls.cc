@@ -107,7 +107,7 @@ void Checkpoint(HostCallContext& ctx) {
   } else {
     const std::string& state = request.checkpoint().state();
     d = cas::Digest::Of(state);
-    if (absl::Status put = PutObject(s.cas(), d, state).status(); !put.ok()) {
+    if (absl::Status put = cas::PutObject(s.cas(), d, state).status(); !put.ok()) {
       c.status = put;
       return;
     }

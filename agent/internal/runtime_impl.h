@@ -48,7 +48,9 @@ inline bool StoppedRunning(LiveAgent* live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->
   return !live->running;
 }
 
-class AgentRuntime::Impl : public HostCallServices, public ChannelReactor::Handler {
+class AgentRuntime::Impl : public HostCallServices,
+                           public ChannelReactor::Handler,
+                           public MigrationPort {
  public:
   Impl(RuntimeOptions options, RuntimeDeps deps);
   ~Impl();
@@ -110,7 +112,7 @@ class AgentRuntime::Impl : public HostCallServices, public ChannelReactor::Handl
   absl::Status PersistLocked(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
   // Writes live.departure, if any (see LiveAgent::departure).
   void FlushDeparture(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
-  std::shared_ptr<LiveAgent> Find(const std::string& id) override;
+  std::shared_ptr<LiveAgent> Find(const std::string& id) override;  // (and MigrationPort)
   // Removes `live` from agents_ if it is still the entry of its id (an agent that departed and
   // came back has a new entry, which the old one's end must not remove).
   void ForgetLocked(const std::shared_ptr<LiveAgent>& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -179,100 +181,40 @@ class AgentRuntime::Impl : public HostCallServices, public ChannelReactor::Handl
   std::unique_ptr<AgentStore> store_;
   std::unique_ptr<capability::RevocationStore> revocations_;
   // A verification context for this vault: its key, its members, its revocations.
-  capability::VerifyContext BaseContext() const;
+  capability::VerifyContext BaseContext() const override;
 
-  // ---- migrate.cc: migration (design §7) ----
-  std::optional<capability::PublicKey> MemberKey(absl::string_view name) const;
-  // Source: checks, freezes, appends the MIGRATE link, persists MIGRATING, then transfers.
-  // `state_digest`: the handed-over state is this object, already in the CAS (then `state` is
-  // nullopt).
-  absl::StatusOr<vault::v1::MigrateAgentResponse> MigrateOut(
-      const std::shared_ptr<LiveAgent>& live, const std::string& to_vault,
-      const std::optional<std::string>& state, const std::string& requested_by,
-      const std::optional<cas::Digest>& state_digest = std::nullopt);
-  vault::v1::MigrationPackage PackageOf(const vault::v1::AgentRecord& record) const;
-  // Audits a hop refused by this vault's own checks (agent.migrate.refused); returns `why`.
-  absl::Status RefusedAtSource(const std::string& id, const std::string& to,
-                               const std::string& requested_by, absl::Status why);
-  // When each phase of an outbound hop ended (for its log line).
-  struct HopTimes {
-    absl::Time start, frozen, persisted, sent, committed;
-    absl::Duration offer, objects;  // (on the thread that sent them; read once it is joined)
-    size_t objects_sent = 0;
-  };
-  // The Offer, then the objects the destination lacks: nothing that can commit the hop. A missing
-  // state of at most kStateInCommit (1 MiB) is not sent but returned, for the Commit to carry.
-  struct Sent {
-    std::optional<std::string> state;  // for the Commit
-  };
-  absl::StatusOr<Sent> OfferAndSend(const std::string& to_vault,
-                                    const vault::v1::MigrationPackage& package,
-                                    HopTimes* times = nullptr);
-  // Offer, objects, Commit; then Status until the outcome is known. `background`: straight to
-  // Status (a hop found MIGRATING at start, or one that outlasted its caller). `sent_ahead`: the
-  // Offer and objects, already under way (MigrateOut sends them while MIGRATING is persisted).
-  absl::StatusOr<vault::v1::MigrateAgentResponse> RunTransfer(
-      const std::shared_ptr<LiveAgent>& live, bool background,
-      std::future<absl::StatusOr<Sent>>* sent_ahead = nullptr, HopTimes* times = nullptr);
-  void ScheduleResolve(const std::shared_ptr<LiveAgent>& live);
-  // The migrate host call, on migrations_: answers call `call_id` when the hop fails.
-  // `state_digest`: the state named by digest (MigrateRequest.state_digest), checked already.
-  void MigrateForAgent(const std::shared_ptr<LiveAgent>& live, uint64_t call_id,
-                       const std::string& to, const std::string& state,
-                       const std::optional<cas::Digest>& state_digest = std::nullopt);
-  std::unique_ptr<common::Executor> migrations_;  // agents' own hops
-  absl::StatusOr<vault::v1::MigrateAgentResponse> MigrateOperator(
-      const vault::v1::MigrateAgentRequest& request);
-  std::vector<std::thread> resolvers_ ABSL_GUARDED_BY(mu_);
-  absl::StatusOr<vault::v1::MigrateAgentResponse> Departed(const std::shared_ptr<LiveAgent>& live,
-                                                           const vault::v1::SignedReceipt& receipt);
-  absl::Status ResumeAfterFailedHop(const std::shared_ptr<LiveAgent>& live, const std::string& why);
-  // Destination.
-  // The transfer's record; a fence (ABORTED) set by a member other than `source` is ignored.
-  absl::StatusOr<std::optional<vault::v1::TransferRecord>> LoadTransfer(
-      const std::string& transfer_id, const std::string& source) const;
-  absl::StatusOr<capability::VerifiedChain> VerifyArrival(const vault::v1::MigrationPackage& p);
-  absl::StatusOr<std::vector<vault::v1::Digest>> OfferIn(const vault::v1::MigrationPackage& p,
-                                                         const std::string& caller);
-  absl::StatusOr<vault::v1::SignedReceipt> CommitIn(const vault::v1::MigrationPackage& p,
-                                                    const std::string& caller,
-                                                    const std::string* state,
-                                                    std::function<void()>* after_answer);
-  absl::StatusOr<vault::v1::TransferStatusResponse> TransferStatus(const std::string& transfer_id,
-                                                                   bool abort_if_unknown,
-                                                                   const std::string& caller);
-  MigrationTransport* transport_ = nullptr;
-  // One commit or fence at a time. Lock order: commit_mu_, then an agent's mu, then mu_.
-  absl::Mutex commit_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  // An arriving agent's process, started when its Offer is accepted and the code is here, so
-  // that the sandbox's start (a cgroup attach and an unmount, each of which can wait for an RCU
-  // grace period, ~10-20 ms on an idle machine) overlaps the transfer of its objects. The
-  // process gets no Welcome, hence no host call, no state and no authority, until the Commit
-  // adopts it (Launch); it is ended when the Commit does not come, comes for another hop, or is
-  // refused. Keyed by (source member, transfer id): a member can neither take nor end another's.
-  using PrestartId = std::pair<std::string, std::string>;
-  struct Prestart {
-    std::shared_ptr<LiveAgent> live;  // held
-    std::string key;                  // PrestartKey: what it was started for
-    absl::Time expires;
-    bool ready = false;  // its process is up
-  };
-  static constexpr size_t kMaxPrestarts = 8;
-  static constexpr size_t kMaxPrestartsPerMember = 4;
-  static constexpr absl::Duration kPrestartTtl = absl::Seconds(60);
-  absl::flat_hash_map<PrestartId, Prestart> prestarts_ ABSL_GUARDED_BY(mu_);
-  // Starts the process for an accepted Offer (best effort: the Commit starts one otherwise).
-  void PrestartArrival(const vault::v1::MigrationPackage& p, const capability::VerifiedChain& v);
-  // The held process for `id` when it was started for `key` and still runs (waiting a moment
-  // for a start under way); nullptr otherwise (any held process for `id` is then ended).
-  std::shared_ptr<LiveAgent> TakePrestart(const PrestartId& id, const std::string& key);
-  // Ends the process held for `id`, if any (a fence, an expiry, the vault's stop).
-  void EndPrestart(const PrestartId& id);
-  // Ends held processes past their time (all of them with `all`).
-  void ExpirePrestarts(bool all);
-  // Ends a held process on the lifecycle executor (a kill waits for the reap).
-  void EndHeldLater(std::shared_ptr<LiveAgent> live);
-  absl::CondVar prestart_cv_;  // with mu_: a start at an Offer finished
+  // ---- migration_port.cc: MigrationPort (agent/migration_port.h) ----
+  vault::v1::AgentRecord Record(const AgentRef& agent) override;
+  absl::StatusOr<vault::v1::AgentRecord> RecordOf(const std::string& id) override;
+  bool Stopping() override;
+  absl::Status CheckMayGo(const AgentRef& agent, const std::string& to_vault) override;
+  bool AskCheckpoint(const AgentRef& agent, absl::Duration wait) override;
+  absl::StatusOr<vault::v1::AgentRecord> Freeze(const AgentRef& agent, const std::string& to_vault,
+                                                bool* refused) override;
+  void Unfreeze(const AgentRef& agent) override;
+  absl::Status PersistMigrating(const AgentRef& agent, vault::v1::OutboundMigration migration,
+                                std::vector<std::pair<std::string, std::string>> details) override;
+  absl::Status MarkDeparted(const AgentRef& agent, const vault::v1::SignedReceipt& receipt,
+                            uint32_t hop,
+                            std::vector<std::pair<std::string, std::string>> details) override;
+  absl::Status ResumeAfterFailedHop(const AgentRef& agent, const std::string& why) override;
+  void FailMigrateCall(const AgentRef& agent, uint64_t call_id, const absl::Status& why) override;
+  TrustPolicy& policy() override { return *policy_; }
+  absl::Status CanRun(absl::string_view sandbox_type) override;
+  absl::StatusOr<AgentRef> StartHeld(const std::string& agent_id, const std::string& principal,
+                                     const cas::Digest& code,
+                                     const vault::v1::Constraints& constraints,
+                                     absl::string_view sandbox_type) override;
+  bool HeldRuns(const AgentRef& held) override;
+  void EndHeld(const AgentRef& held) override;
+  absl::StatusOr<uint64_t> MakeRoomForArrival(const std::string& id) override;
+  absl::Status CommitArrival(const vault::v1::AgentRecord& record, vault::v1::AuditEntry entry,
+                             const std::function<void(rocksdb::WriteBatch*)>& also) override;
+  absl::Status StartArrival(const AgentRef& held, vault::v1::AgentRecord record,
+                            std::function<void()>* after_answer) override;
+  // The migrator (AgentRuntime::SetMigrator), or null.
+  Migrator* migrator();
+
   // Why `record`'s chain is cut by a stored revocation ("" when it is not).
   std::string RevokedBecause(const vault::v1::AgentRecord& record);
   // `from_member`: the member that gossiped it ("" when given here); a new one is passed on to
@@ -280,39 +222,32 @@ class AgentRuntime::Impl : public HostCallServices, public ChannelReactor::Handl
   absl::StatusOr<vault::v1::RevokeResponse> Revoke(const vault::v1::RevokeRequest& request,
                                                    const std::string& from_member);
 
-  // ---- location.cc: where agents are, journeys, control and revocations across members ----
+  // ---- members.cc: control forwarding and revocation gossip ----
   std::optional<std::string> MemberNameOfKey(absl::string_view raw) const;
-  absl::StatusOr<std::optional<vault::v1::AgentLocation>> LoadLocation(const std::string& id) const;
-  vault::v1::WhereResponse Where(const std::string& id);
   // "" unless the agent departed from here; else an error text naming where it went.
   std::string DepartedNote(const std::string& id);
-  absl::StatusOr<vault::v1::LocateResponse> Locate(const std::string& id);
-  // After a Commit here: tells the agent's home (when it is another vault), through the outbox.
-  void ForwardLocation(const std::string& home, const vault::v1::SignedReceipt& receipt,
-                       const std::string& agent_id);
-  absl::StatusOr<vault::v1::LocatedResponse> Located(const vault::v1::SignedReceipt& receipt,
-                                                     const std::string& caller);
-  absl::StatusOr<vault::v1::JourneyResponse> Journey(const std::string& id);
   absl::StatusOr<vault::v1::ControlResponse> ForwardControl(
       const vault::v1::ControlRequest& request, absl::string_view for_vault_key);
   void GossipRevocation(const vault::v1::SignedRevocation& revocation, const std::string& except);
   void GossipAllRevocations();
-  // Messages to other vaults that nobody waits for (locations, revocations).
+  // The other members (AgentRuntime::SetMemberClient, once, before agents reach them), or null.
+  MemberClient* members_ = nullptr;
+  // Revocations to other vaults: retried, nobody waits for them.
   std::unique_ptr<common::RetryQueue> outbox_;
-  // One location update at a time. Lock order: location_mu_, then an agent's mu, then mu_.
-  absl::Mutex location_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::unique_ptr<FileTree> files_;
   // Agents' code laid out for their sandboxes (agent/code_cache.h).
   std::unique_ptr<CodeCache> code_;
   capability::LinkCache link_cache_;
 
-  // The runtime's own state. Taken after commit_mu_, location_mu_ and any agent's mu
-  // (LiveAgent::mu), never before them. The parts' own locks (ChannelReactor, CodeCache,
-  // StorageQuota, AuditWriter) are leaves: none of them calls back into the runtime while held.
-  absl::Mutex mu_ ABSL_ACQUIRED_AFTER(commit_mu_, location_mu_);
+  // The runtime's own state. Taken after any agent's mu (LiveAgent::mu), never before it, and
+  // after migration/'s locks (a port call may take both). The parts' own locks (ChannelReactor,
+  // CodeCache, StorageQuota, AuditWriter) are leaves: none of them calls back into the runtime
+  // while held.
+  absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<LiveAgent>> agents_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  Migrator* migrator_ ABSL_GUARDED_BY(mu_) = nullptr;
   // Operator queries waiting for an answer: message id -> answer.
   struct PendingQuery {
     std::string agent;
@@ -358,15 +293,6 @@ sandbox::Limits LimitsFor(const vault::v1::Constraints& c, const vault::v1::Agen
 // The longest chain an agent may hold here: its SPAWN link and one MIGRATE link per hop (a chain
 // grows by a link a hop), so at most 1023 hops whatever max-migrations says.
 inline constexpr size_t kMaxAgentChainLinks = 1024;
-
-// Helpers shared by the runtime's files (and agent/internal/runtime_util.h).
-absl::Status ValidateAgentId(const std::string& id);
-std::string TransferStatusOutcomeName(vault::v1::TransferStatusResponse::Outcome o);
-storage::ColumnFamilySpec LocationColumnFamily();
-// What a process started at an Offer was started for (prestart.cc): the hop's whole MIGRATE link
-// and the constraints this vault narrowed them to.
-std::string PrestartKey(const vault::v1::MigrationPackage& p,
-                        const vault::v1::Constraints& narrowed);
 
 }  // namespace vault::agent
 

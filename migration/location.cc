@@ -1,5 +1,5 @@
-// Where agents are, across the federation (issue 7, docs/migration.md "Location, journey and
-// remote control"):
+// Where agents are, across the federation (docs/migration.md "Location, journey and remote
+// control"):
 //  - Where: what this vault knows of an agent (its record here; at its home vault, also the
 //    latest location the receipts of its hops reported).
 //  - Locate: follows that knowledge from vault to vault until the vault that hosts the agent.
@@ -7,7 +7,6 @@
 //    the hop's receipt (signed by itself) to the agent's home, through the outbox.
 //  - Journey: every audit entry about the agent in this vault's log and its mirrors of the
 //    members' logs.
-//  - Control forwarding and revocation gossip, so that an operator anywhere reaches the agent.
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -22,36 +21,28 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "agent/internal/runtime_impl.h"
+#include "agent/agent_store.h"
 #include "audit/log_store.h"
 #include "common/status_macros.h"
+#include "migration/internal/transfer.h"
+#include "migration/migration.h"
+#include "migration/receipt.h"
 #include "spdlog/spdlog.h"
 #include "storage/database.h"
 
-namespace vault::agent {
+namespace vault::migration {
 
 using vault::v1::AgentRecord;
 
 namespace {
 
-constexpr char kLocations[] = "agent_locations";
-// How long a message to another vault is retried before it is dropped (a restart sends
-// revocations again; a lost location update leaves the departed_to trail, which Locate follows).
+// How long a location update is retried before it is dropped (a lost one leaves the
+// departed_to trail, which Locate follows).
 constexpr absl::Duration kOutboxGiveUp = absl::Hours(6);
 
 }  // namespace
 
-storage::ColumnFamilySpec LocationColumnFamily() { return {kLocations, {}}; }
-
-std::optional<std::string> AgentRuntime::Impl::MemberNameOfKey(absl::string_view raw) const {
-  for (const vault::v1::Member& m : options_.members) {
-    absl::StatusOr<capability::PublicKey> k = capability::PublicKey::FromText(m.public_key());
-    if (k.ok() && k->raw() == raw) return m.name();
-  }
-  return std::nullopt;
-}
-
-absl::StatusOr<std::optional<vault::v1::AgentLocation>> AgentRuntime::Impl::LoadLocation(
+absl::StatusOr<std::optional<vault::v1::AgentLocation>> Migration::LoadLocation(
     const std::string& id) const {
   std::string value;
   rocksdb::Status s = deps_.db->db()->Get(rocksdb::ReadOptions(), deps_.db->Handle(kLocations),
@@ -63,17 +54,11 @@ absl::StatusOr<std::optional<vault::v1::AgentLocation>> AgentRuntime::Impl::Load
   return l;
 }
 
-vault::v1::WhereResponse AgentRuntime::Impl::Where(const std::string& id) {
+vault::v1::WhereResponse Migration::Where(const std::string& id) {
   vault::v1::WhereResponse out;
-  AgentRecord r;
-  if (std::shared_ptr<LiveAgent> live = Find(id); live != nullptr) {
-    absl::MutexLock lock(&live->mu);
-    r = live->record;
-  } else {
-    absl::StatusOr<AgentRecord> stored = store_->Get(id);
-    if (!stored.ok()) return out;
-    r = *std::move(stored);
-  }
+  absl::StatusOr<AgentRecord> known = deps_.port->RecordOf(id);
+  if (!known.ok()) return out;
+  const AgentRecord& r = *known;
   out.set_state(r.state());
   out.set_hop(r.hop());
   out.set_home_vault(r.home_vault().empty() ? options_.vault_name : r.home_vault());
@@ -87,24 +72,16 @@ vault::v1::WhereResponse AgentRuntime::Impl::Where(const std::string& id) {
   return out;
 }
 
-std::string AgentRuntime::Impl::DepartedNote(const std::string& id) {
-  absl::StatusOr<AgentRecord> stored = store_->Get(id);
-  if (!stored.ok() || stored->state() != vault::v1::DEPARTED) return "";
-  return absl::StrCat("agent ", id, " has departed to ", stored->migration().to_vault(), " (hop ",
-                      stored->hop(), "): send to it there (vaultctl agent where ", id,
-                      " finds it)");
-}
-
-absl::StatusOr<vault::v1::LocateResponse> AgentRuntime::Impl::Locate(const std::string& id) {
-  VAULT_RETURN_IF_ERROR(ValidateAgentId(id));
+absl::StatusOr<vault::v1::LocateResponse> Migration::Locate(const std::string& id) {
+  VAULT_RETURN_IF_ERROR(agent::ValidateAgentId(id));
   vault::v1::LocateResponse out;
   auto where_at = [&](const std::string& vault) -> absl::StatusOr<vault::v1::WhereResponse> {
     if (vault == options_.vault_name) return Where(id);
-    if (transport_ == nullptr) {
+    if (deps_.transport == nullptr) {
       return absl::FailedPreconditionError(
           "this vault cannot reach members (no federation TLS material)");
     }
-    return transport_->Where(vault, id);
+    return deps_.transport->Where(vault, id);
   };
   std::string at = options_.vault_name;
   vault::v1::WhereResponse w = Where(id);
@@ -189,16 +166,16 @@ absl::StatusOr<vault::v1::LocateResponse> AgentRuntime::Impl::Locate(const std::
   }
 }
 
-void AgentRuntime::Impl::ForwardLocation(const std::string& home,
-                                         const vault::v1::SignedReceipt& receipt,
-                                         const std::string& agent_id) {
-  if (home == options_.vault_name || transport_ == nullptr || outbox_ == nullptr) return;
+void Migration::ForwardLocation(const std::string& home, const vault::v1::SignedReceipt& receipt,
+                                const std::string& agent_id) {
+  if (home == options_.vault_name || deps_.transport == nullptr) return;
   outbox_->Add(
       absl::StrCat("location of agent ", agent_id, " to its home ", home),
-      [this, home, receipt] { return transport_->Located(home, receipt).status(); }, kOutboxGiveUp);
+      [this, home, receipt] { return deps_.transport->Located(home, receipt).status(); },
+      kOutboxGiveUp);
 }
 
-absl::StatusOr<vault::v1::LocatedResponse> AgentRuntime::Impl::Located(
+absl::StatusOr<vault::v1::LocatedResponse> Migration::Located(
     const vault::v1::SignedReceipt& receipt, const std::string& caller) {
   std::optional<capability::PublicKey> key = MemberKey(caller);
   if (!key.has_value()) return absl::PermissionDeniedError("the caller is not a member");
@@ -207,7 +184,8 @@ absl::StatusOr<vault::v1::LocatedResponse> AgentRuntime::Impl::Located(
     return absl::PermissionDeniedError(
         absl::StrCat("member ", caller, " reports a receipt of ", p.to_vault()));
   }
-  absl::StatusOr<AgentRecord> home = store_->Get(p.agent_id());
+  // (Its record here: the live one when it runs here again, whose hop is the newest.)
+  absl::StatusOr<AgentRecord> home = deps_.port->RecordOf(p.agent_id());
   if (!home.ok() || !(home->home_vault().empty() || home->home_vault() == options_.vault_name)) {
     return absl::FailedPreconditionError(
         absl::StrCat("this vault is not the home of agent ", p.agent_id()));
@@ -215,11 +193,7 @@ absl::StatusOr<vault::v1::LocatedResponse> AgentRuntime::Impl::Located(
   absl::MutexLock lock(&location_mu_);
   VAULT_ASSIGN_OR_RETURN(std::optional<vault::v1::AgentLocation> held, LoadLocation(p.agent_id()));
   vault::v1::LocatedResponse out;
-  uint32_t known_hop = home->hop();
-  if (std::shared_ptr<LiveAgent> live = Find(p.agent_id()); live != nullptr) {
-    absl::MutexLock agent_lock(&live->mu);
-    known_hop = live->record.hop();
-  }
+  const uint32_t known_hop = home->hop();
   if ((held.has_value() && held->hop() >= p.hop()) || known_hop >= p.hop()) return out;
   vault::v1::AgentLocation l;
   l.set_vault(caller);
@@ -233,8 +207,8 @@ absl::StatusOr<vault::v1::LocatedResponse> AgentRuntime::Impl::Located(
   return out;
 }
 
-absl::StatusOr<vault::v1::JourneyResponse> AgentRuntime::Impl::Journey(const std::string& id) {
-  VAULT_RETURN_IF_ERROR(ValidateAgentId(id));
+absl::StatusOr<vault::v1::JourneyResponse> Migration::Journey(const std::string& id) {
+  VAULT_RETURN_IF_ERROR(agent::ValidateAgentId(id));
   vault::v1::JourneyResponse out;
   std::vector<std::string> logs = {options_.vault_name};
   for (const vault::v1::Member& m : options_.members) {
@@ -273,41 +247,4 @@ absl::StatusOr<vault::v1::JourneyResponse> AgentRuntime::Impl::Journey(const std
   return out;
 }
 
-absl::StatusOr<vault::v1::ControlResponse> AgentRuntime::Impl::ForwardControl(
-    const vault::v1::ControlRequest& request, absl::string_view for_vault_key) {
-  std::optional<std::string> member = MemberNameOfKey(for_vault_key);
-  if (!member.has_value() || *member == options_.vault_name) {
-    return absl::PermissionDeniedError(
-        "the control request is for a vault that is not a member of this federation");
-  }
-  if (transport_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("the control request is for ", *member,
-                                                      ", and this vault cannot reach members"));
-  }
-  return transport_->Control(*member, request);
-}
-
-void AgentRuntime::Impl::GossipRevocation(const vault::v1::SignedRevocation& revocation,
-                                          const std::string& except) {
-  if (transport_ == nullptr || outbox_ == nullptr) return;
-  vault::v1::RevokeRequest request;
-  *request.mutable_revocation() = revocation;
-  for (const vault::v1::Member& m : options_.members) {
-    if (m.name() == options_.vault_name || m.name() == except) continue;
-    outbox_->Add(
-        absl::StrCat("revocation to ", m.name()),
-        [this, name = m.name(), request] { return transport_->Revoke(name, request).status(); },
-        kOutboxGiveUp);
-  }
-}
-
-void AgentRuntime::Impl::GossipAllRevocations() {
-  absl::StatusOr<std::vector<vault::v1::SignedRevocation>> all = revocations_->All();
-  if (!all.ok()) {
-    spdlog::error("revocations could not be read for gossip: {}", all.status().ToString());
-    return;
-  }
-  for (const vault::v1::SignedRevocation& r : *all) GossipRevocation(r, "");
-}
-
-}  // namespace vault::agent
+}  // namespace vault::migration

@@ -1,37 +1,34 @@
-// Migration, the destination's side of a hop: the transfer records and fences, the Offer, the
-// Commit that adopts the agent, and the Status that settles a hop whose outcome its source lost.
-// The agent runtime's side of migration (design §7): the source freezes the agent, appends the
-// MIGRATE link and persists "migrating" before anything leaves; the destination verifies the
-// whole chain again at Commit and writes the agent record, the transfer record and the audit
-// entry in one durable write. A Commit whose answer is lost is settled with Status, which
-// fences an uncommitted transfer off for good, so an agent never runs in two vaults and is
-// never lost. The wire (gRPC over mutual TLS) is migration/'s.
+// Migration, the destination's side of a hop (design §7): the transfer records and fences, the
+// Offer, the Commit that adopts the agent, and the Status that settles a hop whose outcome its
+// source lost. The Commit verifies the whole chain again and writes the agent record, the
+// transfer record and the audit entry in one durable write; Status fences an uncommitted
+// transfer off for good. So an agent never runs in two vaults and is never lost.
 #include <algorithm>
-#include <future>
 #include <string>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "agent/internal/runtime_impl.h"
-#include "agent/internal/transfer.h"
+#include "agent/agent_store.h"
+#include "audit/log.h"
 #include "capability/chain.h"
 #include "capability/grant.h"
-#include "capability/signing_domains.h"
 #include "cas/digest.h"
+#include "cas/digest_proto.h"
 #include "common/log_fields.h"
-#include "common/proto_util.h"
-#include "common/random.h"
 #include "common/status_macros.h"
+#include "migration/internal/transfer.h"
+#include "migration/migration.h"
+#include "migration/receipt.h"
 #include "spdlog/spdlog.h"
-namespace vault::agent {
+#include "storage/database.h"
+
+namespace vault::migration {
 
 using vault::v1::AgentRecord;
-using vault::v1::AgentState;
 
-absl::StatusOr<std::optional<vault::v1::TransferRecord>> AgentRuntime::Impl::LoadTransfer(
+absl::StatusOr<std::optional<vault::v1::TransferRecord>> Migration::LoadTransfer(
     const std::string& transfer_id, const std::string& source) const {
   // The committed record (any member's: a replay is refused whoever sends it), else `source`'s
   // own fence. A fence binds only the member that set it, and lives under a key of its own, so
@@ -53,11 +50,11 @@ absl::StatusOr<std::optional<vault::v1::TransferRecord>> AgentRuntime::Impl::Loa
   return std::nullopt;
 }
 
-absl::StatusOr<capability::VerifiedChain> AgentRuntime::Impl::VerifyArrival(
+absl::StatusOr<capability::VerifiedChain> Migration::VerifyArrival(
     const vault::v1::MigrationPackage& p) {
-  capability::VerifyContext ctx = BaseContext();
+  capability::VerifyContext ctx = deps_.port->BaseContext();
   ctx.trusted_root = [this](const capability::PublicKey& key) {
-    return policy_->Lookup(key).has_value();
+    return deps_.port->policy().Lookup(key).has_value();
   };
   ctx.transfer_seen = [this, &p](absl::string_view id) {
     absl::StatusOr<std::optional<vault::v1::TransferRecord>> t =
@@ -94,37 +91,38 @@ absl::StatusOr<capability::VerifiedChain> AgentRuntime::Impl::VerifyArrival(
   if (p.principal() != v->root->ToText()) {
     return absl::InvalidArgumentError("the package's principal is not the chain's root");
   }
-  VAULT_RETURN_IF_ERROR(ValidateAgentId(v->agent_id));
+  VAULT_RETURN_IF_ERROR(agent::ValidateAgentId(v->agent_id));
   return v;
 }
 
-absl::StatusOr<std::vector<vault::v1::Digest>> AgentRuntime::Impl::OfferIn(
+absl::Status Migration::RefusedArrival(const vault::v1::MigrationPackage& p,
+                                       const std::string& phase, absl::Status why,
+                                       bool high_priority) {
+  vault::v1::AuditEntry e = audit::MakeEntry(p.source_vault(), "agent.migrate.refused",
+                                             p.agent_id(), vault::v1::AuditEntry::DENIED,
+                                             std::string(why.message()), {{"phase", phase}});
+  if (high_priority) e.set_priority(vault::v1::AuditEntry::HIGH);
+  deps_.port->Audit(std::move(e), /*durable=*/true);
+  return why;
+}
+
+absl::StatusOr<std::vector<vault::v1::Digest>> Migration::OfferIn(
     const vault::v1::MigrationPackage& p, const std::string& caller) {
   if (caller != p.source_vault()) {
     return absl::PermissionDeniedError(
         absl::StrCat("member ", caller, " offers an agent from ", p.source_vault()));
   }
   absl::StatusOr<capability::VerifiedChain> v = VerifyArrival(p);
-  if (!v.ok()) {
-    Audit(audit::MakeEntry(p.source_vault(), "agent.migrate.refused", p.agent_id(),
-                           vault::v1::AuditEntry::DENIED, std::string(v.status().message()),
-                           {{"phase", "offer"}}),
-          /*durable=*/true);
-    return v.status();
-  }
+  if (!v.ok()) return RefusedArrival(p, "offer", v.status());
   // An agent of a sandbox type this vault cannot run is refused before anything moves.
-  if (absl::StatusOr<sandbox::Sandbox*> type = SandboxFor(p.spec().sandbox()); !type.ok()) {
-    Audit(audit::MakeEntry(p.source_vault(), "agent.migrate.refused", p.agent_id(),
-                           vault::v1::AuditEntry::DENIED, std::string(type.status().message()),
-                           {{"phase", "offer"}}),
-          /*durable=*/true);
-    return type.status();
+  if (absl::Status type = deps_.port->CanRun(p.spec().sandbox()); !type.ok()) {
+    return RefusedArrival(p, "offer", type);
   }
   std::vector<vault::v1::Digest> missing;
   std::vector<vault::v1::Digest> wanted = {p.spec().code_digest(), p.state()};
   for (const vault::v1::Digest& c : p.carried()) wanted.push_back(c);
   for (const vault::v1::Digest& d : wanted) {
-    VAULT_ASSIGN_OR_RETURN(cas::Digest digest, ToDigest(d));
+    VAULT_ASSIGN_OR_RETURN(cas::Digest digest, cas::FromProto(d));
     VAULT_ASSIGN_OR_RETURN(bool present, deps_.cas->Contains(digest));
     if (!present) missing.push_back(d);
   }
@@ -136,16 +134,16 @@ absl::StatusOr<std::vector<vault::v1::Digest>> AgentRuntime::Impl::OfferIn(
   return missing;
 }
 
-absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
-    const vault::v1::MigrationPackage& p, const std::string& caller, const std::string* state,
-    std::function<void()>* after_answer) {
+absl::StatusOr<vault::v1::SignedReceipt> Migration::CommitIn(const vault::v1::MigrationPackage& p,
+                                                             const std::string& caller,
+                                                             const std::string* state,
+                                                             std::function<void()>* after_answer) {
   if (caller != p.source_vault()) {
     return absl::PermissionDeniedError(
         absl::StrCat("member ", caller, " commits an agent from ", p.source_vault()));
   }
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopping_) return absl::UnavailableError("the vault is stopping");
+  if (stopping() || deps_.port->Stopping()) {
+    return absl::UnavailableError("the vault is stopping");
   }
   if (state != nullptr && state->size() > kStateInCommit) {
     return absl::InvalidArgumentError(absl::StrCat("a Commit carries states of at most ",
@@ -154,12 +152,8 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
   // Checked again at the Commit (the Offer did): agents may have been disabled since, or the
   // Offer answered by a vault that did not check. Refused before anything is committed, so the
   // agent resumes at its source.
-  if (absl::StatusOr<sandbox::Sandbox*> type = SandboxFor(p.spec().sandbox()); !type.ok()) {
-    Audit(audit::MakeEntry(p.source_vault(), "agent.migrate.refused", p.agent_id(),
-                           vault::v1::AuditEntry::DENIED, std::string(type.status().message()),
-                           {{"phase", "commit"}}),
-          /*durable=*/true);
-    return type.status();
+  if (absl::Status type = deps_.port->CanRun(p.spec().sandbox()); !type.ok()) {
+    return RefusedArrival(p, "commit", type);
   }
   const absl::Time commit_start = absl::Now();
   // One commit or fence at a time: Status's abort and Commit never interleave.
@@ -177,60 +171,34 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
                      TransferStatusOutcomeName(seen->outcome()), " here (a replay?); ask Status"));
   }
   absl::StatusOr<capability::VerifiedChain> v = VerifyArrival(p);
-  if (!v.ok()) {
-    Audit(audit::MakeEntry(p.source_vault(), "agent.migrate.refused", p.agent_id(),
-                           vault::v1::AuditEntry::DENIED, std::string(v.status().message()),
-                           {{"phase", "commit"}}),
-          /*durable=*/true);
-    return v.status();
-  }
+  if (!v.ok()) return RefusedArrival(p, "commit", v.status());
   // A state carried in the Commit is stored as the CAS would: every byte checked against its
   // digest first; a mismatch is refused (and audited), never stored.
   if (state != nullptr) {
-    VAULT_ASSIGN_OR_RETURN(cas::Digest want, ToDigest(p.state()));
+    VAULT_ASSIGN_OR_RETURN(cas::Digest want, cas::FromProto(p.state()));
     if (absl::Status put = deps_.cas->Put(want, *state).status(); !put.ok()) {
-      absl::Status bad(put.code(),
-                       absl::StrCat("the state carried in the Commit: ", put.message()));
-      vault::v1::AuditEntry e = audit::MakeEntry(p.source_vault(), "agent.migrate.refused",
-                                                 p.agent_id(), vault::v1::AuditEntry::DENIED,
-                                                 std::string(bad.message()), {{"phase", "commit"}});
-      e.set_priority(vault::v1::AuditEntry::HIGH);
-      Audit(std::move(e), /*durable=*/true);
-      return bad;
+      return RefusedArrival(
+          p, "commit",
+          absl::Status(put.code(),
+                       absl::StrCat("the state carried in the Commit: ", put.message())),
+          /*high_priority=*/true);
     }
   }
   // Every object is here, whole (the CAS verified each on the way in).
   for (const vault::v1::Digest& d : {p.spec().code_digest(), p.state()}) {
-    VAULT_ASSIGN_OR_RETURN(cas::Digest digest, ToDigest(d));
+    VAULT_ASSIGN_OR_RETURN(cas::Digest digest, cas::FromProto(d));
     VAULT_ASSIGN_OR_RETURN(bool present, deps_.cas->Contains(digest));
     if (!present) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("object ", DigestText(d), " has not arrived (Offer names what to send)"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "object ", digest.ToString(), " has not arrived (Offer names what to send)"));
     }
   }
-  std::optional<vault::v1::TrustEntry> trust = policy_->Lookup(*v->root);
+  std::optional<vault::v1::TrustEntry> trust = deps_.port->policy().Lookup(*v->root);
   if (!trust.has_value()) return absl::PermissionDeniedError("the root principal is not trusted");
   // Never two: an agent may arrive only where it is not (or where it departed from).
-  // An agent that departed from here and whose frozen process is still being ended is not here:
-  // its entry is forgotten now, so that its end neither persists its old record over the new
-  // one nor removes the new entry.
-  if (std::shared_ptr<LiveAgent> here = Find(p.agent_id()); here != nullptr) {
-    absl::MutexLock lock(&here->mu);
-    if (here->record.state() != vault::v1::DEPARTED) {
-      return absl::AlreadyExistsError(absl::StrCat("agent ", p.agent_id(), " is already here"));
-    }
-    FlushDeparture(*here);  // (before the new record: never written over it)
-    absl::MutexLock agents_lock(&mu_);
-    ForgetLocked(here);
-  }
-  absl::StatusOr<AgentRecord> stored = store_->Get(p.agent_id());
-  if (stored.ok() && stored->state() != vault::v1::DEPARTED) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("agent ", p.agent_id(), " ended here (", StateName(stored->state()), ")"));
-  }
-  uint32_t max_agents = trust->quota().max_agents() != 0 ? trust->quota().max_agents()
-                                                         : options_.config.default_max_agents();
-  if (CountLive(v->root->ToText()) >= max_agents) {
+  VAULT_ASSIGN_OR_RETURN(const uint64_t incarnation, deps_.port->MakeRoomForArrival(p.agent_id()));
+  const uint32_t max_agents = deps_.port->MaxAgents(v->root->ToText());
+  if (deps_.port->CountLive(v->root->ToText()) >= max_agents) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "principal ", v->root->ToText(), " already runs ", max_agents, " agents here (its quota)"));
   }
@@ -259,9 +227,7 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
   record.set_reason(absl::StrCat("arrived from ", p.source_vault(), p.paused() ? ", paused" : ""));
   record.set_spawned_unix_ms(now);
   record.set_updated_unix_ms(now);
-  if (stored.ok()) {
-    record.set_incarnation(stored->incarnation());  // incarnations only grow on one vault
-  }
+  record.set_incarnation(incarnation);  // incarnations only grow on one vault
 
   vault::v1::ReceiptPayload rp;
   rp.set_version(1);
@@ -285,13 +251,14 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
   for (const vault::v1::Grant& g : record.grants()) {
     absl::StrAppend(&grants, grants.empty() ? "" : "; ", capability::GrantToString(g));
   }
+  absl::StatusOr<cas::Digest> state_digest = cas::FromProto(p.state());
   vault::v1::AuditEntry entry = audit::MakeEntry(
       p.source_vault(), "agent.migrate.in", p.agent_id(), vault::v1::AuditEntry::ALLOWED,
       p.spec().purpose(),
       {{"from", p.source_vault()},
        {"transfer_id", TransferText(last.transfer_id())},
        {"hop", absl::StrCat(v->hop)},
-       {"state", DigestText(p.state())},
+       {"state", state_digest.ok() ? state_digest->ToString() : "(invalid digest)"},
        {"state_in_commit", state != nullptr ? "yes" : "no"},
        {"grants", grants},
        {"narrowed", static_cast<int>(record.grants_size()) != static_cast<int>(v->grants.size())
@@ -299,71 +266,40 @@ absl::StatusOr<vault::v1::SignedReceipt> AgentRuntime::Impl::CommitIn(
                         : "no"}});
   // The commit point: record, transfer id and audit entry in one durable write.
   const std::string transfer_bytes = t.SerializeAsString();
-  VAULT_RETURN_IF_ERROR(deps_.log
-                            ->AppendWith(std::move(entry),
-                                         [&](rocksdb::WriteBatch* batch) {
-                                           store_->AddPut(batch, record);
-                                           batch->Put(deps_.db->Handle(kTransfers),
-                                                      storage::ToSlice(last.transfer_id()),
-                                                      storage::ToSlice(transfer_bytes));
-                                         })
-                            .status());
+  VAULT_RETURN_IF_ERROR(
+      deps_.port->CommitArrival(record, std::move(entry), [&](rocksdb::WriteBatch* batch) {
+        batch->Put(deps_.db->Handle(kTransfers), storage::ToSlice(last.transfer_id()),
+                   storage::ToSlice(transfer_bytes));
+      }));
   // Committed: from here on the answer is the receipt, whatever happens to the start.
   // The process started at the Offer, if it was started for exactly this hop, is adopted.
-  std::shared_ptr<LiveAgent> live =
+  agent::AgentRef held =
       TakePrestart({p.source_vault(), last.transfer_id()}, PrestartKey(p, record.constraints()));
-  const bool prestarted = live != nullptr;
-  if (live == nullptr) live = std::make_shared<LiveAgent>(record.id(), record.principal());
-  {
-    absl::MutexLock agent_lock(&live->mu);
-    live->record = std::move(record);
-    // (Before it is published: the watchdog must not see the held process's start time.)
-    live->started = absl::Now();
-    live->last_heartbeat = live->started;
-    // Its wall-time limit counts from now, as a process started now would.
-    if (prestarted) live->handle->RestartWallClock();
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    agents_[live->id] = live;
-  }
+  const bool prestarted = held != nullptr;
   const absl::Time committed = absl::Now();
-  ForwardLocation(p.home_vault(), receipt, p.agent_id());
   // Its RUNNING state need not be synced: the committed record starts it again after a crash.
   // A held process is adopted now, and reads its first frame once the answer has left: its
   // first steps (typically reading its state back) then do not delay the answer.
-  const bool defer_io = prestarted && after_answer != nullptr;
-  absl::Status launched = Launch(live, std::nullopt, /*sync_started=*/false, defer_io);
-  // (Also after a failed launch: StartIo serves a process that still runs, as Launch would have.)
-  if (defer_io) *after_answer = [this, live] { StartIo(live); };
+  absl::Status launched = deps_.port->StartArrival(held, std::move(record), after_answer);
   const absl::Time started = absl::Now();
+  ForwardLocation(p.home_vault(), receipt, p.agent_id());
   const std::string transfer = TransferText(last.transfer_id());
   if (!launched.ok()) {
-    common::LogWith(spdlog::level::err, {.agent = live->id, .transfer = transfer},
-                    "agent {} arrived from {} but could not start: {}", live->id, p.source_vault(),
-                    launched.ToString());
+    common::LogWith(spdlog::level::err, {.agent = p.agent_id(), .transfer = transfer},
+                    "agent {} arrived from {} but could not start: {}", p.agent_id(),
+                    p.source_vault(), launched.ToString());
   } else {
-    common::LogWith(spdlog::level::info, {.agent = live->id, .transfer = transfer},
+    common::LogWith(spdlog::level::info, {.agent = p.agent_id(), .transfer = transfer},
                     "agent {} arrived from {} (transfer {}; commit {:.1f} ms, start {:.1f} ms{})",
-                    live->id, p.source_vault(), transfer,
+                    p.agent_id(), p.source_vault(), transfer,
                     absl::ToDoubleMilliseconds(committed - commit_start),
                     absl::ToDoubleMilliseconds(started - committed),
                     prestarted ? ", its process started at the offer" : "");
-    if (p.paused()) {
-      absl::MutexLock agent_lock(&live->mu);
-      if (live->handle != nullptr) {
-        absl::Status paused = live->handle->Pause();
-        if (!paused.ok()) {
-          common::LogAgent(spdlog::level::warn, live->id, "agent {}: could not pause: {}", live->id,
-                           paused.ToString());
-        }
-      }
-    }
   }
   return receipt;
 }
 
-absl::StatusOr<vault::v1::TransferStatusResponse> AgentRuntime::Impl::TransferStatus(
+absl::StatusOr<vault::v1::TransferStatusResponse> Migration::TransferStatus(
     const std::string& transfer_id, bool abort_if_unknown, const std::string& caller) {
   if (transfer_id.size() != 16) {
     return absl::InvalidArgumentError(
@@ -411,4 +347,4 @@ std::string TransferStatusOutcomeName(vault::v1::TransferStatusResponse::Outcome
   }
 }
 
-}  // namespace vault::agent
+}  // namespace vault::migration

@@ -1,18 +1,21 @@
-// agent/internal/transfer: what both sides of a hop name the same way (migrate.cc, the source;
-// migrate_in.cc, the destination). Private to agent/.
-#ifndef VAULT_AGENT_INTERNAL_TRANSFER_H_
-#define VAULT_AGENT_INTERNAL_TRANSFER_H_
+// migration/internal/transfer: what both sides of a hop name the same way (source.cc,
+// destination.cc). Private to migration/.
+#ifndef VAULT_MIGRATION_INTERNAL_TRANSFER_H_
+#define VAULT_MIGRATION_INTERNAL_TRANSFER_H_
 
 #include <cstdint>
 #include <string>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "vault/v1/migration.pb.h"
 
-namespace vault::agent {
+namespace vault::migration {
 
 // The column family of transfer records (by transfer id) and fences.
 inline constexpr char kTransfers[] = "migration_transfers";
+// The column family of agents' locations, at their home vault (location.cc).
+inline constexpr char kLocations[] = "agent_locations";
 // A state of at most this size travels in the Commit itself (CommitRequest.state).
 inline constexpr uint64_t kStateInCommit = 1 << 20;
 
@@ -26,6 +29,9 @@ inline std::string FenceKey(const std::string& transfer_id, const std::string& m
   return absl::StrCat(transfer_id, "/fence/", member);
 }
 
-}  // namespace vault::agent
+// "committed", "aborted", "not committed".
+std::string TransferStatusOutcomeName(vault::v1::TransferStatusResponse::Outcome o);
 
-#endif  // VAULT_AGENT_INTERNAL_TRANSFER_H_
+}  // namespace vault::migration
+
+#endif  // VAULT_MIGRATION_INTERNAL_TRANSFER_H_
