@@ -43,9 +43,9 @@
 //    vaultctl's start-up, upload check and key loading); they are terminated again. Then
 //    --agents idle guests through Agents.Spawn called directly by --clients threads, each with a
 //    gRPC channel of its own (requests, SPAWN links signed with capability::SignLink as
-//    vaultctl/agent_commands.cc does, are built before the clock starts). Reported: spawns/s
-//    until the last Spawn returned, the time until every agent had made its first host calls
-//    (counters.host_calls >= 2: get_state and the receive it then blocks in), vaultd's VmRSS
+//    vaultctl/agent_lifecycle_commands.cc does, are built before the clock starts). Reported:
+//    spawns/s until the last Spawn returned, the time until every agent had made its first host
+//    calls (counters.host_calls >= 2: get_state and the receive it then blocks in), vaultd's VmRSS
 //    (/proc/PID/status) before and with every agent idle, the sum of VmRSS over vaultd's
 //    descendant processes (the sandboxes' inits and guests) and the sum of the agents' cgroup
 //    memory (Agents.List memory_bytes); the sum of Pss (/proc/PID/smaps_rollup) too, since VmRSS

@@ -48,7 +48,8 @@ void AddSandboxCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddAgentCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddPolicyCommands(CLI::App& app, GlobalOptions& global, Command& command);
 
-// Shared by the cap, agent and policy commands (defined in agent_commands.cc).
+// Shared by the cap, agent and policy commands (defined in commands.cc; FromAgentsGrpc and
+// AgentStateName in agent_commands.cc).
 
 // A principal on the command line: "ed25519:<hex>", or a key file — a private key (PKCS#8 PEM:
 // its public key) or a file holding an ed25519:<hex> id. INVALID_ARGUMENT naming `flag`.

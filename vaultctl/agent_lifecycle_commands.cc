@@ -1,0 +1,220 @@
+// vaultctl agent spawn, pause, resume and terminate: the commands that start an agent or change
+// its state, each signed with --as's key.
+//
+// spawn signs a one-link chain: a SPAWN link from --as's key to the vault's key (which
+// Admin.Status reports). pause, resume and terminate sign a ControlPayload with --as's key over
+// kControlDomain || payload.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <iostream>
+#include <optional>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "capability/chain.h"
+#include "capability/principal.h"
+#include "capability/signing_domains.h"
+#include "capability/text_form.h"
+#include "common/file_util.h"
+#include "common/proto_util.h"
+#include "common/random.h"
+#include "common/status_macros.h"
+#include "node/grpc_status.h"
+#include "vault/v1/agent.pb.h"
+#include "vaultctl/cas_upload.h"
+#include "vaultctl/commands.h"
+#include "vaultctl/internal/agent_commands.h"
+#include "vaultctl/output.h"
+
+namespace vault::vaultctl {
+
+// Control requests are signed as Ed25519(key, kControlDomain || payload)
+// (capability/signing_domains.h).
+using capability::kControlDomain;
+
+namespace {
+
+using capability::PrivateKey;
+using capability::PublicKey;
+using vault::v1::AgentSpec;
+using vault::v1::ControlPayload;
+using vault::v1::LinkPayload;
+
+// The authority of a spawned agent whose constraints set no expiry lasts this long.
+constexpr absl::Duration kDefaultSpawnValidity = absl::Hours(24 * 365);
+// A SPAWN link is valid from a minute ago, for vaults whose clocks run a little behind.
+constexpr absl::Duration kSpawnBackdate = absl::Seconds(60);
+
+// --code-signature FILE: 64 raw bytes, or 128 hex digits (surrounding whitespace ignored).
+absl::StatusOr<std::string> ReadSignature(const std::string& path) {
+  VAULT_ASSIGN_OR_RETURN(std::string bytes, common::ReadFile(path));
+  if (bytes.size() == PublicKey::kSignatureSize) return bytes;
+  absl::string_view hex = absl::StripAsciiWhitespace(bytes);
+  if (hex.size() == 2 * PublicKey::kSignatureSize &&
+      std::all_of(hex.begin(), hex.end(), [](char c) { return absl::ascii_isxdigit(c); })) {
+    return absl::HexStringToBytes(hex);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--code-signature: ", path, " holds neither a 64-byte signature nor 128 hex digits"));
+}
+
+absl::Status CheckRegularFile(const std::string& path, absl::string_view what) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return common::PosixError(errno, absl::StrCat(what, " ", path));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", path, " is not a regular file"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// --- agent spawn ---------------------------------------------------------------------------
+
+int SpawnCommand(const GlobalOptions& g, const AgentFlags& f) {
+  vault::v1::SpawnRequest req;
+  AgentSpec& spec = *req.mutable_spec();
+  std::optional<PrivateKey> key;
+  std::string code_path;  // a file to upload first; "" when the spec names a CAS object
+  absl::Status input = [&]() -> absl::Status {
+    VAULT_ASSIGN_OR_RETURN(std::string text, common::ReadFile(f.spec));
+    VAULT_ASSIGN_OR_RETURN(spec, capability::ParseAgentSpec(text, f.spec));
+    if (!f.code.empty()) {
+      code_path = f.code;
+    } else if (spec.has_code_file()) {
+      code_path = common::ResolvePath(common::DirName(f.spec), spec.code_file());
+    } else if (!spec.has_code_digest()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(f.spec,
+                       " names no code: put (code \"sha256:<hex>/<size>\") or (code-file \"FILE\") "
+                       "in it, or pass --code FILE"));
+    }
+    if (!code_path.empty()) VAULT_RETURN_IF_ERROR(CheckRegularFile(code_path, "code file"));
+    if (!spec.code_signer().empty()) {
+      if (f.code_signature.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(f.spec, " wants its code signed by ",
+                                                       spec.code_signer(),
+                                                       ": pass --code-signature FILE"));
+      }
+      VAULT_ASSIGN_OR_RETURN(*req.mutable_code_signature(), ReadSignature(f.code_signature));
+    } else if (!f.code_signature.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--code-signature: ", f.spec, " names no code_signer for the vault to check it with"));
+    }
+    if (!f.state.empty()) {
+      VAULT_ASSIGN_OR_RETURN(*req.mutable_initial_state(), common::ReadFile(f.state));
+      req.set_has_initial_state(true);
+    }
+    if (spec.constraints().has_expires_unix_ms() &&
+        spec.constraints().expires_unix_ms() <= absl::ToUnixMillis(absl::Now())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          f.spec, ": its constraints expired at ", TimeText(spec.constraints().expires_unix_ms())));
+    }
+    VAULT_ASSIGN_OR_RETURN(PrivateKey k, PrivateKey::LoadFile(f.as));
+    key.emplace(std::move(k));
+    return absl::OkStatus();
+  }();
+  if (!input.ok()) return ReportInputError(input, g.json());
+
+  absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
+  if (!conn.ok()) return ReportConnectError(conn.status(), g.json());
+  absl::StatusOr<vault::v1::SpawnResponse> resp =
+      [&]() -> absl::StatusOr<vault::v1::SpawnResponse> {
+    VAULT_ASSIGN_OR_RETURN(PublicKey vault_key, VaultKey(*conn));
+    if (!code_path.empty()) {
+      VAULT_ASSIGN_OR_RETURN(cas::Digest code, UploadFile(*conn, code_path));
+      node::ToProto(code, spec.mutable_code_digest());  // replaces code_file (a oneof)
+    }
+    VAULT_ASSIGN_OR_RETURN(std::string id_bytes, common::RandomBytes(8));
+    const absl::Time now = absl::Now();
+    LinkPayload p;
+    p.set_version(capability::kLinkVersion);
+    p.set_kind(LinkPayload::SPAWN);
+    p.set_issuer(key->public_key().raw());
+    p.set_audience(vault_key.raw());
+    p.set_agent_id(absl::StrCat("a-", absl::BytesToHexString(id_bytes)));
+    *p.mutable_code() = spec.code_digest();
+    *p.mutable_grants() = spec.grants();
+    *p.mutable_constraints() = spec.constraints();
+    p.set_not_before_unix_ms(absl::ToUnixMillis(now - kSpawnBackdate));
+    p.set_not_after_unix_ms(spec.constraints().has_expires_unix_ms()
+                                ? spec.constraints().expires_unix_ms()
+                                : absl::ToUnixMillis(now + kDefaultSpawnValidity));
+    p.set_hop(0);
+    VAULT_ASSIGN_OR_RETURN(vault::v1::SignedLink link, capability::SignLink(p, *key));
+    *req.mutable_chain()->add_links() = std::move(link);
+    vault::v1::SpawnResponse out;
+    VAULT_RETURN_IF_ERROR(FromAgentsGrpc(conn->agents()->Spawn(conn->Context().get(), req, &out)));
+    return out;
+  }();
+  if (!resp.ok()) return ReportError(resp.status(), g.json());
+  if (g.json()) {
+    std::cout << Json::Object()
+                     .Add("agent_id", resp->agent_id())
+                     .Add("state", StateName(resp->state()))
+                     .Add("grants", GrantsJson(resp->grants()))
+                     .Add("constraints", ConstraintsJson(resp->constraints()))
+                     .ToString()
+              << "\n";
+  } else {
+    std::cout << resp->agent_id() << "\n";
+  }
+  return kExitOk;
+}
+
+// --- agent pause / resume / terminate -------------------------------------------------------
+
+int ControlCommand(const GlobalOptions& g, const AgentFlags& f, ControlPayload::Action action) {
+  absl::StatusOr<PrivateKey> key = PrivateKey::LoadFile(f.as);
+  if (!key.ok()) return ReportInputError(key.status(), g.json());
+  absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
+  if (!conn.ok()) return ReportConnectError(conn.status(), g.json());
+  std::string at_vault;  // "" when the agent is (or was) here
+  absl::StatusOr<vault::v1::ControlResponse> resp =
+      [&]() -> absl::StatusOr<vault::v1::ControlResponse> {
+    // The request names the vault that hosts the agent now; this vault forwards it there.
+    VAULT_ASSIGN_OR_RETURN(PublicKey vault_key, VaultKey(*conn));
+    if (absl::StatusOr<vault::v1::LocateResponse> where = LocateAgent(*conn, f.id);
+        where.ok() && where->vault_key().size() == PublicKey::kRawSize &&
+        where->vault_key() != vault_key.raw()) {
+      VAULT_ASSIGN_OR_RETURN(vault_key, PublicKey::FromRaw(where->vault_key()));
+      at_vault = where->vault();
+    }
+    ControlPayload p;
+    p.set_agent_id(f.id);
+    p.set_action(action);
+    p.set_reason(f.reason);
+    p.set_signer(key->public_key().raw());
+    p.set_vault(vault_key.raw());
+    p.set_issued_unix_ms(absl::ToUnixMillis(absl::Now()));
+    VAULT_ASSIGN_OR_RETURN(*p.mutable_nonce(), common::RandomBytes(16));
+    vault::v1::ControlRequest req;
+    req.set_payload(common::SerializeDeterministic(p));
+    VAULT_ASSIGN_OR_RETURN(*req.mutable_signature(),
+                           key->Sign(absl::StrCat(kControlDomain, req.payload())));
+    vault::v1::ControlResponse out;
+    VAULT_RETURN_IF_ERROR(
+        FromAgentsGrpc(conn->agents()->Control(conn->Context().get(), req, &out)));
+    return out;
+  }();
+  if (!resp.ok()) return ReportError(resp.status(), g.json());
+  if (g.json()) {
+    Json out = Json::Object().Add("agent_id", f.id).Add("state", StateName(resp->state()));
+    if (!at_vault.empty()) out.Add("vault", at_vault);
+    std::cout << out.ToString() << "\n";
+  } else {
+    std::cout << StateName(resp->state());
+    if (!at_vault.empty()) std::cout << " (on " << at_vault << ")";
+    std::cout << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace vault::vaultctl

@@ -1,0 +1,72 @@
+// agent_commands: what the files of `vaultctl agent` share: the flags, the subcommands that
+// agent_commands.cc registers, and helpers several of them use. Private to vaultctl/.
+//
+// Thread-safety: commands run on the main thread.
+#ifndef VAULT_VAULTCTL_INTERNAL_AGENT_COMMANDS_H_
+#define VAULT_VAULTCTL_INTERNAL_AGENT_COMMANDS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "capability/principal.h"
+#include "google/protobuf/repeated_field.h"
+#include "vault/v1/agent.pb.h"
+#include "vault/v1/capability.pb.h"
+#include "vaultctl/client.h"
+#include "vaultctl/commands.h"
+#include "vaultctl/output.h"
+
+namespace vault::vaultctl {
+
+// The flags of every agent subcommand (one set: only one subcommand runs).
+struct AgentFlags {
+  std::string id;
+  std::string spec;
+  std::string code;
+  std::string state;
+  std::string code_signature;
+  std::string as;
+  std::string status;
+  std::string spawned_by;
+  std::string has_grant;
+  std::string min_memory;
+  std::string reason;
+  bool follow = false;
+  uint64_t from_seq = 0;
+  std::string type;
+  std::string data;
+  std::string question;
+  double query_timeout_seconds = 0;
+};
+
+// Errors in what the command line gave — flags, files, a spec — before anything reached the
+// vault: INVALID_ARGUMENT is a usage error (exit 2), a missing file NOT_FOUND (exit 3).
+int ReportInputError(const absl::Status& status, bool json);
+// "2026-01-02T03:04:05.678Z".
+std::string TimeText(int64_t unix_ms);
+// "running", "departed", "unknown".
+std::string StateName(vault::v1::AgentState state);
+// The vault's signing key, which spawn links and control requests are addressed to.
+absl::StatusOr<capability::PublicKey> VaultKey(const Connection& conn);
+// The grants as a JSON array of GrantToString lines.
+Json GrantsJson(const google::protobuf::RepeatedPtrField<vault::v1::Grant>& grants);
+
+// The subcommands; each returns an exit code (output.h).
+// agent_lifecycle_commands.cc
+int SpawnCommand(const GlobalOptions& g, const AgentFlags& f);
+int ControlCommand(const GlobalOptions& g, const AgentFlags& f,
+                   vault::v1::ControlPayload::Action action);
+// agent_inspect_commands.cc
+int ListCommand(const GlobalOptions& g, const AgentFlags& f);
+int StatusCommand(const GlobalOptions& g, const AgentFlags& f);
+int DescribeCommand(const GlobalOptions& g, const AgentFlags& f);
+// agent_message_commands.cc
+int LogsCommand(const GlobalOptions& g, const AgentFlags& f);
+int SendCommand(const GlobalOptions& g, const AgentFlags& f);
+int QueryCommand(const GlobalOptions& g, const AgentFlags& f);
+
+}  // namespace vault::vaultctl
+
+#endif  // VAULT_VAULTCTL_INTERNAL_AGENT_COMMANDS_H_
