@@ -81,7 +81,7 @@ absl::StatusOr<std::unique_ptr<CodeCache>> CodeCache::Open(const CodeCacheOption
 }
 
 // Written once, without a sync: the folder is rebuilt from the CAS after a restart.
-absl::StatusOr<CodeCache::Layout> CodeCache::Acquire(const cas::Digest& digest) {
+absl::StatusOr<sandbox::CodeObject> CodeCache::Acquire(const cas::Digest& digest) {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(digest.sha256());
   if (it != entries_.end()) {
@@ -91,8 +91,11 @@ absl::StatusOr<CodeCache::Layout> CodeCache::Acquire(const cas::Digest& digest) 
   }
   // The CAS read verifies every byte against the digest.
   VAULT_ASSIGN_OR_RETURN(std::string code, cas_->ReadAll(digest));
-  Layout layout;
-  layout.python = IsPythonScript(code);
+  sandbox::CodeObject layout;
+  if (IsPythonScript(code)) {
+    layout.kind = sandbox::CodeObject::Kind::kPython;
+    layout.python_sdk_dir = python_sdk_dir_;
+  }
   // Readable (not listable) by the sandboxes' host ids, under an unguessable name.
   VAULT_ASSIGN_OR_RETURN(std::string name, common::RandomHex(16));
   layout.dir = absl::StrCat(root_, "/", name);
@@ -100,7 +103,8 @@ absl::StatusOr<CodeCache::Layout> CodeCache::Acquire(const cas::Digest& digest) 
     return common::PosixError(err, "mkdir " + layout.dir);
   }
   chmod(layout.dir.c_str(), 0755);  // whatever the umask took
-  const std::string path = absl::StrCat(layout.dir, layout.python ? "/agent.py" : "/agent");
+  const std::string path = absl::StrCat(
+      layout.dir, layout.kind == sandbox::CodeObject::Kind::kPython ? "/agent.py" : "/agent");
   absl::Status written = [&]() -> absl::Status {
     absl::WriterMutexLock exec_lock(&exec_mu_);
     int err = 0;

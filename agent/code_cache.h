@@ -6,7 +6,7 @@
 // The Python SDK is copied beside the code, so that its path inside a sandbox is neutral.
 //
 //   VAULT_ASSIGN_OR_RETURN(auto cache, CodeCache::Open(options, cas));
-//   VAULT_ASSIGN_OR_RETURN(CodeCache::Layout code, cache->Acquire(digest));
+//   VAULT_ASSIGN_OR_RETURN(sandbox::CodeObject code, cache->Acquire(digest));
 //   { absl::ReaderMutexLock no_writes(&cache->exec_mu());  sandbox->Spawn(spec); }
 //   cache->Release(digest.sha256());
 //
@@ -25,6 +25,7 @@
 #include "cas/digest.h"
 #include "cas/store.h"
 #include "common/env.h"
+#include "sandbox/sandbox.h"
 
 namespace vault::agent {
 
@@ -51,12 +52,10 @@ class CodeCache {
   CodeCache(const CodeCache&) = delete;
   CodeCache& operator=(const CodeCache&) = delete;
 
-  struct Layout {
-    std::string dir;      // mounted at /code
-    bool python = false;  // agent.py (a Python script: "#!...python" first line), else agent
-  };
-  // The folder of `digest`'s code, written if it is not there; counted until Release.
-  absl::StatusOr<Layout> Acquire(const cas::Digest& digest);
+  // The folder of `digest`'s code (mounted at /code), written if it is not there; counted until
+  // Release. A Python script ("#!...python" first line) is laid out as agent.py (kind kPython,
+  // with the SDK's folder), anything else as agent (kNative).
+  absl::StatusOr<sandbox::CodeObject> Acquire(const cas::Digest& digest);
   void Release(const std::string& sha256);
   // Held shared around every sandbox spawn; exclusively while a code file is open for writing (a
   // sandbox cloned meanwhile would hold the descriptor, and the kernel refuses to execute a file
@@ -72,7 +71,7 @@ class CodeCache {
       : cas_(cas), env_(env), root_(std::move(root)), python_sdk_dir_(std::move(python_sdk_dir)) {}
 
   struct Entry {
-    Layout layout;
+    sandbox::CodeObject layout;
     int refs = 0;
     absl::Time idle_since = absl::InfiniteFuture();  // when its last agent ended
   };

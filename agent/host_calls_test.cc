@@ -132,6 +132,12 @@ class FakeHandle : public sandbox::SandboxHandle {
 class FakeSandbox : public sandbox::Sandbox {
  public:
   const char* type() const override { return "posix"; }
+  absl::Status SetProgram(const sandbox::CodeObject& code,
+                          sandbox::SandboxSpec* spec) const override {
+    spec->program = "/code/agent";
+    spec->code_dir = code.dir;
+    return absl::OkStatus();
+  }
   absl::StatusOr<std::unique_ptr<sandbox::SandboxHandle>> Spawn(
       const sandbox::SandboxSpec& spec) override {
     int channel = dup(spec.channel_fd);
@@ -722,6 +728,37 @@ TEST_F(HostCallsTest, StatesAboveTheChunkingThresholdFitInOneFrame) {
   HostRequest put;
   put.mutable_cas_put()->set_data(RandomString(5 << 20));
   EXPECT_EQ(agent->Call(put).code(), kOk);
+}
+
+// One hop at a time (regression): a second hop of a frozen agent (the operator's beside the
+// agent's own) is refused, and its refusal leaves the first hop's freeze in place; before, the
+// refused hop's thaw reopened the host-call gate in the middle of the first hop.
+TEST_F(HostCallsTest, ASecondHopOfAFrozenAgentIsRefusedAndKeepsTheFreeze) {
+  StartVault(kFrame, 64 << 20);
+  std::string id;
+  std::unique_ptr<Guest> agent = Spawn({Migrate("vault-b")}, &id);
+  ASSERT_NE(agent, nullptr);
+  const int unfrozen = agent->GetState(0, 16).code();
+  MigrationPort* port = runtime_->migration_port();
+  AgentRef ref = port->Find(id);
+  ASSERT_NE(ref, nullptr);
+  bool refused = true;
+  absl::StatusOr<vault::v1::AgentRecord> frozen = port->Freeze(ref, "vault-b", &refused);
+  ASSERT_TRUE(frozen.ok()) << frozen.status();
+  EXPECT_FALSE(refused);
+  EXPECT_EQ(frozen->id(), id);
+  EXPECT_EQ(agent->GetState(0, 16).code(), static_cast<int>(absl::StatusCode::kUnavailable));
+
+  absl::StatusOr<vault::v1::AgentRecord> second = port->Freeze(ref, "vault-b", &refused);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition) << second.status();
+  EXPECT_TRUE(refused);
+  EXPECT_EQ(second.status().message(),
+            absl::StrCat("agent ", id, " is already migrating: a hop is under way"));
+  EXPECT_EQ(agent->GetState(0, 16).code(), static_cast<int>(absl::StatusCode::kUnavailable));
+
+  port->Unfreeze(ref);
+  EXPECT_TRUE(port->CheckMayGo(ref, "vault-b").ok());
+  EXPECT_EQ(agent->GetState(0, 16).code(), unfrozen);
 }
 
 }  // namespace

@@ -38,20 +38,21 @@ bool AgentRuntime::Impl::AgentsEnabled() const {
   return deps_.agents_enabled && deps_.sandboxes != nullptr && !deps_.sandboxes->empty();
 }
 
+absl::Status AgentRuntime::Impl::CheckAgentsEnabled() const {
+  if (AgentsEnabled()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("agents are disabled on this vault: ", deps_.disabled_reason));
+}
+
 absl::StatusOr<sandbox::Sandbox*> AgentRuntime::Impl::SandboxFor(absl::string_view type) const {
-  if (!AgentsEnabled()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("agents are disabled on this vault: ", deps_.disabled_reason));
-  }
+  VAULT_RETURN_IF_ERROR(CheckAgentsEnabled());
   return deps_.sandboxes->Find(type);
 }
 
 absl::StatusOr<vault::v1::SpawnResponse> AgentRuntime::Impl::Spawn(
     const vault::v1::SpawnRequest& request) {
-  if (!AgentsEnabled()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("agents are disabled on this vault: ", deps_.disabled_reason));
-  }
+  // (Before the request is read: SandboxFor below says the same for the spec's type.)
+  VAULT_RETURN_IF_ERROR(CheckAgentsEnabled());
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::UnavailableError("the vault is stopping");
@@ -234,14 +235,12 @@ absl::Status AgentRuntime::Impl::StartProcess(const std::shared_ptr<LiveAgent>& 
                                               const vault::v1::Constraints& constraints,
                                               absl::string_view sandbox_type) {
   VAULT_ASSIGN_OR_RETURN(sandbox::Sandbox * box, SandboxFor(sandbox_type));
-  VAULT_ASSIGN_OR_RETURN(CodeCache::Layout code, code_->Acquire(code_digest));
+  VAULT_ASSIGN_OR_RETURN(sandbox::CodeObject code, code_->Acquire(code_digest));
   live->code_key = code_digest.sha256();
   auto fail = [&](absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu) {
     code_->Release(std::exchange(live->code_key, ""));
     return s;
   };
-  const bool python = code.python;
-  const std::string dir = code.dir;
 
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
@@ -254,23 +253,14 @@ absl::Status AgentRuntime::Impl::StartProcess(const std::shared_ptr<LiveAgent>& 
   common::UniqueFd out_read(out[0]), out_write(out[1]);
   fcntl(out_read.get(), F_SETFL, fcntl(out_read.get(), F_GETFL) | O_NONBLOCK);
 
+  // How to run the code is the sandbox type's to say.
   sandbox::SandboxSpec spec;
-  if (python) {
-    spec.program = "/usr/bin/python3";
-    spec.argv = {"python3", "/code/agent.py"};
-    spec.env = {absl::StrCat("PYTHONPATH=", code_->python_sdk_dir()), "PYTHONDONTWRITEBYTECODE=1",
-                "PYTHONUNBUFFERED=1"};
-    spec.read_only_dirs = {code_->python_sdk_dir()};
-  } else {
-    spec.program = "/code/agent";
-    spec.argv = {"agent"};
-  }
+  if (absl::Status set = box->SetProgram(code, &spec); !set.ok()) return fail(set);
   spec.env.push_back(absl::StrCat("VAULT_AGENT_ID=", live->id));
   spec.env.push_back(absl::StrCat("VAULT_NAME=", options_.vault_name));
   // The SDKs poll for an answer this long before they sleep (docs/host-calls.md, "Latency").
   spec.env.push_back(
       absl::StrCat(kAgentPollWindowEnv, "=", absl::ToInt64Microseconds(poll_window_)));
-  spec.code_dir = dir;
   spec.channel_fd = guest_end.get();
   spec.stdout_fd = out_write.get();
   spec.stderr_fd = out_write.get();

@@ -29,6 +29,12 @@ absl::Status CheckAgentMayGo(const LiveAgent& live, const std::string& to_vault)
     return absl::FailedPreconditionError(
         absl::StrCat("agent ", live.id, " is ", StateName(r.state()), ", not running"));
   }
+  // One hop at a time: a second one (the operator's beside the agent's own) would thaw the
+  // first one's freeze when it is refused, or persist a second transfer over the first.
+  if (live.migrating_out) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("agent ", live.id, " is already migrating: a hop is under way"));
+  }
   if (r.chain().links_size() == 0) {
     return absl::FailedPreconditionError(
         "an agent spawned by another agent has no chain of its own and cannot migrate");
@@ -204,7 +210,9 @@ absl::Status AgentRuntime::Impl::MarkDeparted(
   {
     absl::MutexLock lock(&agent->mu);
     AgentRecord& r = agent->record;
-    if (r.state() != vault::v1::MIGRATING) {
+    // The record still names the hop (whatever ended its frozen process meanwhile: the hop
+    // committed, so the agent departed); a hop already settled here has no migration.
+    if (!r.has_migration()) {
       return absl::FailedPreconditionError(
           absl::StrCat("agent ", agent->id, " is ", StateName(r.state()), ", not migrating"));
     }

@@ -212,6 +212,10 @@ class CountingSandbox : public sandbox::Sandbox {
       : inner_(inner), count_(std::move(count)) {}
   const char* type() const override { return inner_->type(); }
   bool can_snapshot() const override { return inner_->can_snapshot(); }
+  absl::Status SetProgram(const sandbox::CodeObject& code,
+                          sandbox::SandboxSpec* spec) const override {
+    return inner_->SetProgram(code, spec);
+  }
   absl::StatusOr<std::unique_ptr<sandbox::SandboxHandle>> Spawn(
       const sandbox::SandboxSpec& spec) override {
     const absl::Time start = absl::Now();

@@ -18,6 +18,9 @@ class NamedType : public Sandbox {
  public:
   explicit NamedType(const char* name) : name_(name) {}
   const char* type() const override { return name_; }
+  absl::Status SetProgram(const CodeObject&, SandboxSpec*) const override {
+    return absl::UnimplementedError("a name only");
+  }
   absl::StatusOr<std::unique_ptr<SandboxHandle>> Spawn(const SandboxSpec&) override {
     return absl::UnimplementedError("a name only");
   }

@@ -33,6 +33,16 @@ absl::Status ValidateLimits(const Limits& limits) {
   return status;
 }
 
+const char* CodeKindName(CodeObject::Kind kind) {
+  switch (kind) {
+    case CodeObject::Kind::kNative:
+      return "native";
+    case CodeObject::Kind::kPython:
+      return "python";
+  }
+  return "unknown";
+}
+
 const char* LimitHitName(LimitHit limit) {
   switch (limit) {
     case LimitHit::kNone:

@@ -93,6 +93,22 @@ struct SandboxSpec {
   std::string restore;
 };
 
+// An agent's code object as laid out on the host for a sandbox (agent/code_cache.h): its folder,
+// mounted read-only at /code, and what kind of program it holds. Which kinds a type runs, and
+// how, is the type's to say (Sandbox::SetProgram).
+struct CodeObject {
+  enum class Kind {
+    kNative,  // an executable at /code/agent (ELF, or a script with its own #! line)
+    kPython,  // a Python script at /code/agent.py
+  };
+  Kind kind = Kind::kNative;
+  std::string dir;  // the host folder
+  // For kPython: the host folder of the Python SDK (mounted read-only, on PYTHONPATH).
+  std::string python_sdk_dir;
+};
+// "native", "python".
+const char* CodeKindName(CodeObject::Kind kind);
+
 // Which limit ended the sandbox, when one did.
 enum class LimitHit {
   kNone = 0,
@@ -181,6 +197,10 @@ class Sandbox {
   virtual const char* type() const = 0;
   // Whether its handles can Snapshot a running program and its specs restore one.
   virtual bool can_snapshot() const { return false; }
+  // How this type runs `code`: sets `spec`'s program, argv and code_dir, and adds what the
+  // program needs (environment entries, read-only folders) to what `spec` has. INVALID_ARGUMENT,
+  // naming what the type runs, for a code object it cannot run.
+  virtual absl::Status SetProgram(const CodeObject& code, SandboxSpec* spec) const = 0;
   // Starts the program. Returns once the program has been executed inside every fence (or
   // with a status saying which setup step failed: InvalidArgument for a bad spec, NotFound
   // for a missing program or directory, Internal/FailedPrecondition for a kernel refusal).

@@ -153,23 +153,6 @@ absl::StatusOr<LinkPayload::Kind> KindArg(const std::string& kind) {
       absl::StrCat("--kind \"", kind, "\": delegate or spawn (MIGRATE links are made by vaults)"));
 }
 
-// The constraints S-expression on one line.
-std::string OneLine(const vault::v1::Constraints& c) {
-  std::string s = capability::ConstraintsToSexpr(c);
-  std::string out;
-  bool space = false;
-  for (char ch : s) {
-    if (ch == '\n' || ch == ' ') {
-      space = !out.empty();
-      continue;
-    }
-    if (space && ch != ')') out.push_back(' ');
-    space = false;
-    out.push_back(ch);
-  }
-  return out;
-}
-
 Json LinkJson(int index, const vault::v1::SignedLink& link) {
   Json j = Json::Object()
                .Add("index", index)
@@ -186,7 +169,7 @@ Json LinkJson(int index, const vault::v1::SignedLink& link) {
       .Add("issuer", key(p->issuer()))
       .Add("audience", key(p->audience()))
       .Add("grants", grants)
-      .Add("constraints", OneLine(p->constraints()))
+      .Add("constraints", ConstraintsLine(p->constraints()))
       .Add("not_before_unix_ms", p->not_before_unix_ms())
       .Add("not_after_unix_ms", p->not_after_unix_ms())
       .Add("hop", p->hop());
@@ -225,7 +208,7 @@ void PrintLink(int index, const vault::v1::SignedLink& link) {
   for (const vault::v1::Grant& g : p->grants()) {
     std::cout << "  grant:       " << capability::GrantToString(g) << "\n";
   }
-  std::cout << "  constraints: " << OneLine(p->constraints()) << "\n";
+  std::cout << "  constraints: " << ConstraintsLine(p->constraints()) << "\n";
 }
 
 int Fail(const absl::Status& s, bool json) { return ReportError(s, json); }

@@ -121,6 +121,8 @@ class AgentRuntime::Impl : public HostCallServices,
   }
   // True when this vault runs agents at all (a sandbox type, agents enabled).
   bool AgentsEnabled() const;
+  // FAILED_PRECONDITION with the reason unless AgentsEnabled().
+  absl::Status CheckAgentsEnabled() const;
   // The sandbox of the type a spec names: FAILED_PRECONDITION when agents are disabled here or
   // the type is not available here, INVALID_ARGUMENT when the name is no sandbox type.
   absl::StatusOr<sandbox::Sandbox*> SandboxFor(absl::string_view type) const;

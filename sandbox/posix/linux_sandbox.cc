@@ -226,4 +226,27 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Spawn(const Sandbox
 
 const FenceReport& LinuxSandbox::fences() const { return impl_->fences(); }
 
+absl::Status LinuxSandbox::SetProgram(const CodeObject& code, SandboxSpec* spec) const {
+  switch (code.kind) {
+    case CodeObject::Kind::kPython:
+      spec->program = "/usr/bin/python3";
+      spec->argv = {"python3", "/code/agent.py"};
+      spec->env.push_back(absl::StrCat("PYTHONPATH=", code.python_sdk_dir));
+      spec->env.push_back("PYTHONDONTWRITEBYTECODE=1");
+      spec->env.push_back("PYTHONUNBUFFERED=1");
+      spec->read_only_dirs.push_back(code.python_sdk_dir);
+      break;
+    case CodeObject::Kind::kNative:
+      spec->program = "/code/agent";
+      spec->argv = {"agent"};
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("a posix sandbox runs native programs and Python scripts, not ",
+                       CodeKindName(code.kind), " code"));
+  }
+  spec->code_dir = code.dir;
+  return absl::OkStatus();
+}
+
 }  // namespace vault::sandbox

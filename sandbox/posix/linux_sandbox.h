@@ -57,6 +57,9 @@ class LinuxSandbox : public Sandbox {
   ~LinuxSandbox() override;
 
   const char* type() const override { return "posix"; }
+  // A native program runs as itself; a Python script under the system's python3, with the
+  // Python SDK on its path.
+  absl::Status SetProgram(const CodeObject& code, SandboxSpec* spec) const override;
   absl::StatusOr<std::unique_ptr<SandboxHandle>> Spawn(const SandboxSpec& spec) override;
   // Which fences are active, probed once by Create.
   const FenceReport& fences() const;

@@ -610,14 +610,10 @@ TEST(LinuxSandbox, ProgramAndItsChildrenHaveOomScoreAdj1000) {
   EXPECT_EQ(out, "refused\n1000\n");
 }
 
-// Runs vault-sandbox-init (beside this test) on /bin/true outside any sandbox, with its status
-// pipe at 4 and `oom_fd` (none when negative) at 7; returns its reports and sets *status.
+// Runs vault-sandbox-init (the one this build made) on /bin/true outside any sandbox, with its
+// status pipe at 4 and `oom_fd` (none when negative) at 7; returns its reports and sets *status.
 std::string RunInit(int oom_fd, int* status) {
-  char self[4096];
-  ssize_t len = readlink("/proc/self/exe", self, sizeof self);
-  if (len <= 0) return "readlink failed";
-  std::string init(self, static_cast<size_t>(len));
-  init = init.substr(0, init.rfind('/')) + "/vault-sandbox-init";
+  const std::string init = VAULT_SANDBOX_INIT_PATH;
   if (access(init.c_str(), X_OK) != 0) return "no init";
   int report[2];
   if (pipe2(report, O_CLOEXEC) != 0) return "pipe2 failed";
@@ -660,7 +656,7 @@ TEST(LinuxSandbox, InitWritesTheOomScoreAdjOrFailsClosed) {
   char written[16] = {};
   ssize_t got = read(oom[0], written, sizeof written - 1);
   close(oom[0]);
-  if (reports == "no init") GTEST_SKIP() << "vault-sandbox-init is not beside this test";
+  ASSERT_NE(reports, "no init") << "vault-sandbox-init is not at " << VAULT_SANDBOX_INIT_PATH;
   EXPECT_EQ(got, 4);
   EXPECT_STREQ(written, "1000");
   EXPECT_EQ(reports, "R\nE 0\n");
