@@ -345,7 +345,7 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live,
     return s;
   };
   r.set_incarnation(r.incarnation() + 1);
-  // A held process (started at the Offer of this arrival: migrate.cc, Prestart) is adopted;
+  // A held process (started at the Offer of this arrival: migration/prestart.cc) is adopted;
   // should it have ended meanwhile, its exit is handled as this start's (unless it was handled
   // already, while held: then a process is started).
   if (!live->held || live->conn == nullptr) {
