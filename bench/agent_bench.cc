@@ -69,75 +69,43 @@
 //
 // Thread-safety: a single main thread, plus the baselines' server threads and the spawn and
 // control client threads, which share only atomics and per-thread results.
-#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
-#include <deque>
 #include <filesystem>
-#include <fstream>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
-#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/agent_bench_fake_vault.h"
+#include "bench/agent_bench_sandbox.h"
+#include "bench/agent_bench_util.h"
+#include "bench/agent_bench_vault.h"
 #include "bench/bench_result.h"
-#include "capability/chain.h"
-#include "capability/principal.h"
-#include "capability/signing_domains.h"
-#include "capability/text_form.h"
+#include "bench/bench_util.h"
 #include "common/grpc_status.h"
-#include "common/proto_util.h"
-#include "common/random.h"
-#include "sandbox/channel.h"
-#include "sandbox/posix/linux_sandbox.h"
-#include "sandbox/sandbox.h"
-#include "vault/v1/admin.grpc.pb.h"
 #include "vault/v1/agent.grpc.pb.h"
-#include "vault/v1/hostcall.pb.h"
-
-#ifndef AGENT_BENCH_VAULTD
-#define AGENT_BENCH_VAULTD "vaultd"
-#endif
-#ifndef AGENT_BENCH_VAULTCTL
-#define AGENT_BENCH_VAULTCTL "vaultctl"
-#endif
-
-extern char** environ;
 
 namespace vault::bench {
 namespace {
@@ -146,7 +114,6 @@ constexpr double kTargetRttP50Us = 20;
 constexpr double kTargetMsgP50Us = 50;
 constexpr double kTargetSpawnsPerS = 200;
 constexpr double kTargetVaultdRssMiB = 200;
-using capability::kControlDomain;
 
 struct Flags {
   int agents = 1000;
@@ -162,16 +129,6 @@ struct Flags {
   int spawn_retries = 3;    // per Agents.Spawn refused with "Text file busy" (see README)
 };
 
-// --vaultd / --vaultctl: copies elsewhere (vaultd finds vault-sandbox-init beside itself).
-std::string g_vaultd = AGENT_BENCH_VAULTD;
-std::string g_vaultctl = AGENT_BENCH_VAULTCTL;
-
-int64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
 double LoadAverage() {
   FILE* f = fopen("/proc/loadavg", "re");
   if (f == nullptr) return -1;
@@ -179,32 +136,6 @@ double LoadAverage() {
   if (fscanf(f, "%lf", &load) != 1) load = -1;
   fclose(f);
   return load;
-}
-
-// Percentiles in the unit of the input.
-struct Summary {
-  size_t n = 0;
-  double min = 0, mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;
-};
-
-Summary Summarize(std::vector<double> v) {
-  Summary s;
-  s.n = v.size();
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  auto rank = [&](double p) {
-    size_t k = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
-    return v[std::clamp<size_t>(k, 1, v.size()) - 1];
-  };
-  double sum = 0;
-  for (double x : v) sum += x;
-  s.min = v.front();
-  s.max = v.back();
-  s.mean = sum / static_cast<double>(v.size());
-  s.p50 = rank(50);
-  s.p90 = rank(90);
-  s.p99 = rank(99);
-  return s;
 }
 
 // A guest's result line "agent_bench_result kind=K n=.. min=.. ..." (ns) -> Summary in us.
@@ -244,232 +175,6 @@ void PrintRow(const std::string& label, const Summary& s, const std::string& ext
          s.p50, s.p90, s.p99, s.max, extra.c_str());
 }
 
-// --- frames on a stream socket --------------------------------------------------------------
-
-bool WriteAll(int fd, const char* p, size_t n) {
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-bool ReadAll(int fd, char* p, size_t n) {
-  while (n > 0) {
-    ssize_t r = read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-bool WriteFrame(int fd, const std::string& body) {
-  std::string out(4, '\0');
-  const uint32_t n = static_cast<uint32_t>(body.size());
-  out[0] = static_cast<char>(n >> 24);
-  out[1] = static_cast<char>(n >> 16);
-  out[2] = static_cast<char>(n >> 8);
-  out[3] = static_cast<char>(n);
-  out += body;
-  return WriteAll(fd, out.data(), out.size());
-}
-bool ReadFrameFd(int fd, std::string* body) {
-  unsigned char h[4];
-  if (!ReadAll(fd, reinterpret_cast<char*>(h), 4)) return false;
-  const uint32_t n = (uint32_t{h[0]} << 24) | (uint32_t{h[1]} << 16) | (uint32_t{h[2]} << 8) | h[3];
-  if (n > (1u << 20)) return false;
-  body->resize(n);
-  return ReadAll(fd, body->data(), n);
-}
-
-// --- baselines: a fake vault in this process, guests outside any sandbox ---------------------
-
-vault::v1::SelfInspectResult CannedSelfInspect(const std::string& id) {
-  vault::v1::SelfInspectResult r;
-  r.set_agent_id(id);
-  r.set_vault("agent-bench");
-  r.set_principal(absl::StrCat("ed25519:", std::string(64, 'a')));
-  vault::v1::Grant* g = r.add_grants();
-  g->set_kind(vault::v1::Grant::CAS_WRITE);
-  g = r.add_grants();
-  g->set_kind(vault::v1::Grant::SEND);
-  g = r.add_grants();
-  g->set_kind(vault::v1::Grant::RECEIVE);
-  r.mutable_constraints()->set_max_runtime_ms(86400000);
-  r.mutable_constraints()->set_max_memory_bytes(256u << 20);
-  r.mutable_constraints()->set_max_cpu_ms(3600000);
-  r.set_memory_bytes(900000);
-  r.set_memory_remaining_bytes((256u << 20) - 900000);
-  r.set_runtime_remaining_ms(86000000);
-  r.set_cpu_remaining_ms(3500000);
-  r.set_storage_remaining_bytes(64u << 20);
-  r.set_incarnation(1);
-  r.set_purpose("agent_bench");
-  return r;
-}
-
-// Answers guests' host calls at once; send/receive through in-memory mailboxes.
-class FakeVault {
- public:
-  struct Guest {
-    std::string id;
-    std::string state;
-    int fd = -1;  // the vault's end
-    pid_t pid = -1;
-    std::thread server;
-  };
-
-  // Starts `guest_path` with fd 3 = one end of a new socketpair, and a server thread.
-  absl::Status Start(const std::string& guest_path, const std::string& id,
-                     const std::string& state) {
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
-      return absl::ErrnoToStatus(errno, "socketpair");
-    auto g = std::make_unique<Guest>();
-    g->id = id;
-    g->state = state;
-    g->fd = sv[0];
-    {
-      absl::MutexLock lock(&mu_);
-      boxes_[id];
-    }
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, sv[1], 3);
-    std::string env_fd = "VAULT_CHANNEL_FD=3";
-    char* argv[] = {const_cast<char*>(guest_path.c_str()), nullptr};
-    char* envp[] = {env_fd.data(), nullptr};
-    int rc = posix_spawn(&g->pid, guest_path.c_str(), &actions, nullptr, argv, envp);
-    posix_spawn_file_actions_destroy(&actions);
-    close(sv[1]);
-    if (rc != 0) {
-      close(sv[0]);
-      return absl::ErrnoToStatus(rc, absl::StrCat("posix_spawn ", guest_path));
-    }
-    Guest* raw = g.get();
-    g->server = std::thread([this, raw] { Serve(*raw); });
-    guests_.push_back(std::move(g));
-    return absl::OkStatus();
-  }
-
-  // Waits for every guest and server thread; NOT OK when a guest failed.
-  absl::Status Finish() {
-    absl::Status out;
-    for (auto& g : guests_) {
-      int status = 0;
-      while (waitpid(g->pid, &status, 0) < 0 && errno == EINTR) {
-      }
-      g->server.join();
-      close(g->fd);
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        out = absl::InternalError(absl::StrCat("baseline guest ", g->id, " ended badly (status ",
-                                               status, "); logs: ", absl::StrJoin(Logs(), " | ")));
-    }
-    guests_.clear();
-    return out;
-  }
-
-  std::vector<std::string> Logs() {
-    absl::MutexLock lock(&mu_);
-    return logs_;
-  }
-
- private:
-  struct Box {
-    std::deque<vault::v1::Message> q;
-  };
-
-  void Serve(Guest& g) {
-    std::string in;
-    vault::v1::GuestFrame gf;
-    vault::v1::HostFrame hf;
-    std::string out;
-    uint64_t next_message_id = 1;
-    const vault::v1::SelfInspectResult canned = CannedSelfInspect(g.id);
-    while (ReadFrameFd(g.fd, &in)) {
-      if (!gf.ParseFromString(in)) return;
-      hf.Clear();
-      if (gf.has_hello()) {
-        vault::v1::Welcome* w = hf.mutable_welcome();
-        w->set_version(1);
-        w->set_agent_id(g.id);
-        w->set_vault("agent-bench");
-        w->set_max_frame_bytes(1 << 20);
-        w->set_incarnation(1);
-      } else {
-        const vault::v1::HostRequest& req = gf.request();
-        vault::v1::HostResponse* resp = hf.mutable_response();
-        resp->set_call_id(req.call_id());
-        switch (req.call_case()) {
-          case vault::v1::HostRequest::kHeartbeat:
-            resp->mutable_heartbeat();
-            break;
-          case vault::v1::HostRequest::kSelfInspect:
-            *resp->mutable_self_inspect() = canned;
-            break;
-          case vault::v1::HostRequest::kGetState:
-            resp->mutable_get_state()->set_present(true);
-            resp->mutable_get_state()->set_state(g.state);
-            break;
-          case vault::v1::HostRequest::kLog: {
-            absl::MutexLock lock(&mu_);
-            logs_.push_back(req.log().message());
-            break;
-          }
-          case vault::v1::HostRequest::kSend: {
-            vault::v1::Message m;
-            m.set_id(next_message_id++);
-            m.set_from(g.id);
-            m.set_type(req.send().type());
-            m.set_data(req.send().data());
-            {
-              absl::MutexLock lock(&mu_);
-              auto it = boxes_.find(req.send().to());
-              if (it == boxes_.end()) {
-                resp->set_code(5);
-                resp->set_message("no such agent");
-                break;
-              }
-              it->second.q.push_back(std::move(m));
-            }
-            resp->mutable_send()->set_message_id(next_message_id - 1);
-            break;
-          }
-          case vault::v1::HostRequest::kReceive: {
-            absl::MutexLock lock(&mu_);
-            Box& box = boxes_[g.id];
-            mu_.AwaitWithTimeout(absl::Condition(
-                                     +[](Box* b) { return !b->q.empty(); }, &box),
-                                 absl::Milliseconds(req.receive().timeout_ms()));
-            if (box.q.empty()) {
-              resp->mutable_receive()->set_timed_out(true);
-            } else {
-              *resp->mutable_receive()->mutable_message() = std::move(box.q.front());
-              box.q.pop_front();
-            }
-            break;
-          }
-          case vault::v1::HostRequest::kExit:
-            break;
-          default:
-            resp->set_code(12);
-            resp->set_message("not in the fake vault");
-        }
-      }
-      hf.SerializeToString(&out);
-      if (!WriteFrame(g.fd, out)) return;
-    }
-  }
-
-  absl::Mutex mu_;
-  std::map<std::string, Box> boxes_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> logs_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<Guest>> guests_;
-};
-
 std::map<std::string, Summary> ResultsOf(const std::vector<std::string>& lines) {
   std::map<std::string, Summary> out;
   for (const std::string& l : lines) {
@@ -477,605 +182,6 @@ std::map<std::string, Summary> ResultsOf(const std::vector<std::string>& lines) 
   }
   return out;
 }
-
-// A 64-byte frame echoed over a socketpair by a second thread: `rounds` timed round trips (us).
-std::vector<double> RawPingPong(int rounds, int warmup) {
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return {};
-  const int total = rounds + warmup;
-  std::thread echo([fd = sv[1], total] {
-    std::string f;
-    for (int i = 0; i < total; ++i) {
-      if (!ReadFrameFd(fd, &f) || !WriteFrame(fd, f)) return;
-    }
-  });
-  std::vector<double> us;
-  std::string f(64, 'x'), back;
-  for (int i = 0; i < total; ++i) {
-    const int64_t t0 = NowNs();
-    if (!WriteFrame(sv[0], f) || !ReadFrameFd(sv[0], &back)) break;
-    const int64_t t1 = NowNs();
-    if (i >= warmup) us.push_back(static_cast<double>(t1 - t0) / 1000.0);
-  }
-  echo.join();
-  close(sv[0]);
-  close(sv[1]);
-  return us;
-}
-
-// --- processes ------------------------------------------------------------------------------
-
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Runs argv (absolute path) with stdout and stderr into files under `tmp`, and waits.
-RunResult Run(const std::vector<std::string>& argv, const std::string& tmp) {
-  static std::atomic<int> counter{0};
-  const int k = counter++;
-  const std::string out_path = absl::StrCat(tmp, "/run", k, ".out");
-  const std::string err_path = absl::StrCat(tmp, "/run", k, ".err");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0600);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0600);
-  std::vector<char*> cargv;
-  for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  pid_t pid = -1;
-  RunResult r;
-  int rc = posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    r.err = absl::StrCat("posix_spawn ", argv[0], ": ", strerror(rc));
-    return r;
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = Slurp(out_path);
-  r.err = Slurp(err_path);
-  unlink(out_path.c_str());
-  unlink(err_path.c_str());
-  return r;
-}
-
-absl::StatusOr<int> FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::ErrnoToStatus(errno, "socket");
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    close(fd);
-    return absl::ErrnoToStatus(errno, "bind");
-  }
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-// VmRSS / VmHWM of a process, in KiB; -1 when unreadable.
-int64_t StatusKiB(pid_t pid, absl::string_view field) {
-  std::string s = Slurp(absl::StrCat("/proc/", pid, "/status"));
-  for (absl::string_view line : absl::StrSplit(s, '\n')) {
-    if (absl::ConsumePrefix(&line, field) && absl::ConsumePrefix(&line, ":")) {
-      int64_t v = -1;
-      line = absl::StripAsciiWhitespace(line);
-      absl::ConsumeSuffix(&line, " kB");
-      if (absl::SimpleAtoi(line, &v)) return v;
-    }
-  }
-  return -1;
-}
-
-// CPU time a process's threads have used, in ns (/proc/PID/task/*/schedstat); -1 when unreadable.
-int64_t ProcessCpuNs(pid_t pid) {
-  std::error_code ec;
-  int64_t total = 0;
-  bool any = false;
-  for (const auto& task :
-       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
-    std::string s = Slurp(task.path().string() + "/schedstat");
-    int64_t ns;
-    std::vector<absl::string_view> f = absl::StrSplit(s, ' ');
-    if (!f.empty() && absl::SimpleAtoi(f[0], &ns)) {
-      total += ns;
-      any = true;
-    }
-  }
-  return any ? total : -1;
-}
-
-// Voluntary context switches (a thread went to sleep) of a process's threads; -1 when unreadable.
-int64_t VoluntarySwitches(pid_t pid) {
-  std::error_code ec;
-  int64_t total = 0;
-  bool any = false;
-  for (const auto& task :
-       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
-    std::string s = Slurp(task.path().string() + "/status");
-    for (absl::string_view line : absl::StrSplit(s, '\n')) {
-      int64_t v;
-      if (absl::ConsumePrefix(&line, "voluntary_ctxt_switches:") &&
-          absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &v)) {
-        total += v;
-        any = true;
-      }
-    }
-  }
-  return any ? total : -1;
-}
-
-// What vaultd spent during a phase of `calls` host calls: its threads' CPU time and how often
-// they went to sleep (the reactor sleeps between two requests unless it busy-polls).
-struct VaultdCost {
-  pid_t pid;
-  int64_t cpu0, switches0;
-  explicit VaultdCost(pid_t p) : pid(p), cpu0(ProcessCpuNs(p)), switches0(VoluntarySwitches(p)) {}
-  std::string Per(int64_t calls) const {
-    int64_t cpu = ProcessCpuNs(pid), sw = VoluntarySwitches(pid);
-    if (calls <= 0 || cpu < 0 || sw < 0 || cpu0 < 0 || switches0 < 0) return "";
-    return absl::StrFormat("vaultd per host call: %.2f us CPU, %.3f voluntary context switches",
-                           static_cast<double>(cpu - cpu0) / 1e3 / static_cast<double>(calls),
-                           static_cast<double>(sw - switches0) / static_cast<double>(calls));
-  }
-};
-
-struct Descendants {
-  std::map<std::string, std::pair<int, int64_t>> by_comm;  // comm -> (processes, RSS KiB)
-  int processes = 0;
-  int64_t rss_kib = 0;
-  int64_t pss_kib = 0;  // proportional: shared pages (libraries) divided among their users
-};
-
-int64_t PssKiB(pid_t pid) {
-  std::string s = Slurp(absl::StrCat("/proc/", pid, "/smaps_rollup"));
-  for (absl::string_view line : absl::StrSplit(s, '\n')) {
-    if (absl::ConsumePrefix(&line, "Pss:")) {
-      int64_t v = -1;
-      line = absl::StripAsciiWhitespace(line);
-      absl::ConsumeSuffix(&line, " kB");
-      if (absl::SimpleAtoi(line, &v)) return v;
-    }
-  }
-  return 0;
-}
-
-// Every process below `root` (not root itself), by comm.
-Descendants DescendantsOf(pid_t root) {
-  std::map<pid_t, pid_t> parent;
-  std::map<pid_t, std::string> comm;
-  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    pid_t pid = 0;
-    if (!absl::SimpleAtoi(e.path().filename().string(), &pid)) continue;
-    std::string stat = Slurp(absl::StrCat("/proc/", pid, "/stat"));
-    size_t open = stat.find('('), close = stat.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    std::vector<std::string> rest = absl::StrSplit(stat.substr(close + 2), ' ');
-    pid_t ppid = 0;
-    if (rest.size() < 2 || !absl::SimpleAtoi(rest[1], &ppid)) continue;
-    parent[pid] = ppid;
-    comm[pid] = stat.substr(open + 1, close - open - 1);
-  }
-  Descendants d;
-  for (const auto& [pid, ppid] : parent) {
-    pid_t p = ppid;
-    int hops = 0;
-    while (p > 1 && p != root && hops++ < 64) {
-      auto it = parent.find(p);
-      if (it == parent.end()) break;
-      p = it->second;
-    }
-    if (p != root) continue;
-    int64_t rss = std::max<int64_t>(0, StatusKiB(pid, "VmRSS"));
-    auto& slot = d.by_comm[comm[pid]];
-    slot.first++;
-    slot.second += rss;
-    d.processes++;
-    d.rss_kib += rss;
-    d.pss_kib += PssKiB(pid);
-  }
-  return d;
-}
-
-// --- the vault ------------------------------------------------------------------------------
-
-constexpr char kSpec[] = R"((agent
-  (purpose "agent_bench")
-  (capabilities (send (agent "*")) (receive (from "*")) (cas-write))
-  (constraints (max-runtime 86400) (max-memory (* 256 1024 1024)) (max-cpu 3600)
-               (max-processes 16) (max-open-files 64)))
-)";
-
-class Vault {
- public:
-  ~Vault() { Stop(); }
-
-  absl::Status Init(const std::string& tmp, bool sync_writes) {
-    tmp_ = tmp;
-    dir_ = tmp + "/v";
-    absl::StatusOr<int> port = FreeLoopbackPort();
-    if (!port.ok()) return port.status();
-    RunResult r = Run({g_vaultctl, "init", "--name", "agent-bench", "--dir", dir_, "--listen",
-                       absl::StrCat("127.0.0.1:", *port)},
-                      tmp);
-    if (r.exit_code != 0) return absl::InternalError(absl::StrCat("vaultctl init: ", r.err));
-    // The quotas: 100 agents and 1000 host calls/s per principal by default.
-    std::string conf = Slurp(dir_ + "/vault.conf");
-    if (!absl::StrContains(conf, "\nagents {"))
-      return absl::InternalError("vault.conf has no agents { } block");
-    absl::StrReplaceAll({{"\nagents {",
-                          "\nagents {\n  default_max_agents: 100000\n"
-                          "  default_max_calls_per_second: 100000000"}},
-                        &conf);
-    if (!sync_writes) conf += "storage {\n  sync_writes: false\n}\n";
-    std::ofstream(dir_ + "/vault.conf", std::ios::trunc) << conf;
-    socket_ = dir_ + "/data/vault.sock";
-    return absl::OkStatus();
-  }
-
-  absl::Status Start() {
-    log_ = tmp_ + "/vaultd.log";
-    const std::string conf = dir_ + "/vault.conf";
-    const pid_t self = getpid();
-    pid_ = fork();
-    if (pid_ < 0) return absl::ErrnoToStatus(errno, "fork");
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (getppid() != self) _exit(127);
-      int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-      int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-      if (fd < 0 || null < 0) _exit(127);
-      dup2(null, 0);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      execl(g_vaultd.c_str(), g_vaultd.c_str(), "--config", conf.c_str(), "--listen", "127.0.0.1:0",
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    const std::string ready = dir_ + "/data/vaultd.ready";
-    const int64_t deadline = NowNs() + 30'000'000'000;
-    while (NowNs() < deadline) {
-      if (absl::StrContains(Slurp(ready), absl::StrCat("\"pid\": ", pid_))) break;
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return absl::FailedPreconditionError(absl::StrCat("vaultd exited: ", Slurp(log_)));
-      }
-      usleep(20000);
-    }
-    if (!absl::StrContains(Slurp(ready), "pid"))
-      return absl::DeadlineExceededError("vaultd.ready did not appear in 30 s");
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    channel_ = grpc::CreateCustomChannel(absl::StrCat("unix:", socket_),
-                                         grpc::InsecureChannelCredentials(), args);
-    agents_ = vault::v1::Agents::NewStub(channel_);
-    auto admin = vault::v1::Admin::NewStub(channel_);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    vault::v1::StatusResponse st;
-    grpc::Status s = admin->Status(&ctx, vault::v1::StatusRequest(), &st);
-    if (!s.ok()) return absl::UnavailableError(absl::StrCat("Admin.Status: ", s.error_message()));
-    absl::StatusOr<capability::PublicKey> vk = capability::PublicKey::FromText(st.public_key());
-    if (!vk.ok()) return vk.status();
-    vault_key_ = vk->raw();
-    absl::StatusOr<capability::PrivateKey> key =
-        capability::PrivateKey::LoadFile(dir_ + "/admin.key");
-    if (!key.ok()) return key.status();
-    admin_key_.emplace(std::move(*key));
-    absl::StatusOr<vault::v1::AgentSpec> spec = capability::ParseAgentSpec(kSpec, "spec");
-    if (!spec.ok()) return spec.status();
-    spec_ = *spec;
-    spec_path_ = tmp_ + "/spec.scm";
-    std::ofstream(spec_path_) << kSpec;
-    return absl::OkStatus();
-  }
-
-  // SIGTERM, then SIGKILL after 30 s; returns vaultd's exit status text.
-  std::string Stop() {
-    if (pid_ <= 0) return "";
-    kill(pid_, SIGTERM);
-    int status = 0;
-    const int64_t deadline = NowNs() + 30'000'000'000;
-    std::string how;
-    for (;;) {
-      pid_t r = waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) {
-        how = WIFEXITED(status) ? absl::StrCat("exited ", WEXITSTATUS(status))
-                                : absl::StrCat("signal ", WTERMSIG(status));
-        break;
-      }
-      if (NowNs() > deadline) {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, &status, 0);
-        how = "killed (SIGKILL after 30 s)";
-        break;
-      }
-      usleep(20000);
-    }
-    pid_ = -1;
-    return how;
-  }
-
-  pid_t pid() const { return pid_; }
-  const std::string& log() const { return log_; }
-
-  // `vaultctl agent spawn` with the given initial state; returns the id.
-  absl::StatusOr<std::string> SpawnWithVaultctl(const std::string& guest,
-                                                const std::string& state) {
-    static int n = 0;
-    const std::string state_path = absl::StrCat(tmp_, "/state", n++);
-    std::ofstream(state_path, std::ios::trunc) << state;
-    RunResult r = Run({g_vaultctl, "--vault", socket_, "agent", "spawn", spec_path_, "--code",
-                       guest, "--state", state_path, "--as", dir_ + "/admin.key"},
-                      tmp_);
-    if (r.exit_code != 0)
-      return absl::InternalError(absl::StrCat("vaultctl agent spawn: ", r.err, r.out));
-    std::string id(absl::StripAsciiWhitespace(r.out));
-    if (code_.sha256().empty()) {
-      absl::StatusOr<vault::v1::AgentStatus> st = Get(id);
-      if (!st.ok()) return st.status();
-      code_ = st->record().spec().code_digest();
-    }
-    return id;
-  }
-
-  absl::StatusOr<vault::v1::AgentStatus> Get(const std::string& id) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-    vault::v1::GetAgentRequest req;
-    req.set_id(id);
-    vault::v1::AgentStatus out;
-    grpc::Status s = agents_->Get(&ctx, req, &out);
-    if (!s.ok()) return absl::UnavailableError(absl::StrCat("Agents.Get: ", s.error_message()));
-    return out;
-  }
-
-  absl::StatusOr<vault::v1::ListAgentsResponse> List() {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-    vault::v1::ListAgentsResponse out;
-    grpc::Status s = agents_->List(&ctx, vault::v1::ListAgentsRequest(), &out);
-    if (!s.ok()) return absl::UnavailableError(absl::StrCat("Agents.List: ", s.error_message()));
-    return out;
-  }
-
-  static bool Ended(vault::v1::AgentState s) {
-    return s == vault::v1::TERMINATED || s == vault::v1::COMPLETED || s == vault::v1::FAILED ||
-           s == vault::v1::DEPARTED;
-  }
-
-  absl::StatusOr<vault::v1::AgentStatus> WaitEnded(const std::string& id, absl::Duration limit) {
-    const absl::Time deadline = absl::Now() + limit;
-    for (;;) {
-      absl::StatusOr<vault::v1::AgentStatus> st = Get(id);
-      if (!st.ok()) return st;
-      if (Ended(st->record().state())) return st;
-      if (absl::Now() > deadline)
-        return absl::DeadlineExceededError(absl::StrCat(id, " has not ended"));
-      absl::SleepFor(absl::Milliseconds(100));
-    }
-  }
-
-  // `vaultctl -o json agent logs ID`: the message of every line.
-  absl::StatusOr<std::vector<std::string>> Logs(const std::string& id) {
-    RunResult r = Run({g_vaultctl, "--vault", socket_, "-o", "json", "agent", "logs", id}, tmp_);
-    if (r.exit_code != 0) return absl::InternalError(absl::StrCat("vaultctl agent logs: ", r.err));
-    std::vector<std::string> out;
-    for (absl::string_view line : absl::StrSplit(r.out, '\n', absl::SkipEmpty())) {
-      size_t at = line.find("\"message\":");
-      if (at == absl::string_view::npos) continue;
-      absl::string_view rest = line.substr(at + 10);
-      rest = absl::StripLeadingAsciiWhitespace(rest);
-      if (!absl::ConsumePrefix(&rest, "\"")) continue;
-      size_t end = rest.find('"');
-      out.emplace_back(rest.substr(0, end));
-    }
-    return out;
-  }
-
-  // A SpawnRequest for Agents.Spawn with a SPAWN link signed as vaultctl signs it.
-  absl::StatusOr<vault::v1::SpawnRequest> SpawnRequest(const std::string& state) {
-    vault::v1::SpawnRequest req;
-    *req.mutable_spec() = spec_;
-    *req.mutable_spec()->mutable_code_digest() = code_;
-    req.set_initial_state(state);
-    req.set_has_initial_state(true);
-    absl::StatusOr<std::string> id = common::RandomHex(8);
-    if (!id.ok()) return id.status();
-    const absl::Time now = absl::Now();
-    vault::v1::LinkPayload p;
-    p.set_version(capability::kLinkVersion);
-    p.set_kind(vault::v1::LinkPayload::SPAWN);
-    p.set_issuer(admin_key_->public_key().raw());
-    p.set_audience(vault_key_);
-    p.set_agent_id(absl::StrCat("a-", *id));
-    *p.mutable_code() = code_;
-    *p.mutable_grants() = spec_.grants();
-    *p.mutable_constraints() = spec_.constraints();
-    p.set_not_before_unix_ms(absl::ToUnixMillis(now - absl::Seconds(60)));
-    p.set_not_after_unix_ms(absl::ToUnixMillis(now + absl::Hours(24)));
-    p.set_hop(0);
-    absl::StatusOr<vault::v1::SignedLink> link = capability::SignLink(p, *admin_key_);
-    if (!link.ok()) return link.status();
-    *req.mutable_chain()->add_links() = std::move(*link);
-    return req;
-  }
-
-  // A ControlRequest TERMINATE, signed as vaultctl signs it.
-  absl::StatusOr<vault::v1::ControlRequest> TerminateRequest(const std::string& id) {
-    vault::v1::ControlPayload p;
-    p.set_agent_id(id);
-    p.set_action(vault::v1::ControlPayload::TERMINATE);
-    p.set_reason("agent_bench done");
-    p.set_signer(admin_key_->public_key().raw());
-    p.set_vault(vault_key_);
-    p.set_issued_unix_ms(absl::ToUnixMillis(absl::Now()));
-    absl::StatusOr<std::string> nonce = common::RandomBytes(16);
-    if (!nonce.ok()) return nonce.status();
-    p.set_nonce(*std::move(nonce));
-    vault::v1::ControlRequest req;
-    req.set_payload(common::SerializeDeterministic(p));
-    absl::StatusOr<std::string> sig = admin_key_->Sign(absl::StrCat(kControlDomain, req.payload()));
-    if (!sig.ok()) return sig.status();
-    req.set_signature(*sig);
-    return req;
-  }
-
-  // A stub on a connection of its own (for concurrent clients).
-  std::unique_ptr<vault::v1::Agents::Stub> NewAgentsStub() const {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    return vault::v1::Agents::NewStub(grpc::CreateCustomChannel(
-        absl::StrCat("unix:", socket_), grpc::InsecureChannelCredentials(), args));
-  }
-
- private:
-  std::string tmp_, dir_, socket_, log_, spec_path_;
-  pid_t pid_ = -1;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<vault::v1::Agents::Stub> agents_;
-  std::string vault_key_;
-  std::optional<capability::PrivateKey> admin_key_;
-  vault::v1::AgentSpec spec_;
-  vault::v1::Digest code_;
-};
-
-// Runs `n` calls of `call(i)` from `clients` threads; per-call latency (ms) and failures.
-struct Fanout {
-  std::vector<double> ms;
-  int failures = 0;
-  std::string first_error;
-  double wall_s = 0;
-};
-Fanout RunFanout(int n, int clients, const std::function<absl::Status(int, int)>& call) {
-  Fanout f;
-  std::atomic<int> next{0};
-  std::vector<std::vector<double>> per(static_cast<size_t>(clients));
-  std::vector<std::string> errors(static_cast<size_t>(clients));
-  std::vector<int> fails(static_cast<size_t>(clients), 0);
-  std::vector<std::thread> threads;
-  const int64_t t0 = NowNs();
-  for (int c = 0; c < clients; ++c) {
-    threads.emplace_back([&, c] {
-      for (int i = next++; i < n; i = next++) {
-        const int64_t a = NowNs();
-        absl::Status s = call(c, i);
-        per[static_cast<size_t>(c)].push_back(static_cast<double>(NowNs() - a) / 1e6);
-        if (!s.ok()) {
-          fails[static_cast<size_t>(c)]++;
-          if (errors[static_cast<size_t>(c)].empty()) errors[static_cast<size_t>(c)] = s.ToString();
-        }
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  f.wall_s = static_cast<double>(NowNs() - t0) / 1e9;
-  for (int c = 0; c < clients; ++c) {
-    f.ms.insert(f.ms.end(), per[static_cast<size_t>(c)].begin(), per[static_cast<size_t>(c)].end());
-    f.failures += fails[static_cast<size_t>(c)];
-    if (f.first_error.empty()) f.first_error = errors[static_cast<size_t>(c)];
-  }
-  return f;
-}
-
-// --- the sandbox alone ----------------------------------------------------------------------
-
-struct SandboxRate {
-  double rate_parallel = 0, rate_serial = 0;
-  Summary parallel_ms, serial_ms;
-  int failures = 0;
-  std::string error;
-};
-
-// rmdir of the (empty) cgroup folder LinuxSandbox made under this process's cgroup, per
-// controller; rmdir removes nothing else.
-void RemoveCgroupFolders(const std::string& folder) {
-  for (absl::string_view line : absl::StrSplit(Slurp("/proc/self/cgroup"), '\n')) {
-    std::vector<std::string> f = absl::StrSplit(line, absl::MaxSplits(':', 2));
-    if (f.size() != 3) continue;
-    std::vector<std::string> dirs;
-    if (f[1].empty()) {
-      dirs = {"/sys/fs/cgroup/unified", "/sys/fs/cgroup"};
-    } else {
-      for (absl::string_view c : absl::StrSplit(f[1], ',')) {
-        absl::string_view name = c;
-        absl::ConsumePrefix(&name, "name=");
-        dirs.push_back(absl::StrCat("/sys/fs/cgroup/", name));
-      }
-      dirs.push_back(absl::StrCat("/sys/fs/cgroup/", f[1]));
-    }
-    for (const std::string& d : dirs) {
-      std::string path = absl::StrCat(d, f[2] == "/" ? "" : f[2], "/", folder);
-      rmdir(path.c_str());
-    }
-  }
-}
-
-absl::StatusOr<SandboxRate> MeasureSandbox(const std::string& guest, const std::string& tmp,
-                                           int spawns, int clients) {
-  const std::string dir = tmp + "/sandbox-code";
-  std::filesystem::create_directory(dir);
-  chmod(dir.c_str(), 0755);
-  std::error_code ec;
-  std::filesystem::copy_file(guest, dir + "/guest", ec);
-  if (ec) return absl::NotFoundError(absl::StrCat("copying ", guest, ": ", ec.message()));
-  chmod((dir + "/guest").c_str(), 0755);
-  sandbox::LinuxSandboxOptions options;
-  options.cgroup_folder = "agent-bench-sandbox";
-  absl::StatusOr<std::unique_ptr<sandbox::LinuxSandbox>> sb =
-      sandbox::LinuxSandbox::Create(options);
-  if (!sb.ok()) return sb.status();
-  sandbox::SandboxSpec spec;
-  spec.program = "/code/guest";
-  spec.argv = {"guest"};
-  spec.code_dir = dir;
-  spec.name = "agent-bench";
-  spec.limits.wall_time = absl::Seconds(30);
-  auto one = [&](int, int) -> absl::Status {
-    absl::StatusOr<sandbox::Channel::PairResult> pair = sandbox::Channel::Pair();
-    if (!pair.ok()) return pair.status();
-    sandbox::SandboxSpec s = spec;
-    s.channel_fd = pair->guest_fd;
-    absl::StatusOr<std::unique_ptr<sandbox::SandboxHandle>> h = (*sb)->Spawn(s);
-    close(pair->guest_fd);
-    if (!h.ok()) return h.status();
-    absl::StatusOr<std::string> frame = pair->host.ReadFrame(absl::Seconds(10));
-    if (!frame.ok()) return frame.status();
-    absl::StatusOr<sandbox::ExitInfo> e = (*h)->Wait(absl::Seconds(10));
-    return e.status();
-  };
-  SandboxRate r;
-  (void)RunFanout(10, 1, one);  // warm-up
-  Fanout serial = RunFanout(std::max(20, spawns / 4), 1, one);
-  Fanout par = RunFanout(spawns, clients, one);
-  r.rate_serial = static_cast<double>(serial.ms.size()) / serial.wall_s;
-  r.rate_parallel = static_cast<double>(par.ms.size()) / par.wall_s;
-  r.serial_ms = Summarize(serial.ms);
-  r.parallel_ms = Summarize(par.ms);
-  r.failures = serial.failures + par.failures;
-  r.error = serial.first_error.empty() ? par.first_error : serial.first_error;
-  sb->reset();
-  RemoveCgroupFolders(options.cgroup_folder);
-  return r;
-}
-
 // --- main -----------------------------------------------------------------------------------
 
 bool FlagValue(absl::string_view arg, absl::string_view name, absl::string_view* value) {
@@ -1106,9 +212,9 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     } else if (FlagValue(arg, "--only", &v)) {
       f->only = absl::StrSplit(v, ',', absl::SkipEmpty());
     } else if (FlagValue(arg, "--vaultd", &v)) {
-      g_vaultd = std::string(v);
+      Binaries().vaultd = std::string(v);
     } else if (FlagValue(arg, "--vaultctl", &v)) {
-      g_vaultctl = std::string(v);
+      Binaries().vaultctl = std::string(v);
     } else if (FlagValue(arg, "--sync_writes", &v)) {
       if (v != "true" && v != "false") return false;
       f->sync_writes = v == "true";
@@ -1167,7 +273,8 @@ int Main(int argc, char** argv) {
       flags.sandbox_spawns);
   printf("machine: %ld CPUs; load average before %.2f; temp dir %s\n",
          sysconf(_SC_NPROCESSORS_ONLN), LoadAverage(), tmp.c_str());
-  printf("vaultd %s\nvaultctl %s\nguest %s\n", g_vaultd.c_str(), g_vaultctl.c_str(), guest.c_str());
+  printf("vaultd %s\nvaultctl %s\nguest %s\n", Binaries().vaultd.c_str(),
+         Binaries().vaultctl.c_str(), guest.c_str());
   fflush(stdout);
 
   // Baselines first (no vaultd running).
@@ -1608,7 +715,7 @@ int Main(int argc, char** argv) {
     vault::bench::EmitResult(rss);
   }
   if (rc != 0) {
-    std::string log = Slurp(vault.log());
+    std::string log = ReadAll(vault.log());
     if (log.size() > 4000) log = log.substr(log.size() - 4000);
     fprintf(stderr, "--- vaultd log (tail) ---\n%s\n", log.c_str());
   }
