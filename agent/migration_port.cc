@@ -190,6 +190,9 @@ absl::Status AgentRuntime::Impl::PersistMigrating(
         "agent ", agent->id, " is ", StateName(resume_state), ", not frozen for a hop"));
   }
   const std::string to_vault = migration.to_vault();
+  // What it resumes as, or arrives as, is what it is now (an operator may have paused or
+  // resumed it since the freeze).
+  migration.set_resume_state(resume_state);
   *r.mutable_state_digest() = migration.state();
   r.set_has_state(true);
   *r.mutable_migration() = std::move(migration);

@@ -76,9 +76,9 @@ class MigrationPort {
   // Undoes Freeze (a hop that failed before MIGRATING was persisted).
   virtual void Unfreeze(const AgentRef& agent) = 0;
   // Records the outbound hop (its chain with the new MIGRATE link, the handed state, as the
-  // agent's state too) and persists MIGRATING with an audit entry carrying `details`: from
-  // here on a restart finds the hop to settle. On failure the record is as it was (still
-  // frozen: Unfreeze it).
+  // agent's state too; its resume_state is the agent's state now) and persists MIGRATING with
+  // an audit entry carrying `details`: from here on a restart finds the hop to settle. On failure
+  // the record is as it was (still frozen: Unfreeze it).
   virtual absl::Status PersistMigrating(
       const AgentRef& agent, vault::v1::OutboundMigration migration,
       std::vector<std::pair<std::string, std::string>> details) = 0;

@@ -192,11 +192,12 @@ absl::StatusOr<ProcCgroups> ParseProcCgroup(const std::string& path, absl::strin
 }
 
 std::optional<std::string> DirUnderMount(const CgroupMount& mount, const std::string& cgroup_path) {
+  // (The mount's own root: its mountpoint. Returned here rather than through `relative = "/"`,
+  // which GCC 12 with -fsanitize=address warns about, wrongly, as an overlapping copy.)
+  if (mount.root != "/" && cgroup_path == mount.root) return mount.mountpoint;
   std::string relative;
   if (mount.root == "/") {
     relative = cgroup_path;
-  } else if (cgroup_path == mount.root) {
-    relative = "/";
   } else if (absl::StartsWith(cgroup_path, absl::StrCat(mount.root, "/"))) {
     relative = cgroup_path.substr(mount.root.size());
   } else {
