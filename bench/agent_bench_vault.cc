@@ -122,17 +122,23 @@ int64_t VoluntarySwitches(pid_t pid) {
   return any ? total : -1;
 }
 
-int64_t PssKiB(pid_t pid) {
-  std::string s = ReadAll(absl::StrCat("/proc/", pid, "/smaps_rollup"));
-  for (absl::string_view line : absl::StrSplit(s, '\n')) {
-    if (absl::ConsumePrefix(&line, "Pss:")) {
+// The value in kB of `field` ("VmRSS", "Pss") in a /proc file of "Field:   123 kB" lines; -1
+// when it is missing.
+int64_t KiBField(const std::string& text, absl::string_view field) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (absl::ConsumePrefix(&line, field) && absl::ConsumePrefix(&line, ":")) {
       int64_t v = -1;
       line = absl::StripAsciiWhitespace(line);
       absl::ConsumeSuffix(&line, " kB");
       if (absl::SimpleAtoi(line, &v)) return v;
     }
   }
-  return 0;
+  return -1;
+}
+
+int64_t PssKiB(pid_t pid) {
+  const int64_t pss = KiBField(ReadAll(absl::StrCat("/proc/", pid, "/smaps_rollup")), "Pss");
+  return pss < 0 ? 0 : pss;
 }
 
 constexpr char kSpec[] = R"((agent
@@ -150,16 +156,7 @@ VaultBinaries& Binaries() {
 }
 
 int64_t StatusKiB(pid_t pid, absl::string_view field) {
-  std::string s = ReadAll(absl::StrCat("/proc/", pid, "/status"));
-  for (absl::string_view line : absl::StrSplit(s, '\n')) {
-    if (absl::ConsumePrefix(&line, field) && absl::ConsumePrefix(&line, ":")) {
-      int64_t v = -1;
-      line = absl::StripAsciiWhitespace(line);
-      absl::ConsumeSuffix(&line, " kB");
-      if (absl::SimpleAtoi(line, &v)) return v;
-    }
-  }
-  return -1;
+  return KiBField(ReadAll(absl::StrCat("/proc/", pid, "/status")), field);
 }
 
 int64_t ProcessCpuNs(pid_t pid) {

@@ -94,6 +94,7 @@ void Migration::PrestartArrival(const vault::v1::MigrationPackage& p,
 
 agent::AgentRef Migration::TakePrestart(const PrestartId& id, const std::string& key) {
   agent::AgentRef held;
+  bool usable;
   {
     absl::MutexLock lock(&mu_);
     const absl::Time deadline = absl::Now() + absl::Seconds(3);
@@ -106,14 +107,14 @@ agent::AgentRef Migration::TakePrestart(const PrestartId& id, const std::string&
     }
     if (it == prestarts_.end()) return nullptr;
     const bool ready = it->second.ready;
-    const bool usable = ready && it->second.key == key;
+    usable = ready && it->second.key == key;
     held = std::move(it->second.agent);
     prestarts_.erase(it);
     if (!ready) return nullptr;  // still starting: its starter ends it, finding it gone
-    if (!usable) {
-      EndHeldLater(std::move(held));  // started for another hop (other limits, chain or root)
-      return nullptr;
-    }
+  }
+  if (!usable) {
+    EndHeldLater(std::move(held));  // started for another hop (other limits, chain or root)
+    return nullptr;
   }
   // Adopted only while its process runs and nothing is ending it: one that died meanwhile is
   // not reused (its exit handler may still be on its way); the Commit starts a fresh one.
