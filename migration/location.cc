@@ -184,13 +184,14 @@ absl::StatusOr<vault::v1::LocatedResponse> Migration::Located(
     return absl::PermissionDeniedError(
         absl::StrCat("member ", caller, " reports a receipt of ", p.to_vault()));
   }
-  // (Its record here: the live one when it runs here again, whose hop is the newest.)
+  absl::MutexLock lock(&location_mu_);
+  // (Its record here, read under location_mu_: the live one when it runs here again, whose hop
+  // is the newest.)
   absl::StatusOr<AgentRecord> home = deps_.port->RecordOf(p.agent_id());
   if (!home.ok() || !(home->home_vault().empty() || home->home_vault() == options_.vault_name)) {
     return absl::FailedPreconditionError(
         absl::StrCat("this vault is not the home of agent ", p.agent_id()));
   }
-  absl::MutexLock lock(&location_mu_);
   VAULT_ASSIGN_OR_RETURN(std::optional<vault::v1::AgentLocation> held, LoadLocation(p.agent_id()));
   vault::v1::LocatedResponse out;
   const uint32_t known_hop = home->hop();
