@@ -215,22 +215,30 @@ bool CheckGrant(const Grant& g, std::string* why) {
 
   // Which scope fields the kind allows; every other one must be empty.
   bool path = false, hash = false, host = false, port = false, agent = false, vaults = false,
-       types = false;
+       types = false, url = false;
   switch (g.kind()) {
     case Grant::READ:
       path = HasPath(g);
       hash = HasHash(g);
-      if (path == hash) return fail_plain("needs exactly one of a path and a hash");
+      url = HasUrl(g);
+      if (path + hash + url != 1) return fail_plain("needs exactly one of a path, a hash and a url");
       break;
     case Grant::WRITE:
-      path = true;
+      url = HasUrl(g);
+      path = !url;
+      if (url && HasPath(g)) return fail_plain("needs exactly one of a path and a url");
       break;
     case Grant::CAS_READ:
     case Grant::CAS_WRITE:
     case Grant::SPAWN:
       break;
     case Grant::NETWORK:
-      host = port = true;
+      url = HasUrl(g);
+      host = !url;
+      port = !url;
+      if (url && (HasHost(g) || HasPort(g))) {
+        return fail_plain("needs a host (and port) or a url, not both");
+      }
       break;
     case Grant::SEND:
     case Grant::RECEIVE:
@@ -248,6 +256,7 @@ bool CheckGrant(const Grant& g, std::string* why) {
   if (!port && HasPort(g)) return fail_plain("may not have a port");
   if (!agent && HasAgent(g)) return fail_plain("may not have an agent");
   if (!vaults && HasVaults(g)) return fail_plain("may not have vaults");
+  if (!url && HasUrl(g)) return fail_plain("may not have a url");
   if (!types && HasMessageTypes(g)) {
     return fail_plain("may not have message_types (only send and receive grants have them)");
   }
@@ -257,6 +266,9 @@ bool CheckGrant(const Grant& g, std::string* why) {
   }
   if (hash && g.hash().size() != kHashBytes) {
     return fail_number("hash must be 32 bytes, got ", g.hash().size(), "");
+  }
+  if (url) {
+    if (const char* problem = UrlProblem(g.url())) return fail("url", g.url(), problem);
   }
   if (host) {
     if (const char* problem = HostProblem(g.host())) return fail("host", g.host(), problem);

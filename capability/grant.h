@@ -13,6 +13,12 @@
 //     '-', total <= 253, no trailing dot), exact or "*.suffix". "*.example.com" covers
 //     a.example.com and *.a.example.com, never example.com itself nor xexample.com. Port 0
 //     covers every port; otherwise ports must be equal.
+//   - URLs (READ: GET, WRITE: POST, NETWORK: both, performed by the vault) are patterns
+//     "scheme://host:port/path" in canonical form (CanonicalUrl): http or https, the host as
+//     above, an explicit port, a path with its query that is exact or ends in '*' (any
+//     continuation). A pattern covers itself and, when it ends in '*', every URL or pattern of
+//     the same scheme and port on a covered host whose path starts with what precedes the '*'.
+//     User info, fragments, dot segments and percent-encoded '.', '/' or '\' are refused.
 //   - SEND/RECEIVE name an agent id, or "*" (any agent), which covers every id, and optionally
 //     the message types allowed (sorted, unique; none: any type). A parent covers a child when
 //     its agent covers the child's and its types are none, or the child's types are some and a
@@ -54,6 +60,18 @@ absl::Status ValidateHost(absl::string_view host);
 // ("message type \"vault.query\" is reserved for the vault") otherwise.
 absl::Status ValidateMessageType(absl::string_view type);
 bool PathCovers(absl::string_view parent, absl::string_view child);
+bool UrlCovers(absl::string_view parent, absl::string_view child);
+
+// A URL as people write it ("https://arxiv.org/rss/*", "HTTP://Example.com?q=1") in canonical
+// form ("https://arxiv.org:443/rss/*", "http://example.com:80/?q=1"): scheme and host
+// lowercased, the default port written, "/" for an empty path. kPattern: a grant's URL ('*' may
+// end it, wildcard hosts allowed); kRequest: a URL to fetch. INVALID_ARGUMENT naming the
+// problem.
+enum class UrlUse { kPattern, kRequest };
+absl::StatusOr<std::string> CanonicalUrl(absl::string_view text, UrlUse use);
+// May the canonical request URL `request` be fetched under the grant pattern `pattern`?
+// Fail-closed on anything invalid.
+bool UrlAllows(absl::string_view pattern, absl::string_view request);
 bool HostCovers(absl::string_view parent, absl::string_view child);
 
 // A grant's scope fields are exactly those of its kind, each valid; MIGRATE vaults sorted,

@@ -69,14 +69,18 @@ bool CoversValid(const Grant& parent, const Grant& child) {
   switch (child.kind()) {
     case Grant::READ:
       if (HasHash(child)) return parent.hash() == child.hash();
-      return HasPath(parent) && PathCoversValid(parent.path(), child.path());
+      [[fallthrough]];
     case Grant::WRITE:
-      return PathCoversValid(parent.path(), child.path());
+      if (HasUrl(child)) return HasUrl(parent) && UrlCoversValid(parent.url(), child.url());
+      return HasPath(parent) && PathCoversValid(parent.path(), child.path());
     case Grant::CAS_READ:
     case Grant::CAS_WRITE:
     case Grant::SPAWN:
       return true;
     case Grant::NETWORK:
+      if (HasUrl(child) || HasUrl(parent)) {
+        return HasUrl(parent) && HasUrl(child) && UrlCoversValid(parent.url(), child.url());
+      }
       return HostCoversValid(parent.host(), child.host()) &&
              (parent.port() == 0 || parent.port() == child.port());
     case Grant::SEND:
@@ -153,6 +157,11 @@ absl::Status ConstraintsSubset(const Constraints& child, const Constraints& pare
                                     &C::max_processes, kLarger));
   VAULT_RETURN_IF_ERROR(LimitSubset("max_migrations", child, parent, &C::has_max_migrations,
                                     &C::max_migrations, kLarger));
+  VAULT_RETURN_IF_ERROR(
+      LimitSubset("max_steps", child, parent, &C::has_max_steps, &C::max_steps, kLarger));
+  VAULT_RETURN_IF_ERROR(LimitSubset("max_allocation_bytes", child, parent,
+                                    &C::has_max_allocation_bytes, &C::max_allocation_bytes,
+                                    kLarger));
   return LimitSubset("expires_unix_ms", child, parent, &C::has_expires_unix_ms, &C::expires_unix_ms,
                      "later than");
 }

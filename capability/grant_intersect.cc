@@ -50,6 +50,19 @@ bool IntersectPaths(absl::string_view a, absl::string_view b, absl::string_view*
   return true;
 }
 
+// The meet of two valid URL patterns: the narrower when one covers the other. (Two prefixes
+// neither of which covers the other meet in nothing: their URLs differ before either '*'.)
+bool IntersectUrls(absl::string_view a, absl::string_view b, absl::string_view* out) {
+  if (UrlCoversValid(a, b)) {
+    *out = b;
+  } else if (UrlCoversValid(b, a)) {
+    *out = a;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 // IntersectOne for valid grants. Each case is the exact meet of the two sets of requests, so the
 // result covers everything both grants cover.
 bool IntersectValid(const Grant& a, const Grant& b, Grant* out) {
@@ -76,6 +89,13 @@ bool IntersectValid(const Grant& a, const Grant& b, Grant* out) {
       }
       [[fallthrough]];
     case Grant::WRITE: {
+      if (HasUrl(a) || HasUrl(b)) {
+        if (!HasUrl(a) || !HasUrl(b)) return false;
+        absl::string_view url;
+        if (!IntersectUrls(a.url(), b.url(), &url)) return false;
+        result.set_url(std::string(url));
+        break;
+      }
       absl::string_view path;
       if (!IntersectPaths(a.path(), b.path(), &path)) return false;
       result.set_path(std::string(path));
@@ -86,6 +106,13 @@ bool IntersectValid(const Grant& a, const Grant& b, Grant* out) {
     case Grant::SPAWN:
       break;
     case Grant::NETWORK: {
+      if (HasUrl(a) || HasUrl(b)) {
+        if (!HasUrl(a) || !HasUrl(b)) return false;
+        absl::string_view url;
+        if (!IntersectUrls(a.url(), b.url(), &url)) return false;
+        result.set_url(std::string(url));
+        break;
+      }
       if (HostCoversValid(a.host(), b.host())) {
         result.set_host(b.host());
       } else if (HostCoversValid(b.host(), a.host())) {
@@ -127,13 +154,13 @@ bool IntersectValid(const Grant& a, const Grant& b, Grant* out) {
   return true;
 }
 
-// The canonical order: kind, then path, hash, host, port, agent, vaults, message types (lists
+// The canonical order: kind, then path, hash, url, host, port, agent, vaults, message types (lists
 // lexicographically; an empty list, "any type", first).
 bool CanonicalLess(const Grant& a, const Grant& b) {
   auto key = [](const Grant& g) {
     return std::make_tuple(static_cast<int>(g.kind()), absl::string_view(g.path()),
-                           absl::string_view(g.hash()), absl::string_view(g.host()), g.port(),
-                           absl::string_view(g.agent()));
+                           absl::string_view(g.hash()), absl::string_view(g.url()),
+                           absl::string_view(g.host()), g.port(), absl::string_view(g.agent()));
   };
   const auto ka = key(a);
   const auto kb = key(b);
@@ -164,6 +191,16 @@ bool CoveredByAnother(const std::vector<Grant>& sorted, const Grant& g) {
     probe.set_path(std::string(path));
     return probe;
   };
+  if (HasUrl(g)) {
+    // Patterns that cover another are few; compare with every other URL grant of the kind.
+    for (const Grant& other : sorted) {
+      if (other.kind() == g.kind() && HasUrl(other) && !SameScope(other, g) &&
+          CoversValid(other, g)) {
+        return true;
+      }
+    }
+    return false;
+  }
   switch (g.kind()) {
     case Grant::READ:
       if (HasHash(g)) {
@@ -300,6 +337,9 @@ Constraints IntersectConstraints(const Constraints& a, const Constraints& b) {
   LimitIntersect(a, b, &out, &C::has_max_open_files, &C::max_open_files, &C::set_max_open_files);
   LimitIntersect(a, b, &out, &C::has_max_processes, &C::max_processes, &C::set_max_processes);
   LimitIntersect(a, b, &out, &C::has_max_migrations, &C::max_migrations, &C::set_max_migrations);
+  LimitIntersect(a, b, &out, &C::has_max_steps, &C::max_steps, &C::set_max_steps);
+  LimitIntersect(a, b, &out, &C::has_max_allocation_bytes, &C::max_allocation_bytes,
+                 &C::set_max_allocation_bytes);
   LimitIntersect(a, b, &out, &C::has_expires_unix_ms, &C::expires_unix_ms, &C::set_expires_unix_ms);
   return out;
 }

@@ -560,12 +560,36 @@ TEST(GrantAttack, StrayScopeFieldIsRefused) {
   EXPECT_FALSE(Covers(Read("/"), g));
 }
 
+TEST(GrantAttack, UrlBesideAnotherScopeOrOnAnotherKindIsRefused) {
+  Grant read = Read("/a");
+  read.set_url("https://x.org:443/*");
+  EXPECT_EQ(ValidateGrant(read).message(),
+            "grant read /a https://x.org:443/*: needs exactly one of a path, a hash and a url");
+  Grant write = Make(Grant::WRITE);
+  write.set_path("/a");
+  write.set_url("https://x.org:443/*");
+  EXPECT_EQ(ValidateGrant(write).message(),
+            "grant write /a https://x.org:443/*: needs exactly one of a path and a url");
+  Grant cas = Make(Grant::CAS_READ);
+  cas.set_url("https://x.org:443/*");
+  EXPECT_EQ(ValidateGrant(cas).message(),
+            "grant cas-read [url https://x.org:443/*]: may not have a url");
+  // Not canonical: no port, upper case, a wildcard in the middle. Never repaired.
+  for (const char* url : {"https://x.org/a", "HTTPS://x.org:443/a", "https://x.org:443/a*b",
+                          "https://x.org:0443/a", "https://x.org:443", "file://x.org:1/a"}) {
+    Grant g = Make(Grant::READ);
+    g.set_url(url);
+    EXPECT_EQ(ValidateGrant(g).code(), kInvalid) << url;
+    EXPECT_FALSE(Covers(g, g)) << url;
+  }
+}
+
 TEST(GrantAttack, ReadWithBothOrNeitherScopeIsRefused) {
   Grant both = ReadHash('a');
   both.set_path("/a");
   EXPECT_EQ(ValidateGrant(both).message(),
             "grant read /a sha256:6161616161616161616161616161616161616161616161616161616161616161"
-            ": needs exactly one of a path and a hash");
+            ": needs exactly one of a path, a hash and a url");
   EXPECT_EQ(ValidateGrant(Make(Grant::READ)).code(), kInvalid);
   Grant short_hash = Make(Grant::READ);
   short_hash.set_hash("abc");

@@ -39,16 +39,19 @@ std::string GrantToString(const Grant& grant) {
   std::string out;
   // The scope fields the kind's form prints; any other non-empty one is appended in brackets so
   // that a malformed grant is never shown as a well-formed one.
-  bool path = false, hash = false, network = false, agent = false, vaults = false, types = false;
+  bool path = false, hash = false, network = false, agent = false, vaults = false, types = false,
+       url = false;
   switch (grant.kind()) {
     case Grant::READ:
       out = "read";
       hash = HasHash(grant);
       path = HasPath(grant);
+      url = HasUrl(grant);
       break;
     case Grant::WRITE:
       out = "write";
-      path = true;
+      url = HasUrl(grant);
+      path = !url || HasPath(grant);
       break;
     case Grant::CAS_READ:
       out = "cas-read";
@@ -61,7 +64,8 @@ std::string GrantToString(const Grant& grant) {
       break;
     case Grant::NETWORK:
       out = "network";
-      network = true;
+      url = HasUrl(grant);
+      network = !url;
       break;
     case Grant::SEND:
       out = "send";
@@ -84,6 +88,10 @@ std::string GrantToString(const Grant& grant) {
     AppendEscaped(&out, grant.path());
   }
   if (hash) absl::StrAppend(&out, " sha256:", absl::BytesToHexString(grant.hash()));
+  if (url) {
+    out.push_back(' ');
+    AppendEscaped(&out, grant.url());
+  }
   if (network) {
     out.push_back(' ');
     AppendEscaped(&out, grant.host());
@@ -129,6 +137,11 @@ std::string GrantToString(const Grant& grant) {
     out.push_back(']');
   }
   if (!network && HasPort(grant)) absl::StrAppend(&out, " [port ", grant.port(), "]");
+  if (!url && HasUrl(grant)) {
+    out.append(" [url ");
+    AppendEscaped(&out, grant.url());
+    out.push_back(']');
+  }
   if (!agent && HasAgent(grant)) {
     out.append(" [agent ");
     AppendEscaped(&out, grant.agent());

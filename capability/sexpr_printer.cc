@@ -83,13 +83,19 @@ std::string GrantText(const Grant& g) {
   switch (g.kind()) {
     case Grant::READ: {
       std::string out = "(read";
-      if (!g.path().empty() || g.hash().empty())
+      if (!g.path().empty() || (g.hash().empty() && g.url().empty()))
         absl::StrAppend(&out, " (path ", Quote(g.path()), ")");
       if (!g.hash().empty()) absl::StrAppend(&out, " (hash ", Quote(HashText(g.hash())), ")");
+      if (!g.url().empty()) absl::StrAppend(&out, " (url ", Quote(g.url()), ")");
       return out + ")";
     }
-    case Grant::WRITE:
-      return absl::StrCat("(write (path ", Quote(g.path()), "))");
+    case Grant::WRITE: {
+      std::string out = "(write";
+      if (!g.path().empty() || g.url().empty())
+        absl::StrAppend(&out, " (path ", Quote(g.path()), ")");
+      if (!g.url().empty()) absl::StrAppend(&out, " (url ", Quote(g.url()), ")");
+      return out + ")";
+    }
     case Grant::CAS_READ:
       return "(cas-read)";
     case Grant::CAS_WRITE:
@@ -97,6 +103,9 @@ std::string GrantText(const Grant& g) {
     case Grant::SPAWN:
       return "(spawn)";
     case Grant::NETWORK: {
+      if (!g.url().empty() && g.host().empty() && g.port() == 0) {
+        return absl::StrCat("(network (url ", Quote(g.url()), "))");
+      }
       std::string out = absl::StrCat("(network (host ", Quote(g.host()), ")");
       if (g.port() != 0) absl::StrAppend(&out, " (port ", g.port(), ")");
       return out + ")";
@@ -184,6 +193,18 @@ std::string AgentSpecToSexpr(const AgentSpec& spec) {
                                  spec.code_digest().size(), "\")"));
   } else if (spec.has_code_file()) {
     items.push_back(absl::StrCat("(code-file ", Quote(spec.code_file()), ")"));
+  } else if (spec.has_code_source()) {
+    items.push_back(absl::StrCat("(code '", spec.code_source(), ")"));
+  }
+  if (!spec.id().empty()) items.push_back(absl::StrCat("(id ", Quote(spec.id()), ")"));
+  if (!spec.name().empty()) items.push_back(absl::StrCat("(name ", NameText(spec.name()), ")"));
+  if (spec.groups_size() > 0) {
+    std::string groups = "(groups";
+    for (const std::string& g : spec.groups()) absl::StrAppend(&groups, " ", NameText(g));
+    items.push_back(groups + ")");
+  }
+  if (!spec.spawned_by().empty()) {
+    items.push_back(absl::StrCat("(spawned-by ", Quote(spec.spawned_by()), ")"));
   }
   if (spec.grants_size() > 0) items.push_back(Block("capabilities", GrantItems(spec.grants()), 2));
   if (spec.has_constraints()) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "capability/internal/message_checks.h"
 #include "capability/internal/parse_message.h"
 #include "capability/internal/sexpr.h"
@@ -94,6 +95,24 @@ absl::StatusOr<AgentSpec> ParseAgentSpec(absl::string_view text, absl::string_vi
       break;
   }
   return ParseText<AgentSpec>(text, source, &CheckSpec);
+}
+
+absl::StatusOr<ParsedSpec> ParseAgentSpecWithOptions(absl::string_view text,
+                                                     absl::string_view source,
+                                                     const SpecOptions& options) {
+  VAULT_RETURN_IF_ERROR(text::CheckSize(text, source));
+  ParsedSpec out;
+  if (Detect(text) != TextFormat::kSexpr) {
+    VAULT_ASSIGN_OR_RETURN(out.spec, ParseAgentSpec(text, source));
+    if (out.spec.purpose().empty()) {
+      out.warnings.push_back(absl::StrCat(source, ": the spec has no purpose; the vault records "
+                                                  "a default"));
+    }
+    return out;
+  }
+  VAULT_ASSIGN_OR_RETURN(Sexp doc, ReadSexpDocument(text, source, "(agent ...)"));
+  VAULT_ASSIGN_OR_RETURN(out.spec, SexpToAgentSpec(doc, source, &options, &out.warnings));
+  return out;
 }
 
 absl::StatusOr<std::vector<Grant>> ParseGrants(absl::string_view text, absl::string_view source) {

@@ -38,6 +38,7 @@
 #ifndef VAULT_CAPABILITY_TEXT_FORM_H_
 #define VAULT_CAPABILITY_TEXT_FORM_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,22 @@ absl::StatusOr<std::vector<vault::v1::Grant>> ParseGrants(absl::string_view text
 // (The "key=value,..." shorthand of vaultctl --constraints is vaultctl/shorthand.h's.)
 absl::StatusOr<vault::v1::Constraints> ParseConstraints(absl::string_view text,
                                                         absl::string_view source);
+
+// What a caller adds to a spec's text: values for the symbols it uses as placeholders, as the
+// RFC's examples do ((read (hash input-hash)), (spawned-by user-principal)). vaultctl fills it
+// from --bind NAME=VALUE.
+struct SpecOptions {
+  std::map<std::string, std::string> bindings;
+};
+// A spec and what the parser noticed but accepted ("spec.scm:14:3: (status running) ignored:
+// ..."): a missing purpose, an ignored (status ...).
+struct ParsedSpec {
+  vault::v1::AgentSpec spec;
+  std::vector<std::string> warnings;
+};
+absl::StatusOr<ParsedSpec> ParseAgentSpecWithOptions(absl::string_view text,
+                                                     absl::string_view source,
+                                                     const SpecOptions& options);
 
 // The canonical S-expression of a spec / grants / constraints (parses back to the same).
 std::string AgentSpecToSexpr(const vault::v1::AgentSpec& spec);

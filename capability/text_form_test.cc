@@ -290,7 +290,7 @@ TEST(ParseAgentSpec, ArithmeticErrors) {
       {"(agent (constraints (max-cpu (* 6))))", "spec.scm:1:30: (* ...) takes two or more numbers"},
       {"(agent (constraints (max-cpu \"6\")))",
        "spec.scm:1:30: expected a number, found the string \"6\""},
-      {"(agent (constraints (max-cpu 1 2)))", "spec.scm:1:21: (max-cpu ...) takes one number"},
+      {"(agent (constraints (max-cpu 1 2)))", "spec.scm:1:21: (max-cpu ...) takes one number (or #f: none)"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<AgentSpec> spec = ParseAgentSpec(c.text, "spec.scm", TextFormat::kSexpr);
@@ -312,9 +312,11 @@ TEST(ParseAgentSpec, SexprErrors) {
       {")", "spec.scm:1:1: unexpected ')'"},
       {"(agent) (agent)", "spec.scm:1:9: unexpected text after the first form"},
       {"  ; only a comment\n", "spec.scm:2:1: empty input; expected (agent ...)"},
-      {"(agent\n  (colour blue))", "spec.scm:2:3: unknown form (colour ...) in (agent ...)"},
-      {"(agnet)", "spec.scm:1:1: expected (agent ...), found (agnet ...)"},
-      {"agent", "spec.scm:1:1: expected (agent ...), found the symbol agent"},
+      {"(agent\n  (colour blue))", "spec.scm:2:3: unknown form (colour ...) in (agent ...); the forms are purpose, "
+       "instructions, code, code-file, capabilities, constraints, sandbox, id, name, groups, "
+       "spawned-by, status"},
+      {"(agnet)", "spec.scm:1:1: expected (agent ...) or (spawn-agent ...), found (agnet ...)"},
+      {"agent", "spec.scm:1:1: expected (agent ...) or (spawn-agent ...), found the symbol agent"},
       {"(agent (purpose \"abc))", "spec.scm:1:17: unterminated string"},
       {"(agent (purpose \"a\\qb\"))",
        "spec.scm:1:19: unknown escape \\'q' (use \\\", \\\\, \\n, "
@@ -336,8 +338,8 @@ TEST(ParseAgentSpec, SexprErrors) {
       {"(agent \"x\")",
        "spec.scm:1:8: expected a form (name ...) in (agent ...), found the string \"x\""},
       {"(agent (capabilities (network (port 443))))",
-       "spec.scm:1:22: (network ...) needs (host ...)"},
-      {"(agent (capabilities (read)))", "spec.scm:1:22: (read ...) needs (path ...) or (hash ...)"},
+       "spec.scm:1:22: (network ...) needs (host ...) or (url ...)"},
+      {"(agent (capabilities (read)))", "spec.scm:1:22: (read ...) needs (path ...), (hash ...) or (url ...)"},
       {"(agent (capabilities (exec (path \"/bin\"))))",
        "spec.scm:1:22: unknown grant (exec ...); expected read, write, cas-read, cas-write, spawn, "
        "network, send, receive or migrate"},
@@ -353,7 +355,10 @@ TEST(ParseAgentSpec, SexprErrors) {
       {"(agent (constraints (max-runtime 1) (max-runtime-ms 5)))",
        "spec.scm:1:37: (max-runtime-ms ...) conflicts with (max-runtime ...) at 1:21"},
       {"(agent (constraints (max-speed 1)))",
-       "spec.scm:1:21: unknown form (max-speed ...) in (constraints ...)"},
+       "spec.scm:1:21: unknown form (max-speed ...) in (constraints ...); the limits are "
+       "max-runtime, max-runtime-ms, max-memory, max-storage, max-cpu, max-cpu-ms, "
+       "max-open-files, max-processes, max-migrations, expires, expires-ms, max-steps, "
+       "max-allocation, and (fuel ...)"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<AgentSpec> spec = ParseAgentSpec(c.text, "spec.scm", TextFormat::kSexpr);

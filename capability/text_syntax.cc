@@ -131,7 +131,8 @@ constexpr ConstraintName kConstraintNames[] = {
     {"max-cpu", "max_cpu_ms", 1000},         {"max-cpu-ms", "max_cpu_ms", 1},
     {"max-open-files", "max_open_files", 1}, {"max-processes", "max_processes", 1},
     {"max-migrations", "max_migrations", 1}, {"expires", "expires_unix_ms", 1000},
-    {"expires-ms", "expires_unix_ms", 1},
+    {"expires-ms", "expires_unix_ms", 1},    {"max-steps", "max_steps", 1},
+    {"max-allocation", "max_allocation_bytes", 1},
 };
 
 absl::Span<const ConstraintName> ConstraintNames() { return kConstraintNames; }

@@ -119,6 +119,8 @@ Json ConstraintsJson(const vault::v1::Constraints& c) {
   if (c.has_max_cpu_ms()) o.Add("max_cpu_ms", c.max_cpu_ms());
   if (c.has_max_open_files()) o.Add("max_open_files", c.max_open_files());
   if (c.has_max_processes()) o.Add("max_processes", c.max_processes());
+  if (c.has_max_steps()) o.Add("max_steps", c.max_steps());
+  if (c.has_max_allocation_bytes()) o.Add("max_allocation_bytes", c.max_allocation_bytes());
   if (c.has_max_migrations()) o.Add("max_migrations", c.max_migrations());
   if (c.has_expires_unix_ms()) o.Add("expires_unix_ms", c.expires_unix_ms());
   return o;

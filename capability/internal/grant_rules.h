@@ -17,6 +17,10 @@ namespace vault::capability {
 // never allocates (grant.cc).
 const char* PathProblem(absl::string_view path);
 const char* HostProblem(absl::string_view host);
+// nullptr when `url` is a canonical URL pattern (url_pattern.cc); never allocates.
+const char* UrlProblem(absl::string_view url);
+// Does valid pattern `parent` cover valid pattern `child` (url_pattern.cc)?
+bool UrlCoversValid(absl::string_view parent, absl::string_view child);
 
 // Is the grant valid (ValidateGrant without its message)? Never allocates (grant.cc).
 bool IsValidGrant(const vault::v1::Grant& g);
@@ -36,6 +40,7 @@ inline bool HasHost(const vault::v1::Grant& g) { return !g.host().empty(); }
 inline bool HasPort(const vault::v1::Grant& g) { return g.port() != 0; }
 inline bool HasAgent(const vault::v1::Grant& g) { return !g.agent().empty(); }
 inline bool HasVaults(const vault::v1::Grant& g) { return g.vaults_size() != 0; }
+inline bool HasUrl(const vault::v1::Grant& g) { return !g.url().empty(); }
 inline bool HasMessageTypes(const vault::v1::Grant& g) { return g.message_types_size() != 0; }
 
 }  // namespace vault::capability

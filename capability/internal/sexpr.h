@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "capability/text_form.h"
 #include "capability/text_syntax.h"
 #include "vault/v1/agent.pb.h"
 #include "vault/v1/capability.pb.h"
@@ -16,7 +17,10 @@
 namespace vault::capability::internal {
 
 struct Sexp {
-  enum class Type { kList, kString, kSymbol, kInteger };
+  // kBoolean: #t or #f (text "#t" / "#f"; #true and #false read as these). kCode: a Scheme datum
+  // inside (code ...) other than a string, kept as its exact source text (the Scheme runner
+  // reads it, with Scheme's full syntax), e.g. "'(lambda () (loop))".
+  enum class Type { kList, kString, kSymbol, kInteger, kBoolean, kCode };
   Type type = Type::kList;
   text::Pos pos;
   std::string text;         // a string's contents, a symbol, an integer literal
@@ -39,8 +43,10 @@ std::string Describe(const Sexp& x);
 absl::StatusOr<Sexp> ReadSexpDocument(absl::string_view text, absl::string_view source,
                                       absl::string_view expected);
 
-// (agent ...).
-absl::StatusOr<vault::v1::AgentSpec> SexpToAgentSpec(const Sexp& doc, absl::string_view source);
+// (agent ...) or (spawn-agent ...); `options` and `warnings` may be null.
+absl::StatusOr<vault::v1::AgentSpec> SexpToAgentSpec(const Sexp& doc, absl::string_view source,
+                                                     const SpecOptions* options = nullptr,
+                                                     std::vector<std::string>* warnings = nullptr);
 // (capabilities ...) or one grant form.
 absl::StatusOr<std::vector<vault::v1::Grant>> SexpToGrants(const Sexp& doc,
                                                            absl::string_view source);

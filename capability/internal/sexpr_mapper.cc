@@ -12,8 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 #include "capability/grant.h"
+#include "capability/text_form.h"
 #include "capability/internal/sexpr.h"
 #include "common/status_macros.h"
 #include "google/protobuf/descriptor.h"
@@ -48,27 +50,41 @@ using vault::v1::Grant;
 // From S-expressions to messages.
 class SexpMapper {
  public:
-  explicit SexpMapper(absl::string_view source) : source_(source) {}
+  explicit SexpMapper(absl::string_view source, const SpecOptions* options = nullptr,
+                      std::vector<std::string>* warnings = nullptr)
+      : source_(source), options_(options), warnings_(warnings) {}
 
   absl::Status Error(const Sexp& at, absl::string_view what) const {
     return ErrorAt(source_, at.pos, what);
   }
-
-  absl::StatusOr<AgentSpec> Agent(const Sexp& doc) const {
-    if (doc.head() != "agent") {
-      return Error(doc, absl::StrCat("expected (agent ...), found ", Describe(doc)));
+  void Warn(const Sexp& at, absl::string_view what) const {
+    if (warnings_ != nullptr) {
+      warnings_->push_back(std::string(ErrorAt(source_, at.pos, what).message()));
     }
+  }
+
+  // (agent ...), or the RFC's (spawn-agent ...): the same forms.
+  absl::StatusOr<AgentSpec> Agent(const Sexp& doc) const {
+    if (doc.head() != "agent" && doc.head() != "spawn-agent") {
+      return Error(doc, absl::StrCat("expected (agent ...) or (spawn-agent ...), found ",
+                                     Describe(doc)));
+    }
+    const std::string top(doc.head());
     AgentSpec spec;
     std::map<std::string, const Sexp*> seen;  // singleton slot → the form that filled it
     for (size_t i = 1; i < doc.items.size(); ++i) {
       const Sexp& form = doc.items[i];
-      VAULT_RETURN_IF_ERROR(CheckForm(form, "agent"));
+      VAULT_RETURN_IF_ERROR(CheckForm(form, top));
       absl::string_view head = form.head();
       std::string slot(head == "code-file" ? "code" : head);
       static constexpr absl::string_view kForms[] = {
-          "purpose", "instructions", "code", "code-file", "capabilities", "constraints", "sandbox"};
+          "purpose", "instructions", "code",   "code-file",  "capabilities", "constraints",
+          "sandbox", "id",           "name",   "groups",     "spawned-by",   "status"};
       if (std::find(std::begin(kForms), std::end(kForms), head) == std::end(kForms)) {
-        return Error(form, absl::StrCat("unknown form (", head, " ...) in (agent ...)"));
+        return Error(form, absl::StrCat("unknown form (", head, " ...) in (", top,
+                                        " ...); the forms are purpose, instructions, code, "
+                                        "code-file, capabilities, constraints, sandbox, id, "
+                                        "name, groups, spawned-by, status"));
       }
       auto [it, inserted] = seen.emplace(slot, &form);
       if (!inserted) return Repeated(form, *it->second);
@@ -78,13 +94,7 @@ class SexpMapper {
       } else if (head == "instructions") {
         VAULT_ASSIGN_OR_RETURN(*spec.mutable_instructions(), OneString(form));
       } else if (head == "code") {
-        VAULT_ASSIGN_OR_RETURN(std::string text, OneString(form));
-        std::optional<vault::v1::Digest> digest = ParseDigest(text);
-        if (!digest) {
-          return Error(form.items[1],
-                       absl::StrCat("bad digest ", Quoted(text), ": ", kDigestSyntax));
-        }
-        *spec.mutable_code_digest() = *std::move(digest);
+        VAULT_RETURN_IF_ERROR(CodeForm(form, &spec));
       } else if (head == "code-file") {
         VAULT_ASSIGN_OR_RETURN(std::string file, OneString(form));
         if (file.empty()) return Error(form.items[1], "(code-file ...) is empty");
@@ -92,17 +102,79 @@ class SexpMapper {
       } else if (head == "capabilities") {
         for (size_t g = 1; g < form.items.size(); ++g) {
           VAULT_RETURN_IF_ERROR(CheckForm(form.items[g], "capabilities"));
-          VAULT_ASSIGN_OR_RETURN(*spec.add_grants(), GrantForm(form.items[g]));
+          VAULT_ASSIGN_OR_RETURN(std::vector<Grant> grants, GrantForms(form.items[g]));
+          for (Grant& grant : grants) *spec.add_grants() = std::move(grant);
         }
         absl::Status all = ValidateGrants(spec.grants());  // the list's own limits
         if (!all.ok()) return Error(form, all.message());
       } else if (head == "constraints") {
         VAULT_RETURN_IF_ERROR(ConstraintsForm(form, spec.mutable_constraints()));
-      } else {  // sandbox
-        VAULT_ASSIGN_OR_RETURN(*spec.mutable_sandbox(), OneName(form));
+      } else if (head == "sandbox") {
+        VAULT_ASSIGN_OR_RETURN(*spec.mutable_sandbox(), SandboxForm(form));
+      } else if (head == "id") {
+        VAULT_ASSIGN_OR_RETURN(*spec.mutable_id(), OneName(form));
+      } else if (head == "name") {
+        VAULT_ASSIGN_OR_RETURN(*spec.mutable_name(), OneName(form));
+      } else if (head == "groups") {
+        VAULT_ASSIGN_OR_RETURN(std::vector<std::string> groups, Names(form, 1));
+        if (groups.empty()) return Error(form, "(groups ...) names one or more groups");
+        for (std::string& g : groups) spec.add_groups(std::move(g));
+      } else if (head == "spawned-by") {
+        VAULT_ASSIGN_OR_RETURN(std::string who, OneName(form));
+        // A symbol may stand for a key the caller names (vaultctl --bind NAME=KEY).
+        if (form.items[1].type == Sexp::Type::kSymbol) who = Bound(who).value_or(who);
+        spec.set_spawned_by(std::move(who));
+      } else {  // status
+        VAULT_ASSIGN_OR_RETURN(std::string status, OneName(form));
+        Warn(form, absl::StrCat("(status ", status,
+                                ") ignored: an agent's status is the vault's to set"));
       }
     }
+    if (spec.purpose().empty()) {
+      Warn(doc, absl::StrCat("(", top,
+                             " ...) has no (purpose \"...\"); the vault records a default, "
+                             "and the purpose is the motivation of the agent's audit entries"));
+    }
     return spec;
+  }
+
+  // (code "sha256:<hex>/<size>"), or inline Scheme: (code '(lambda () ...)).
+  absl::Status CodeForm(const Sexp& form, AgentSpec* spec) const {
+    if (form.arg_count() != 1) {
+      return Error(form, "(code ...) takes one digest \"sha256:<hex>/<size>\" or Scheme code");
+    }
+    const Sexp& arg = form.items[1];
+    if (arg.type == Sexp::Type::kCode) {
+      absl::string_view code = arg.text;
+      // '(lambda ...) and (lambda ...) are the same program: the quote only keeps the RFC's
+      // spawn-agent from evaluating it.
+      if (absl::ConsumePrefix(&code, "'")) code = absl::StripLeadingAsciiWhitespace(code);
+      if (code.empty() || (code.front() != '(' && code.front() != '[')) {
+        return Error(arg, "(code ...) takes a digest string or a Scheme expression such as "
+                          "'(lambda () ...)");
+      }
+      spec->set_code_source(std::string(code));
+      return absl::OkStatus();
+    }
+    VAULT_ASSIGN_OR_RETURN(std::string text, OneString(form));
+    std::optional<vault::v1::Digest> digest = ParseDigest(text);
+    if (!digest) {
+      return Error(arg, absl::StrCat("bad digest ", Quoted(text), ": ", kDigestSyntax));
+    }
+    *spec->mutable_code_digest() = *std::move(digest);
+    return absl::OkStatus();
+  }
+
+  // (sandbox posix), or (sandbox (type scheme)) as the RFC writes a sandbox's own description.
+  absl::StatusOr<std::string> SandboxForm(const Sexp& form) const {
+    if (form.arg_count() == 1 && form.items[1].head() == "type") {
+      return OneName(form.items[1]);
+    }
+    if (form.arg_count() != 1 || form.items[1].is_list()) {
+      return Error(form, "(sandbox ...) takes one type: posix, scheme, wasm or container; its "
+                         "limits come from (constraints ...)");
+    }
+    return OneName(form);
   }
 
   absl::StatusOr<std::vector<Grant>> Grants(const Sexp& doc) const {
@@ -110,18 +182,14 @@ class SexpMapper {
     if (doc.head() == "capabilities") {
       for (size_t i = 1; i < doc.items.size(); ++i) {
         VAULT_RETURN_IF_ERROR(CheckForm(doc.items[i], "capabilities"));
-        VAULT_ASSIGN_OR_RETURN(Grant grant, GrantForm(doc.items[i]));
-        grants.push_back(std::move(grant));
+        VAULT_ASSIGN_OR_RETURN(std::vector<Grant> some, GrantForms(doc.items[i]));
+        for (Grant& grant : some) grants.push_back(std::move(grant));
       }
       absl::Status all = ValidateGrants(capability::Grants(grants.begin(), grants.end()));
       if (!all.ok()) return Error(doc, all.message());
       return grants;
     }
-    if (IsGrantKind(doc.head())) {
-      VAULT_ASSIGN_OR_RETURN(Grant grant, GrantForm(doc));
-      grants.push_back(std::move(grant));
-      return grants;
-    }
+    if (IsGrantKind(doc.head())) return GrantForms(doc);
     return Error(doc, absl::StrCat("expected (capabilities ...) or a grant such as "
                                    "(read (path \"/a\")), found ",
                                    Describe(doc)));
@@ -289,16 +357,131 @@ class SexpMapper {
     }
   }
 
+  // The value a symbol stands for (SpecOptions::bindings), if the caller bound it.
+  std::optional<std::string> Bound(const std::string& symbol) const {
+    if (options_ == nullptr) return std::nullopt;
+    auto it = options_->bindings.find(symbol);
+    if (it == options_->bindings.end()) return std::nullopt;
+    return it->second;
+  }
+
+  // (name x) for an atom x, positioned at x.
+  static Sexp Wrap(absl::string_view name, const Sexp& x) {
+    Sexp head;
+    head.type = Sexp::Type::kSymbol;
+    head.pos = x.pos;
+    head.text = std::string(name);
+    Sexp form;
+    form.pos = x.pos;
+    form.items = {std::move(head), x};
+    return form;
+  }
+
+  static bool IsAtomName(const Sexp& x) {
+    return x.type == Sexp::Type::kString || x.type == Sexp::Type::kSymbol;
+  }
+
+  // A grant form as people write it, with the RFC's shorthands, as one or more grants:
+  //   (read "/vault/feeds/")               (read (path "/vault/feeds"))
+  //   (read "https://arxiv.org/rss/*")     (read (url "https://arxiv.org:443/rss/*"))
+  //   (network "rss.example.com")          (network (host "rss.example.com"))
+  //   (network ("a.org" "b.org")), (network (hosts ("a.org" "b.org"))), (network (hosts a b))
+  //                                        one network grant per host, each with the port given
+  //   (send (to worker-agents))            (send (agent worker-agents))
+  // A string with "://" is a URL; several scopes give several grants.
+  absl::StatusOr<std::vector<Grant>> GrantForms(const Sexp& form) const {
+    const absl::string_view kind = form.head();
+    const bool paths = kind == "read" || kind == "write";
+    const bool network = kind == "network";
+    std::vector<Sexp> alternatives;  // scope forms, one grant each
+    Sexp common;                     // (kind forms every grant shares...)
+    common.pos = form.pos;
+    common.items.push_back(form.items[0]);
+    auto add_host = [&](const Sexp& x) -> absl::Status {
+      if (!IsAtomName(x)) {
+        return Error(x, absl::StrCat("(network ...) takes host names (strings or symbols), found ",
+                                     Describe(x)));
+      }
+      alternatives.push_back(Wrap(absl::StrContains(x.text, "://") ? "url" : "host", x));
+      return absl::OkStatus();
+    };
+    for (size_t i = 1; i < form.items.size(); ++i) {
+      const Sexp& arg = form.items[i];
+      if (IsAtomName(arg) && (paths || network)) {
+        if (network) {
+          VAULT_RETURN_IF_ERROR(add_host(arg));
+        } else {
+          alternatives.push_back(Wrap(absl::StrContains(arg.text, "://") ? "url" : "path", arg));
+        }
+      } else if (network && arg.is_list() && !arg.items.empty() && arg.head().empty()) {
+        for (const Sexp& host : arg.items) VAULT_RETURN_IF_ERROR(add_host(host));
+      } else if (network && arg.head() == "hosts") {
+        if (arg.arg_count() == 0) return Error(arg, "(hosts ...) names one or more hosts");
+        for (size_t h = 1; h < arg.items.size(); ++h) {
+          const Sexp& x = arg.items[h];
+          if (x.is_list() && x.head().empty()) {
+            for (const Sexp& host : x.items) VAULT_RETURN_IF_ERROR(add_host(host));
+          } else {
+            VAULT_RETURN_IF_ERROR(add_host(x));
+          }
+        }
+      } else if (kind == "send" && arg.head() == "to") {
+        Sexp renamed = arg;
+        renamed.items[0].text = "agent";
+        common.items.push_back(std::move(renamed));
+      } else {
+        common.items.push_back(arg);
+      }
+    }
+    std::vector<Grant> grants;
+    if (alternatives.empty()) {
+      VAULT_ASSIGN_OR_RETURN(Grant grant, GrantForm(common));
+      grants.push_back(std::move(grant));
+      return grants;
+    }
+    for (const Sexp& scope : alternatives) {
+      Sexp one = common;
+      one.items.insert(one.items.begin() + 1, scope);
+      VAULT_ASSIGN_OR_RETURN(Grant grant, GrantForm(one));
+      grants.push_back(std::move(grant));
+    }
+    return grants;
+  }
+
+  // Names in a form from item `first` on: strings or symbols, or lists of them one level deep
+  // ((vaults (vault-a vault-b)) as the RFC writes it); sorted and unique.
+  absl::StatusOr<std::vector<std::string>> Names(const Sexp& form, size_t first) const {
+    std::vector<std::string> names;
+    for (size_t v = first; v < form.items.size(); ++v) {
+      const Sexp& x = form.items[v];
+      if (x.is_list()) {
+        if (x.items.empty()) {
+          return Error(x, absl::StrCat("(", form.head(), " ...) takes names, found ()"));
+        }
+        for (const Sexp& y : x.items) {
+          VAULT_ASSIGN_OR_RETURN(std::string name, Name(y, form.head()));
+          names.push_back(std::move(name));
+        }
+        continue;
+      }
+      VAULT_ASSIGN_OR_RETURN(std::string name, Name(x, form.head()));
+      names.push_back(std::move(name));
+    }
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    return names;
+  }
+
   absl::StatusOr<Grant> GrantForm(const Sexp& form) const {
     absl::string_view kind = form.head();
     Grant grant;
     std::vector<absl::string_view> allowed;
     if (kind == "read") {
       grant.set_kind(Grant::READ);
-      allowed = {"path", "hash"};
+      allowed = {"path", "hash", "url"};
     } else if (kind == "write") {
       grant.set_kind(Grant::WRITE);
-      allowed = {"path"};
+      allowed = {"path", "url"};
     } else if (kind == "cas-read") {
       grant.set_kind(Grant::CAS_READ);
     } else if (kind == "cas-write") {
@@ -307,7 +490,7 @@ class SexpMapper {
       grant.set_kind(Grant::SPAWN);
     } else if (kind == "network") {
       grant.set_kind(Grant::NETWORK);
-      allowed = {"host", "port"};
+      allowed = {"host", "port", "url"};
     } else if (kind == "send") {
       grant.set_kind(Grant::SEND);
       allowed = {"agent", "types"};
@@ -341,7 +524,30 @@ class SexpMapper {
         // People write directories with a trailing '/' ("/vault/papers/"); the canonical form
         // has none. Only that one character is dropped: everything else is refused, not fixed.
         DropDirectorySlash(grant.mutable_path());
+      } else if (head == "url") {
+        VAULT_ASSIGN_OR_RETURN(std::string text, OneName(sub));
+        absl::StatusOr<std::string> url = CanonicalUrl(text, UrlUse::kPattern);
+        if (!url.ok()) return Error(sub.items[1], url.status().message());
+        grant.set_url(*std::move(url));
       } else if (head == "hash") {
+        if (sub.arg_count() == 1 && sub.items[1].type == Sexp::Type::kSymbol) {
+          // (hash input-hash): a placeholder the caller binds (vaultctl --bind NAME=VALUE).
+          std::optional<std::string> value = Bound(sub.items[1].text);
+          if (!value) {
+            return Error(sub.items[1],
+                         absl::StrCat("the symbol ", sub.items[1].text,
+                                      " stands for a hash that is not bound: give it with "
+                                      "--bind ",
+                                      sub.items[1].text, "=sha256:<64 hex>"));
+          }
+          std::optional<std::string> hash = ParseHash(*value);
+          if (!hash) {
+            return Error(sub.items[1], absl::StrCat(sub.items[1].text, " is bound to ",
+                                                    Quoted(*value), ": ", kHashSyntax));
+          }
+          grant.set_hash(*std::move(hash));
+          continue;
+        }
         VAULT_ASSIGN_OR_RETURN(std::string text, OneString(sub));
         std::optional<std::string> hash = ParseHash(text);
         if (!hash)
@@ -363,13 +569,7 @@ class SexpMapper {
         if (head == "types" && sub.arg_count() == 0) {
           return Error(sub, "(types ...) takes one or more message types (omit it for any type)");
         }
-        std::vector<std::string> names;
-        for (size_t v = 1; v < sub.items.size(); ++v) {
-          VAULT_ASSIGN_OR_RETURN(std::string name, Name(sub.items[v], head));
-          names.push_back(std::move(name));
-        }
-        std::sort(names.begin(), names.end());
-        names.erase(std::unique(names.begin(), names.end()), names.end());
+        VAULT_ASSIGN_OR_RETURN(std::vector<std::string> names, Names(sub, 1));
         for (std::string& name : names) {
           if (head == "types") {
             grant.add_message_types(std::move(name));
@@ -381,10 +581,12 @@ class SexpMapper {
     }
 
     absl::string_view needs;
-    if (kind == "read" && !seen.count("path") && !seen.count("hash"))
-      needs = "(path ...) or (hash ...)";
-    if (kind == "write" && !seen.count("path")) needs = "(path ...)";
-    if (kind == "network" && !seen.count("host")) needs = "(host ...)";
+    if (kind == "read" && !seen.count("path") && !seen.count("hash") && !seen.count("url"))
+      needs = "(path ...), (hash ...) or (url ...)";
+    if (kind == "write" && !seen.count("path") && !seen.count("url")) needs = "(path ...) or (url ...)";
+    if (kind == "network" && !seen.count("host") && !seen.count("url")) {
+      needs = "(host ...) or (url ...)";
+    }
     if (kind == "send" && !seen.count("agent")) needs = "(agent ...)";
     if (kind == "receive" && !seen.count("from")) needs = "(from ...)";
     if (kind == "migrate" && !seen.count("vaults")) needs = "(vaults ...)";
@@ -400,28 +602,62 @@ class SexpMapper {
     for (size_t i = 1; i < form.items.size(); ++i) {
       const Sexp& item = form.items[i];
       VAULT_RETURN_IF_ERROR(CheckForm(item, "constraints"));
+      if (item.head() == "fuel") {
+        // The RFC's (fuel (computation STEPS) (allocation BYTES)).
+        for (size_t f = 1; f < item.items.size(); ++f) {
+          const Sexp& part = item.items[f];
+          VAULT_RETURN_IF_ERROR(CheckForm(part, "fuel"));
+          absl::string_view limit = part.head() == "computation" ? "max-steps"
+                                    : part.head() == "allocation" ? "max-allocation"
+                                                                  : "";
+          if (limit.empty()) {
+            return Error(part, absl::StrCat("unknown form (", part.head(),
+                                            " ...) in (fuel ...); expected (computation STEPS) "
+                                            "or (allocation BYTES)"));
+          }
+          VAULT_RETURN_IF_ERROR(OneLimit(*FindConstraintName(limit), part, &seen, out));
+        }
+        continue;
+      }
       const ConstraintName* name = FindConstraintName(item.head());
       if (name == nullptr) {
-        return Error(item,
-                     absl::StrCat("unknown form (", item.head(), " ...) in (constraints ...)"));
+        return Error(item, absl::StrCat("unknown form (", item.head(),
+                                        " ...) in (constraints ...); the limits are ",
+                                        ConstraintNameList(), ", and (fuel ...)"));
       }
-      auto [it, inserted] = seen.emplace(std::string(name->field), &item);
-      if (!inserted) return Repeated(item, *it->second);
-      if (item.arg_count() != 1) {
-        return Error(item, absl::StrCat("(", item.head(), " ...) takes one number"));
-      }
-      VAULT_RETURN_IF_ERROR(SetConstraint(*name, item.items[1], out));
+      VAULT_RETURN_IF_ERROR(OneLimit(*name, item, &seen, out));
     }
     return absl::OkStatus();
   }
 
+  // (limit N), or (limit #f) for no limit, as the RFC's (max-runtime #f) says.
+  absl::Status OneLimit(const ConstraintName& name, const Sexp& item,
+                        std::map<std::string, const Sexp*>* seen, Constraints* out) const {
+    auto [it, inserted] = seen->emplace(std::string(name.field), &item);
+    if (!inserted) return Repeated(item, *it->second);
+    if (item.arg_count() != 1) {
+      return Error(item, absl::StrCat("(", item.head(), " ...) takes one number (or #f: none)"));
+    }
+    if (item.items[1].type == Sexp::Type::kBoolean) {
+      if (item.items[1].text == "#f") return absl::OkStatus();  // no limit: the field stays unset
+      return Error(item.items[1], absl::StrCat("(", item.head(),
+                                               " #t) means nothing: give a number, or #f for no "
+                                               "limit"));
+    }
+    return SetConstraint(name, item.items[1], out);
+  }
+
   absl::string_view source_;
+  const SpecOptions* options_;             // may be null
+  std::vector<std::string>* warnings_;     // may be null
 };
 
 }  // namespace
 
-absl::StatusOr<AgentSpec> SexpToAgentSpec(const Sexp& doc, absl::string_view source) {
-  return SexpMapper(source).Agent(doc);
+absl::StatusOr<AgentSpec> SexpToAgentSpec(const Sexp& doc, absl::string_view source,
+                                          const SpecOptions* options,
+                                          std::vector<std::string>* warnings) {
+  return SexpMapper(source, options, warnings).Agent(doc);
 }
 
 absl::StatusOr<std::vector<Grant>> SexpToGrants(const Sexp& doc, absl::string_view source) {

@@ -30,6 +30,10 @@ std::string Describe(const Sexp& x) {
       return absl::StrCat("the symbol ", x.text);
     case Sexp::Type::kInteger:
       return absl::StrCat("the number ", x.text);
+    case Sexp::Type::kBoolean:
+      return absl::StrCat("the boolean ", x.text);
+    case Sexp::Type::kCode:
+      return "Scheme code";
     case Sexp::Type::kList:
       break;
   }
@@ -96,9 +100,135 @@ class SexpReader : private TextCursor {
         Advance();
         return list;
       }
+      // The arguments of (code ...) in a document's top form are the agent's Scheme code,
+      // read by Scheme's rules; only a string (a digest) is read by ours.
+      if (depth == 1 && list.items.size() == 1 && list.head() == "code" && Peek() != '"') {
+        VAULT_ASSIGN_OR_RETURN(Sexp code, ReadCodeDatum());
+        list.items.push_back(std::move(code));
+        continue;
+      }
       VAULT_ASSIGN_OR_RETURN(Sexp item, ReadForm(depth + 1));
       list.items.push_back(std::move(item));
     }
+  }
+
+  // One Scheme datum, by Scheme's lexical rules far enough to find where it ends: prefixes
+  // (' ` , ,@ #' #` #, #,@), lists and vectors with (), [] or #( and #u8(, strings with any
+  // backslash escape, characters (#\( is not a parenthesis), |symbols|, comments (; #| |# #;).
+  absl::StatusOr<Sexp> ReadCodeDatum() {
+    Sexp code;
+    code.type = Sexp::Type::kCode;
+    code.pos = Here();
+    const size_t start = i_;
+    VAULT_RETURN_IF_ERROR(SkipSchemeDatum(0));
+    code.text = std::string(text_.substr(start, i_ - start));
+    if (!IsValidUtf8(code.text)) return Error(code.pos, "the code is not valid UTF-8");
+    return code;
+  }
+
+  // Skips Scheme blanks and comments (; to the end of the line, nested #| |#, #; datum).
+  absl::Status SkipSchemeBlank(int depth) {
+    while (!AtEnd()) {
+      if (IsBlank(Peek())) {
+        Advance();
+      } else if (Peek() == ';') {
+        while (!AtEnd() && Peek() != '\n') Advance();
+      } else if (LookingAt("#|")) {
+        const Pos open = Here();
+        int nesting = 0;
+        do {
+          if (AtEnd()) return Error(open, "'#|' comment is never closed");
+          if (LookingAt("#|")) {
+            ++nesting;
+            Advance();
+          } else if (LookingAt("|#")) {
+            --nesting;
+            Advance();
+          }
+          Advance();
+        } while (nesting > 0);
+      } else if (LookingAt("#;")) {
+        Advance();
+        Advance();
+        VAULT_RETURN_IF_ERROR(SkipSchemeBlank(depth));
+        VAULT_RETURN_IF_ERROR(SkipSchemeDatum(depth + 1));
+      } else {
+        return absl::OkStatus();
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  bool LookingAt(absl::string_view s) const { return text_.substr(i_, s.size()) == s; }
+
+  // Called at the start of a datum (after blanks).
+  absl::Status SkipSchemeDatum(int depth) {
+    if (depth >= kMaxDepth) {
+      return Error(Here(), absl::StrCat("code nested deeper than ", kMaxDepth, " levels"));
+    }
+    if (AtEnd()) return Error(Here(), "expected Scheme code, found the end of the input");
+    const Pos at = Here();
+    const size_t start = i_;
+    for (absl::string_view prefix : {",@", "#,@", "#'", "#`", "#,", "'", "`", ","}) {
+      if (LookingAt(prefix)) {
+        for (size_t k = 0; k < prefix.size(); ++k) Advance();
+        VAULT_RETURN_IF_ERROR(SkipSchemeBlank(depth));
+        return SkipSchemeDatum(depth + 1);
+      }
+    }
+    char close = 0;
+    if (Peek() == '(' || Peek() == '[') {
+      close = Peek() == '(' ? ')' : ']';
+      Advance();
+    } else if (LookingAt("#(")) {
+      close = ')';
+      Advance();
+      Advance();
+    } else if (LookingAt("#u8(") || LookingAt("#vu8(")) {
+      close = ')';
+      while (Peek() != '(') Advance();
+      Advance();
+    }
+    if (close != 0) {
+      for (;;) {
+        VAULT_RETURN_IF_ERROR(SkipSchemeBlank(depth));
+        if (AtEnd()) return Error(at, "'(' in the code is never closed");
+        if (Peek() == ')' || Peek() == ']') {
+          if (Peek() != close) return Error(Here(), "the code's brackets do not match");
+          Advance();
+          return absl::OkStatus();
+        }
+        VAULT_RETURN_IF_ERROR(SkipSchemeDatum(depth + 1));
+      }
+    }
+    if (Peek() == ')' || Peek() == ']') return Error(Here(), "unexpected ')' in the code");
+    if (Peek() == '"' || Peek() == '|') {
+      const char quote = Peek();
+      Advance();
+      for (;;) {
+        if (AtEnd()) {
+          return Error(at, quote == '"' ? "unterminated string in the code"
+                                        : "unterminated |symbol| in the code");
+        }
+        const char c = Peek();
+        Advance();
+        if (c == quote) return absl::OkStatus();
+        if (c == '\\' && !AtEnd()) Advance();
+      }
+    }
+    if (LookingAt("#\\")) {  // a character: #\x, #\(, #\space, #\x41
+      Advance();
+      Advance();
+      if (AtEnd()) return Error(at, "#\\ needs a character");
+      Advance();
+    }
+    // An atom: a symbol, number, boolean, keyword or character name, up to a delimiter.
+    while (!AtEnd() && !IsBlank(Peek()) && Peek() != '(' && Peek() != ')' && Peek() != '[' &&
+           Peek() != ']' && Peek() != '"' && Peek() != ';') {
+      Advance();
+    }
+    if (i_ == start) return Error(at, "expected Scheme code");
+    return absl::OkStatus();
   }
 
   absl::StatusOr<Sexp> ReadString() {
@@ -165,6 +295,18 @@ class SexpReader : private TextCursor {
     Sexp atom;
     atom.pos = Here();
     size_t start = i_;
+    if (Peek() == '#') {  // #t, #f, #true, #false
+      Advance();
+      while (!AtEnd() && !IsDelimiter(Peek())) Advance();
+      const absl::string_view word = text_.substr(start, i_ - start);
+      if (word == "#t" || word == "#true" || word == "#f" || word == "#false") {
+        atom.type = Sexp::Type::kBoolean;
+        atom.text = std::string(word.substr(0, 2));
+        return atom;
+      }
+      return Error(atom.pos, absl::StrCat("unexpected ", Quoted(word),
+                                          " (outside (code ...), '#' starts only #t and #f)"));
+    }
     while (!AtEnd() && !IsDelimiter(Peek())) {
       if (!IsSymbolChar(Peek())) {
         return Error(Here(), absl::StrCat("unexpected character ", DescribeByte(Peek()),
