@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/internal/runtime_impl.h"
 #include "capability/grant.h"
+#include "capability/text_form.h"
 #include "cas/digest.h"
 #include "cas/digest_proto.h"
 #include "common/file_util.h"
@@ -65,9 +66,7 @@ absl::StatusOr<vault::v1::SpawnResponse> AgentRuntime::Impl::Spawn(
     return absl::InvalidArgumentError(
         "the spec must name its code by digest (vaultctl uploads a code file first)");
   }
-  if (spec.purpose().empty()) {
-    return absl::InvalidArgumentError("the spec needs a purpose (it is the spawn's motivation)");
-  }
+  VAULT_RETURN_IF_ERROR(CheckSpecForms(spec));
   if (request.chain().links_size() == 0) {
     return absl::InvalidArgumentError("a spawn needs a chain ending in a SPAWN link");
   }
@@ -94,6 +93,17 @@ absl::StatusOr<vault::v1::SpawnResponse> AgentRuntime::Impl::Spawn(
   }
   VAULT_RETURN_IF_ERROR(ValidateAgentId(verified->agent_id));
   const std::string principal = verified->root->ToText();
+  // What the spec claims is checked against what was signed, never taken on its word.
+  if (!spec.id().empty() && spec.id() != verified->agent_id) {
+    return absl::InvalidArgumentError(absl::StrCat("the spec asks for id ", spec.id(),
+                                                   " but its SPAWN link names ",
+                                                   verified->agent_id));
+  }
+  if (!spec.spawned_by().empty() && spec.spawned_by() != principal) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the spec says it is spawned by ", spec.spawned_by(),
+                     " but its chain is rooted in ", principal));
+  }
   std::optional<vault::v1::TrustEntry> trust = policy_->Lookup(*verified->root);
   if (!trust.has_value()) return absl::PermissionDeniedError("the root principal is not trusted");
   if (verified->code.sha256() != spec.code_digest().sha256() ||
@@ -145,6 +155,12 @@ absl::StatusOr<vault::v1::SpawnResponse> AgentRuntime::Impl::Spawn(
   AgentRecord record;
   record.set_id(verified->agent_id);
   *record.mutable_spec() = spec;
+  std::vector<std::string> warnings;
+  if (spec.purpose().empty()) {
+    record.mutable_spec()->set_purpose(std::string(kDefaultPurpose));
+    warnings.push_back(absl::StrCat("the spec has no purpose; recorded as \"", kDefaultPurpose,
+                                    "\" (the purpose is the motivation of its audit entries)"));
+  }
   *record.mutable_chain() = request.chain();
   for (vault::v1::Grant& g : capability::Intersect(chain_grants, trust->ceiling())) {
     *record.add_grants() = std::move(g);
@@ -164,7 +180,30 @@ absl::StatusOr<vault::v1::SpawnResponse> AgentRuntime::Impl::Spawn(
   *response.mutable_grants() = live->record.grants();
   *response.mutable_constraints() = live->record.constraints();
   response.set_state(live->record.state());
+  for (std::string& w : warnings) response.add_warnings(std::move(w));
   return response;
+}
+
+absl::Status CheckSpecForms(const vault::v1::AgentSpec& spec) {
+  auto check_name = [](absl::string_view what, const std::string& name) -> absl::Status {
+    if (absl::Status s = ValidateAgentId(name); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " \"", absl::CHexEscape(name), "\" must be 1-64 of [a-z0-9-], "
+                       "not starting with '-'"));
+    }
+    return absl::OkStatus();
+  };
+  if (!spec.name().empty()) VAULT_RETURN_IF_ERROR(check_name("agent name", spec.name()));
+  if (spec.groups_size() > 64) {
+    return absl::InvalidArgumentError("an agent belongs to at most 64 groups");
+  }
+  for (int i = 0; i < spec.groups_size(); ++i) {
+    VAULT_RETURN_IF_ERROR(check_name("group", spec.groups(i)));
+    if (i > 0 && !(spec.groups(i - 1) < spec.groups(i))) {
+      return absl::InvalidArgumentError("the spec's groups must be sorted and unique");
+    }
+  }
+  return capability::CheckFuelIsCounted(spec);
 }
 
 absl::StatusOr<std::shared_ptr<LiveAgent>> AgentRuntime::Impl::CreateAndLaunch(
@@ -181,6 +220,7 @@ absl::StatusOr<std::shared_ptr<LiveAgent>> AgentRuntime::Impl::CreateAndLaunch(
   record.set_spawned_unix_ms(now_ms);
   record.set_updated_unix_ms(now_ms);
   auto live = std::make_shared<LiveAgent>(record.id(), record.principal());
+  const std::string name = record.spec().name();
   {
     absl::MutexLock agent_lock(&live->mu);
     live->record = std::move(record);
@@ -194,6 +234,12 @@ absl::StatusOr<std::shared_ptr<LiveAgent>> AgentRuntime::Impl::CreateAndLaunch(
     // Ended agents keep their id forever.
     if (store_->Get(live->id).ok()) {
       return absl::AlreadyExistsError(absl::StrCat("agent ", live->id, " existed here"));
+    }
+    if (!IndexNameLocked(live, name)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("principal ", live->principal, " already has a live agent named \"",
+                       name, "\" (", names_[absl::StrCat(live->principal, "\n", name)]->id,
+                       "): a name is unique among its principal's live agents"));
     }
     agents_[live->id] = live;
   }
@@ -438,6 +484,33 @@ std::shared_ptr<LiveAgent> AgentRuntime::Impl::Find(const std::string& id) {
   return it == agents_.end() ? nullptr : it->second;
 }
 
+bool AgentRuntime::Impl::IndexNameLocked(const std::shared_ptr<LiveAgent>& live,
+                                         const std::string& name) {
+  if (name.empty()) return true;
+  std::string key = absl::StrCat(live->principal, "\n", name);
+  auto [it, inserted] = names_.try_emplace(key, live);
+  if (!inserted && it->second != live) return false;
+  name_keys_[live->id] = std::move(key);
+  return true;
+}
+
+void AgentRuntime::Impl::UnindexNameLocked(const std::shared_ptr<LiveAgent>& live) {
+  auto key = name_keys_.find(live->id);
+  if (key == name_keys_.end()) return;
+  auto it = names_.find(key->second);
+  if (it == names_.end() || it->second != live) return;
+  names_.erase(it);
+  name_keys_.erase(key);
+}
+
+std::shared_ptr<LiveAgent> AgentRuntime::Impl::Resolve(const std::string& principal,
+                                                       const std::string& to) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = agents_.find(to); it != agents_.end()) return it->second;
+  auto it = names_.find(absl::StrCat(principal, "\n", to));
+  return it == names_.end() ? nullptr : it->second;
+}
+
 size_t AgentRuntime::Impl::CountLive(const std::string& principal) {
   absl::MutexLock lock(&mu_);
   size_t n = 0;
@@ -561,6 +634,7 @@ void AgentRuntime::Impl::OnExit(const std::shared_ptr<LiveAgent>& live,
         (void)PersistLocked(*live);
         agents_.erase(it);
       }
+      UnindexNameLocked(live);
       return;
     }
     case EndCause::kTerminated:

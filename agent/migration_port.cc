@@ -382,6 +382,7 @@ absl::Status AgentRuntime::Impl::StartArrival(const AgentRef& held, AgentRecord 
   const bool paused = record.state() == vault::v1::PAUSED;
   std::shared_ptr<LiveAgent> live =
       prestarted ? held : std::make_shared<LiveAgent>(record.id(), record.principal());
+  const std::string name = record.spec().name();
   {
     absl::MutexLock agent_lock(&live->mu);
     live->record = std::move(record);
@@ -394,6 +395,14 @@ absl::Status AgentRuntime::Impl::StartArrival(const AgentRef& held, AgentRecord 
   {
     absl::MutexLock lock(&mu_);
     agents_[live->id] = live;
+    // A name another live agent of its principal holds here stays with that one; this agent
+    // is still reached by its id.
+    if (!IndexNameLocked(live, name)) {
+      common::LogAgent(spdlog::level::warn, live->id,
+                       "agent {} arrived named \"{}\", which another live agent of its "
+                       "principal has here: it is reached by its id only",
+                       live->id, name);
+    }
   }
   // Its RUNNING state need not be synced: the committed record starts it again after a crash.
   const bool defer_io = prestarted && after_answer != nullptr;

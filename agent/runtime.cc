@@ -163,12 +163,14 @@ absl::Status AgentRuntime::Impl::Init() {
     quota_->Add(r.principal(), r.counters().bytes_written());
     if (Ended(r.state())) continue;
     auto live = std::make_shared<LiveAgent>(r.id(), r.principal());
+    const std::string name = r.spec().name();
     {
       absl::MutexLock agent_lock(&live->mu);
       live->record = std::move(r);
     }
     absl::MutexLock lock(&mu_);
     agents_[live->id] = live;
+    (void)IndexNameLocked(live, name);  // unique when spawned; an arrival may have lost it
   }
 
   workers_ = std::make_unique<FairQueue>(options_.config.worker_threads());

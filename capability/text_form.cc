@@ -97,6 +97,17 @@ absl::StatusOr<AgentSpec> ParseAgentSpec(absl::string_view text, absl::string_vi
   return ParseText<AgentSpec>(text, source, &CheckSpec);
 }
 
+absl::Status CheckFuelIsCounted(const AgentSpec& spec) {
+  const Constraints& c = spec.constraints();
+  if (!c.has_max_steps() && !c.has_max_allocation_bytes()) return absl::OkStatus();
+  if (spec.sandbox() == "scheme" || spec.sandbox() == "wasm") return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "fuel (max-steps, max-allocation, (fuel ...)) is counted only by the interpreting "
+      "sandboxes (scheme, wasm); a ",
+      spec.sandbox().empty() ? "posix" : spec.sandbox(),
+      " agent is bounded by max-cpu and max-memory instead"));
+}
+
 absl::StatusOr<ParsedSpec> ParseAgentSpecWithOptions(absl::string_view text,
                                                      absl::string_view source,
                                                      const SpecOptions& options) {
@@ -104,6 +115,9 @@ absl::StatusOr<ParsedSpec> ParseAgentSpecWithOptions(absl::string_view text,
   ParsedSpec out;
   if (Detect(text) != TextFormat::kSexpr) {
     VAULT_ASSIGN_OR_RETURN(out.spec, ParseAgentSpec(text, source));
+    if (absl::Status s = CheckFuelIsCounted(out.spec); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": ", s.message()));
+    }
     if (out.spec.purpose().empty()) {
       out.warnings.push_back(absl::StrCat(source, ": the spec has no purpose; the vault records "
                                                   "a default"));
@@ -112,6 +126,10 @@ absl::StatusOr<ParsedSpec> ParseAgentSpecWithOptions(absl::string_view text,
   }
   VAULT_ASSIGN_OR_RETURN(Sexp doc, ReadSexpDocument(text, source, "(agent ...)"));
   VAULT_ASSIGN_OR_RETURN(out.spec, SexpToAgentSpec(doc, source, &options, &out.warnings));
+  if (out.spec.has_code_source() && out.spec.sandbox().empty()) out.spec.set_sandbox("scheme");
+  if (absl::Status s = CheckFuelIsCounted(out.spec); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", s.message()));
+  }
   return out;
 }
 

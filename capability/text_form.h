@@ -82,6 +82,11 @@ absl::StatusOr<ParsedSpec> ParseAgentSpecWithOptions(absl::string_view text,
                                                      absl::string_view source,
                                                      const SpecOptions& options);
 
+// Fuel (max-steps, max-allocation) is counted only by the interpreting sandboxes, scheme and
+// wasm: INVALID_ARGUMENT for a spec of another type that sets it (ParseAgentSpecWithOptions and
+// the vault's spawn both check).
+absl::Status CheckFuelIsCounted(const vault::v1::AgentSpec& spec);
+
 // The canonical S-expression of a spec / grants / constraints (parses back to the same).
 std::string AgentSpecToSexpr(const vault::v1::AgentSpec& spec);
 std::string GrantsToSexpr(const std::vector<vault::v1::Grant>& grants);

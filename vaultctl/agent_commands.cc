@@ -109,6 +109,11 @@ void AddAgentCommands(CLI::App& app, GlobalOptions& g, Command& command) {
   spawn->add_option("--code-signature", f.code_signature,
                     "The code signer's signature (64 raw bytes or 128 hex digits in a file); "
                     "required when the spec names a code_signer");
+  spawn->add_option("--bind", f.bind,
+                    "NAME=VALUE: what a symbol of the spec stands for, as the RFC's examples "
+                    "write them: (read (hash input-hash)) needs --bind input-hash=sha256:<hex>; "
+                    "(spawned-by user-principal) --bind user-principal=KEYFILE (or "
+                    "ed25519:<hex>). Repeatable");
   spawn->add_option("--as", f.as, "The spawning principal's private key (PKCS#8 PEM)")->required();
   spawn->callback([&] { command = [&g] { return SpawnCommand(g, f); }; });
 

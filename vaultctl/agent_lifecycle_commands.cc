@@ -5,14 +5,19 @@
 // Admin.Status reports). pause, resume and terminate sign a ControlPayload with --as's key over
 // kControlDomain || payload.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -21,6 +26,7 @@
 #include "capability/signing_domains.h"
 #include "capability/text_form.h"
 #include "common/file_util.h"
+#include "common/unique_fd.h"
 #include "common/proto_util.h"
 #include "common/random.h"
 #include "common/status_macros.h"
@@ -63,6 +69,37 @@ absl::StatusOr<std::string> ReadSignature(const std::string& path) {
       "--code-signature: ", path, " holds neither a 64-byte signature nor 128 hex digits"));
 }
 
+// A private file holding `text` in the temporary directory, removed when this goes: the inline
+// code of a spec, uploaded as UploadFile uploads any code file.
+class TempFile {
+ public:
+  static absl::StatusOr<TempFile> Create(absl::string_view prefix, absl::string_view text) {
+    const char* dir = std::getenv("TMPDIR");
+    std::string path = absl::StrCat(dir != nullptr && *dir != '\0' ? dir : "/tmp", "/", prefix,
+                                    "XXXXXX");
+    common::UniqueFd fd(mkstemp(path.data()));
+    if (!fd.valid()) return common::PosixError(errno, absl::StrCat("mkstemp ", path));
+    TempFile file(path);
+    for (size_t done = 0; done < text.size();) {
+      ssize_t n = write(fd.get(), text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return common::PosixError(errno, absl::StrCat("write ", path));
+      done += static_cast<size_t>(n);
+    }
+    return file;
+  }
+  TempFile(TempFile&& other) noexcept : path_(std::exchange(other.path_, std::string())) {}
+  TempFile& operator=(TempFile&&) = delete;
+  ~TempFile() {
+    if (!path_.empty()) unlink(path_.c_str());
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit TempFile(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
+
 absl::Status CheckRegularFile(const std::string& path, absl::string_view what) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
@@ -83,18 +120,36 @@ int SpawnCommand(const GlobalOptions& g, const AgentFlags& f) {
   AgentSpec& spec = *req.mutable_spec();
   std::optional<PrivateKey> key;
   std::string code_path;  // a file to upload first; "" when the spec names a CAS object
+  std::optional<TempFile> inline_code;  // (code '(lambda () ...)): its text, as a file
+  std::vector<std::string> warnings;
   absl::Status input = [&]() -> absl::Status {
     VAULT_ASSIGN_OR_RETURN(std::string text, common::ReadFile(f.spec));
-    VAULT_ASSIGN_OR_RETURN(spec, capability::ParseAgentSpec(text, f.spec));
+    capability::SpecOptions options;
+    for (const std::string& b : f.bind) {
+      const size_t eq = b.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--bind \"", b, "\": expected NAME=VALUE, e.g. input-hash=sha256:<hex>"));
+      }
+      options.bindings[b.substr(0, eq)] = b.substr(eq + 1);
+    }
+    VAULT_ASSIGN_OR_RETURN(capability::ParsedSpec parsed,
+                           capability::ParseAgentSpecWithOptions(text, f.spec, options));
+    spec = std::move(parsed.spec);
+    warnings = std::move(parsed.warnings);
     if (!f.code.empty()) {
       code_path = f.code;
     } else if (spec.has_code_file()) {
       code_path = common::ResolvePath(common::DirName(f.spec), spec.code_file());
+    } else if (spec.has_code_source()) {
+      VAULT_ASSIGN_OR_RETURN(TempFile file, TempFile::Create("vaultctl-code-", spec.code_source()));
+      code_path = file.path();
+      inline_code.emplace(std::move(file));
     } else if (!spec.has_code_digest()) {
       return absl::InvalidArgumentError(
           absl::StrCat(f.spec,
-                       " names no code: put (code \"sha256:<hex>/<size>\") or (code-file \"FILE\") "
-                       "in it, or pass --code FILE"));
+                       " names no code: put (code \"sha256:<hex>/<size>\"), (code '(lambda () "
+                       "...)) or (code-file \"FILE\") in it, or pass --code FILE"));
     }
     if (!code_path.empty()) VAULT_RETURN_IF_ERROR(CheckRegularFile(code_path, "code file"));
     if (!spec.code_signer().empty()) {
@@ -119,8 +174,25 @@ int SpawnCommand(const GlobalOptions& g, const AgentFlags& f) {
     }
     VAULT_ASSIGN_OR_RETURN(PrivateKey k, PrivateKey::LoadFile(f.as));
     key.emplace(std::move(k));
+    if (!spec.spawned_by().empty()) {
+      // (spawned-by ...) is checked here and again by the vault against the chain's root.
+      const std::string& who = spec.spawned_by();
+      if (!absl::StartsWith(who, PublicKey::kTextPrefix) && !common::PathExists(who)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            f.spec, " says (spawned-by ", who, "): bind ", who,
+            " to the spawning key, --bind ", who, "=", f.as, " (or ed25519:<hex>)"));
+      }
+      VAULT_ASSIGN_OR_RETURN(PublicKey claimed, PrincipalArg(who, "spawned-by"));
+      if (claimed.ToText() != key->public_key().ToText()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            f.spec, " says it is spawned by ", claimed.ToText(), " but --as ", f.as, " is ",
+            key->public_key().ToText()));
+      }
+      spec.set_spawned_by(claimed.ToText());
+    }
     return absl::OkStatus();
   }();
+  for (const std::string& w : warnings) std::cerr << "warning: " << w << "\n";
   if (!input.ok()) return ReportInputError(input, g.json());
 
   absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
@@ -139,7 +211,8 @@ int SpawnCommand(const GlobalOptions& g, const AgentFlags& f) {
     p.set_kind(LinkPayload::SPAWN);
     p.set_issuer(key->public_key().raw());
     p.set_audience(vault_key.raw());
-    p.set_agent_id(absl::StrCat("a-", absl::BytesToHexString(id_bytes)));
+    p.set_agent_id(spec.id().empty() ? absl::StrCat("a-", absl::BytesToHexString(id_bytes))
+                                     : spec.id());
     *p.mutable_code() = spec.code_digest();
     *p.mutable_grants() = spec.grants();
     *p.mutable_constraints() = spec.constraints();
@@ -155,12 +228,17 @@ int SpawnCommand(const GlobalOptions& g, const AgentFlags& f) {
     return out;
   }();
   if (!resp.ok()) return ReportError(resp.status(), g.json());
+  for (const std::string& w : resp->warnings()) std::cerr << "warning: " << w << "\n";
   if (g.json()) {
+    Json all_warnings = Json::Array();
+    for (const std::string& w : warnings) all_warnings.Push(w);
+    for (const std::string& w : resp->warnings()) all_warnings.Push(w);
     std::cout << Json::Object()
                      .Add("agent_id", resp->agent_id())
                      .Add("state", StateName(resp->state()))
                      .Add("grants", GrantsJson(resp->grants()))
                      .Add("constraints", ConstraintsJson(resp->constraints()))
+                     .Add("warnings", std::move(all_warnings))
                      .ToString()
               << "\n";
   } else {

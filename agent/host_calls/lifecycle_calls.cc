@@ -118,10 +118,12 @@ void SpawnChild(HostCallContext& ctx) {
   HostResponse& resp = c.response;
   const auto& sc = request.spawn_child();
   vault::v1::AgentSpec spec = sc.spec();
-  if (!spec.has_code_digest() || spec.purpose().empty()) {
-    c.status = absl::InvalidArgumentError("a child's spec needs a purpose and a code digest");
+  if (!spec.has_code_digest()) {
+    c.status = absl::InvalidArgumentError("a child's spec needs a code digest");
     return;
   }
+  if (c.status = CheckSpecForms(spec); !c.status.ok()) return;
+  if (spec.purpose().empty()) spec.set_purpose(std::string(kDefaultPurpose));
   if (absl::Status v = capability::ValidateGrants(spec.grants()); !v.ok()) {
     c.status = v;
     return;

@@ -30,6 +30,40 @@ bool NamesExactly(const std::vector<Grant>& grants, Grant::Kind kind, const std:
   return false;
 }
 
+// What a grant held by an agent of `principal` may call `agent` (docs/spec.md): its id, and when
+// it is of the same principal, its name and each of its groups. Names never reach across
+// principals: another principal's agent is addressed by its id only.
+std::vector<std::string> AddressesOf(LiveAgent& agent, const std::string& principal) {
+  std::vector<std::string> out = {agent.id};
+  if (agent.principal != principal) return out;
+  absl::MutexLock lock(&agent.mu);
+  const vault::v1::AgentSpec& spec = agent.record.spec();
+  if (!spec.name().empty()) out.push_back(spec.name());
+  out.insert(out.end(), spec.groups().begin(), spec.groups().end());
+  return out;
+}
+
+// The first grant of `kind` to or from one of `addresses` with `type` that `live` holds, else
+// the one naming the first address (what a denial reports).
+Grant MessageGrant(LiveAgent& live, Grant::Kind kind, const std::vector<std::string>& addresses,
+                   const std::string& type, bool* allowed) {
+  absl::MutexLock lock(&live.mu);
+  for (const std::string& address : addresses) {
+    Grant g = MakeGrant(kind);
+    g.set_agent(address);
+    g.add_message_types(type);
+    if (live.authority != nullptr && live.authority->Allows(g)) {
+      *allowed = true;
+      return g;
+    }
+  }
+  *allowed = false;
+  Grant g = MakeGrant(kind);
+  g.set_agent(addresses.front());
+  g.add_message_types(type);
+  return g;
+}
+
 }  // namespace
 
 namespace host_calls {
@@ -44,9 +78,17 @@ void AuthorizeSend(HostCallContext& ctx) {
   // "vault.answer") is a bad call, not a denial.
   c.status = capability::ValidateMessageType(request.send().type());
   if (!c.status.ok()) return;
-  c.grant = MakeGrant(Grant::SEND);
-  c.grant->set_agent(request.send().to());
-  c.grant->add_message_types(request.send().type());
+  // `to` is an id, or a name among the sender's principal's agents; a grant may name the
+  // receiver by its id, name or group.
+  std::vector<std::string> addresses = {request.send().to()};
+  if (std::shared_ptr<LiveAgent> to = ctx.services.Resolve(ctx.live->principal,
+                                                           request.send().to());
+      to != nullptr && to != ctx.live) {
+    c.subject = to->id;
+    addresses = AddressesOf(*to, ctx.live->principal);
+  }
+  bool allowed;
+  c.grant = MessageGrant(*ctx.live, Grant::SEND, addresses, request.send().type(), &allowed);
 }
 
 void AuthorizeShare(HostCallContext& ctx) {
@@ -69,7 +111,7 @@ void Send(HostCallContext& ctx) {
   }
   // Isolation (RFC-0006 §9): another principal's agent is addressable only through grants
   // naming it exactly, on both sides; otherwise it is as if it did not exist.
-  std::shared_ptr<LiveAgent> to = s.Find(send.to());
+  std::shared_ptr<LiveAgent> to = s.Resolve(live->principal, send.to());
   absl::Status hidden =
       absl::NotFoundError(absl::StrCat("no agent ", send.to(), " that this agent may send to"));
   // An agent that departed from here, to a sender that may address it: refused with where it
@@ -89,14 +131,13 @@ void Send(HostCallContext& ctx) {
     absl::MutexLock lock(&live->mu);
     sender_grants.assign(live->record.grants().begin(), live->record.grants().end());
   }
+  // The receiver may name the sender by its id, or (same principal) its name or a group.
   bool receiver_accepts;
+  (void)MessageGrant(*to, Grant::RECEIVE, AddressesOf(*live, to->principal), send.type(),
+                     &receiver_accepts);
   {
     absl::MutexLock lock(&to->mu);
     receiver_grants.assign(to->record.grants().begin(), to->record.grants().end());
-    Grant from = MakeGrant(Grant::RECEIVE);
-    from.set_agent(live->id);
-    from.add_message_types(send.type());
-    receiver_accepts = to->authority != nullptr && to->authority->Allows(from);
   }
   if (to->principal != live->principal &&
       (!NamesExactly(sender_grants, Grant::SEND, to->id) ||
@@ -187,7 +228,7 @@ void Share(HostCallContext& ctx) {
   }
   std::vector<std::shared_ptr<LiveAgent>> targets;
   for (const std::string& id : share.agents()) {
-    std::shared_ptr<LiveAgent> to = s.Find(id);
+    std::shared_ptr<LiveAgent> to = s.Resolve(live->principal, id);
     if (to == nullptr ||
         (to->principal != live->principal && !NamesExactly(grants, Grant::SEND, id))) {
       c.status =

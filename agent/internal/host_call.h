@@ -57,6 +57,10 @@ class HostCallServices {
 
   // Messages.
   virtual std::shared_ptr<LiveAgent> Find(const std::string& id) = 0;
+  // The live agent `to` means to an agent of `principal`: an agent id, or the name of one of
+  // that principal's live agents (docs/spec.md). Null when none.
+  virtual std::shared_ptr<LiveAgent> Resolve(const std::string& principal,
+                                             const std::string& to) = 0;
   // Delivers `message` to `to`'s mailbox (or its waiting receive). RESOURCE_EXHAUSTED when full.
   virtual absl::StatusOr<uint64_t> Deliver(const std::shared_ptr<LiveAgent>& to,
                                            vault::v1::Message message) = 0;

@@ -118,7 +118,16 @@ class AgentRuntime::Impl : public HostCallServices,
   void ForgetLocked(const std::shared_ptr<LiveAgent>& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = agents_.find(live->id);
     if (it != agents_.end() && it->second == live) agents_.erase(it);
+    UnindexNameLocked(live);
   }
+  // Names (docs/spec.md): a live agent's name, unique among the live agents of its principal.
+  // IndexNameLocked adds `live` under `name` and returns false when another live agent of its
+  // principal has it; UnindexNameLocked removes `live`'s name if it is still its entry.
+  bool IndexNameLocked(const std::shared_ptr<LiveAgent>& live, const std::string& name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnindexNameLocked(const std::shared_ptr<LiveAgent>& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The live agent `to` names for an agent of `principal`: an id, or a name of that principal's.
+  std::shared_ptr<LiveAgent> Resolve(const std::string& principal, const std::string& to) override;
   // True when this vault runs agents at all (a sandbox type, agents enabled).
   bool AgentsEnabled() const;
   // FAILED_PRECONDITION with the reason unless AgentsEnabled().
@@ -247,6 +256,9 @@ class AgentRuntime::Impl : public HostCallServices,
   // while held.
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<LiveAgent>> agents_ ABSL_GUARDED_BY(mu_);
+  // "principal\nname" → the live agent of that name; id → its key there.
+  absl::flat_hash_map<std::string, std::shared_ptr<LiveAgent>> names_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::string> name_keys_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   Migrator* migrator_ ABSL_GUARDED_BY(mu_) = nullptr;

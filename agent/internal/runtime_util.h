@@ -16,6 +16,13 @@
 namespace vault::agent {
 
 // sha256:<hex>/<size> of a wire digest (whatever its length).
+// The purpose recorded for a spec that gives none (it is the motivation of the agent's audit
+// entries; the caller is warned).
+inline constexpr absl::string_view kDefaultPurpose = "(no purpose given)";
+// The checks of a spec's own forms every spawn makes (an operator's or an agent's child):
+// name and groups well-formed, fuel only for the interpreting sandboxes. INVALID_ARGUMENT.
+absl::Status CheckSpecForms(const vault::v1::AgentSpec& spec);
+
 std::string DigestText(const vault::v1::Digest& d);
 absl::StatusOr<cas::Digest> ToDigest(const vault::v1::Digest& d);
 vault::v1::Digest FromDigest(const cas::Digest& d);

@@ -27,6 +27,7 @@ struct AgentFlags {
   std::string code;
   std::string state;
   std::string code_signature;
+  std::vector<std::string> bind;  // NAME=VALUE: what the spec's placeholder symbols stand for
   std::string as;
   std::string status;
   std::string spawned_by;
