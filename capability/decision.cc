@@ -31,6 +31,7 @@ void OperationKey(const vault::v1::Grant& op, std::string* out) {
   AppendField(op.host(), out);
   AppendU32(op.port(), out);
   AppendField(op.agent(), out);
+  AppendField(op.url(), out);
   // Each list is counted first, so that neither can pass for the other.
   AppendU32(op.vaults_size(), out);
   for (const std::string& v : op.vaults()) AppendField(v, out);

@@ -29,6 +29,52 @@ TEST(AgentAuthority, AllowsWhatItsGrantsCoverAndNothingElse) {
   EXPECT_FALSE(a.Allows(Path(Grant::READ, "/vault/public/secret")));
 }
 
+// The cache key holds every field of an operation: two URLs under one kind are two decisions
+// (a key without the url once let a cached "allowed" answer every URL).
+TEST(AgentAuthority, UrlOperationsAreDecidedOneByOne) {
+  Grant rss;
+  rss.set_kind(Grant::READ);
+  rss.set_url("http://127.0.0.1:8080/rss/*");
+  AgentAuthority a({rss});
+  Grant feed = rss, secret = rss;
+  feed.set_url("http://127.0.0.1:8080/rss/feed");
+  secret.set_url("http://127.0.0.1:8080/private");
+  EXPECT_TRUE(a.Allows(feed));
+  EXPECT_FALSE(a.Allows(secret));
+  EXPECT_FALSE(a.Allows(secret));  // cached, still its own answer
+}
+
+// OperationKey must change with every field of Grant: one added to the message and not to the
+// key would make different operations share a cached decision. This fails when Grant grows.
+TEST(OperationKey, CoversEveryFieldOfGrant) {
+  EXPECT_EQ(Grant::descriptor()->field_count(), 9)
+      << "Grant has a new field: add it to OperationKey (capability/decision.cc), then here";
+  Grant base;
+  base.set_kind(Grant::READ);
+  std::string base_key;
+  OperationKey(base, &base_key);
+  const google::protobuf::Reflection* r = base.GetReflection();
+  for (int i = 0; i < Grant::descriptor()->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = Grant::descriptor()->field(i);
+    Grant changed = base;
+    if (f->is_repeated()) {
+      r->AddString(&changed, f, "x");
+    } else if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_STRING) {
+      r->SetString(&changed, f, "x");
+    } else if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_UINT32) {
+      r->SetUInt32(&changed, f, 7);
+    } else if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_ENUM) {
+      r->SetEnumValue(&changed, f, Grant::WRITE);
+    } else {
+      ADD_FAILURE() << "field " << f->name() << " has a type this test does not vary";
+      continue;
+    }
+    std::string key;
+    OperationKey(changed, &key);
+    EXPECT_NE(key, base_key) << "OperationKey ignores Grant." << f->name();
+  }
+}
+
 TEST(AgentAuthority, RevokedDeniesEverythingIncludingCachedAnswers) {
   AgentAuthority a({Path(Grant::READ, "/")});
   const Grant op = Path(Grant::READ, "/vault/pub/a");

@@ -20,6 +20,8 @@ PACKAGES=(
   golang-go golang-golang-x-mod-dev
   # Prometheus metrics of vaultd (replaces a hand-written exposition format and HTTP server).
   prometheus-cpp-dev
+  # The http_get host call: the vault fetches URLs for agents (replaces a hand-written HTTP client).
+  libcurl4-openssl-dev
   # Tests only: the independent Python gRPC client of CAS and Audit, and the deploy/ YAML checks.
   python3-grpcio python3-yaml python3-cryptography
   # Only deploy/check-thread-safety.sh: clang checks the code's lock annotations (-Wthread-safety).

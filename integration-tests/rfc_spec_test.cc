@@ -4,11 +4,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "integration-tests/agent_fixture.h"
 #include "integration-tests/harness.h"
 
@@ -159,6 +165,95 @@ a.exit(0)
   const std::string supervisor = Spawn(supervisor_spec);
   WaitLog(supervisor, "sent");
   WaitLog(worker, absl::StrCat("got ", supervisor, " task go"));
+}
+
+// http_get: the vault fetches for the agent under url grants, from a loopback server
+// (integration-tests/http_server.py) over HTTP and over HTTPS with a test CA the vault trusts.
+class HttpGetTest : public RfcSpecTest {
+ protected:
+  void SetUp() override {
+    RfcSpecTest::SetUp();
+    dir_ = absl::StrCat(root(), "/http");
+    ASSERT_EQ(mkdir(dir_.c_str(), 0700), 0);
+    absl::StatusOr<std::unique_ptr<ChildProcess>> server = ChildProcess::Spawn(
+        {"/usr/bin/python3", VAULT_IT_HTTP_SERVER, dir_}, absl::StrCat(dir_, "/server.log"));
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    absl::StatusOr<std::string> ports;
+    while (!(ports = ReadFile(dir_ + "/ports")).ok() && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    ASSERT_TRUE(ports.ok()) << "the HTTP server did not start: " << ports.status();
+    std::vector<std::string> p = absl::StrSplit(Trim(*ports), ' ');
+    ASSERT_EQ(p.size(), 2u);
+    http_ = absl::StrCat("http://127.0.0.1:", p[0]);
+    https_ = absl::StrCat("https://127.0.0.1:", p[1]);
+  }
+  void TearDown() override {
+    if (server_ != nullptr) unlink((dir_ + "/ports").c_str());  // the server's cue to stop
+    server_.reset();
+    RfcSpecTest::TearDown();
+  }
+  std::string dir_, http_, https_;
+  std::unique_ptr<ChildProcess> server_;
+};
+
+TEST_F(HttpGetTest, FetchesWhatTheGrantsCoverAndNothingElse) {
+  StartVault("v", absl::StrCat("  http_ca_file: \"", dir_, "/ca.pem\"\n"));
+  const std::string body = absl::StrCat(R"(
+def get(name, url, **kw):
+    t(name, lambda: a.http_get(url, **kw))
+H = ")", http_, R"("
+S = ")", https_, R"("
+get("feed", H + "/rss/feed")
+get("tls", S + "/rss/feed")
+get("here", H + "/rss/here")
+get("away", H + "/rss/away")
+get("private", H + "/private")
+get("loop", H + "/rss/loop")
+get("big", H + "/rss/big", max_bytes=1000)
+get("slow", H + "/rss/slow", timeout=0.5)
+get("star", H + "/rss/*")
+get("echo", H + "/echo", method="POST", body=b"hello", content_type="text/plain")
+get("echo-get", H + "/echo")
+a.log("done")
+a.exit(0)
+)");
+  const std::string grants = absl::StrCat("(read (url \"", http_, "/rss/*\")) (read \"", https_,
+                                          "/rss/*\") (write (url \"", http_, "/echo\"))");
+  // URL grants are above every preset: the operator names them.
+  const std::string key = NewKey("fetcher");
+  Trust(key, {absl::StrCat("(capabilities ", grants, ")")});
+  const std::string id = Spawn(Agent("fetcher", body, grants), key);
+  WaitLog(id, "done", absl::Seconds(30));
+  std::map<std::string, std::string> r = Results(id);
+  auto canonical = [](const std::string& base, const std::string& path) {
+    return absl::StrCat(base, path);
+  };
+  EXPECT_EQ(r["feed"], "0 HttpResponse(status=200, content_type='text/plain', body=b'papers', "
+                       "url='" + canonical(http_, "/rss/feed") + "')");
+  EXPECT_EQ(r["tls"], "0 HttpResponse(status=200, content_type='text/plain', body=b'papers', "
+                      "url='" + canonical(https_, "/rss/feed") + "')");
+  EXPECT_EQ(r["here"], "0 HttpResponse(status=200, content_type='text/plain', body=b'papers', "
+                       "url='" + canonical(http_, "/rss/feed") + "')");
+  EXPECT_EQ(r["away"], absl::StrCat("7 denied: ", http_, "/rss/away redirects to ", http_,
+                                    "/private, which no url grant of this agent covers"));
+  EXPECT_EQ(r["private"], absl::StrCat("7 denied: http_get needs the grant \"read ", http_,
+                                       "/private\""));
+  EXPECT_EQ(r["loop"], absl::StrCat("9 http_get ", http_, "/rss/loop: more than 5 redirects"));
+  EXPECT_EQ(r["big"], absl::StrCat("8 http_get ", http_,
+                                   "/rss/big: the response is larger than 1000 bytes"));
+  EXPECT_EQ(r["slow"], absl::StrCat("4 http_get ", http_, "/rss/slow: no answer within 500 ms"));
+  EXPECT_EQ(r["star"], absl::StrCat("3 URL \"", http_, "/rss/*\" contains '*'"));
+  EXPECT_EQ(r["echo"], "0 HttpResponse(status=200, content_type='text/plain', body=b'hello', "
+                       "url='" + canonical(http_, "/echo") + "')");
+  EXPECT_EQ(r["echo-get"], absl::StrCat("7 denied: http_get needs the grant \"read ", http_,
+                                        "/echo\""));
+  // Audited with the URL and the body's SHA-256.
+  std::string entry = WaitAudit("host.http_get", canonical(http_, "/rss/feed"), "ALLOWED", id);
+  EXPECT_THAT(entry, HasSubstr(Hex(Sha256("papers"))));
+  WaitAudit("host.http_get", canonical(http_, "/private"), "DENIED", id);
 }
 
 TEST_F(RfcSpecTest, InlineSchemeNeedsTheSchemeSandbox) {

@@ -131,8 +131,9 @@ TEST(ParseGrants, Errors) {
        "g:1:19: (types ...) takes one or more message types (omit it for any type)"},
       {"(send (agent a-7) (types ping) (types stop))",
        "g:1:32: repeated (types ...); the first is at 1:19"},
-      {"(send (agent a-7) (types (ping)))",
-       "g:1:26: (types ...) takes names (strings or symbols), found (ping ...)"},
+      // A list of names counts as its names ((vaults (a b)) as the RFC writes it); deeper is not.
+      {"(send (agent a-7) (types ((ping))))",
+       "g:1:27: (types ...) takes names (strings or symbols), found (ping ...)"},
       {"(network (host a.example.com) (types ping))",
        "g:1:31: unknown form (types ...) in (network ...)"},
       {"(send (types ping))", "g:1:1: (send ...) needs (agent ...)"},
@@ -213,7 +214,7 @@ TEST(ParseConstraints, SexprAndShorthand) {
        "c:1:15: unknown constraint \"max-speed\"; expected max-runtime, max-runtime-ms, "
        "max-memory, "
        "max-storage, max-cpu, max-cpu-ms, max-open-files, max-processes, max-migrations, expires, "
-       "expires-ms"},
+       "expires-ms, max-steps, max-allocation"},
       {"max-runtime=1,max-runtime=2", "c:1:15: repeated max-runtime"},
       {"max-runtime=1,max-runtime-ms=2", "c:1:15: max-runtime-ms conflicts with max-runtime"},
       {"max-runtime=1,,max-cpu=2", "c:1:15: empty item; expected key=value"},

@@ -32,6 +32,7 @@ constexpr HostCallRow kRows[] = {
     {HostRequest::kWriteFile,          "write_file",        false, true,   true,   &hc::AuthorizeWritePath,  &hc::WriteFile},
     {HostRequest::kList,               "list",              false, false,  true,   &hc::AuthorizeReadPath,   &hc::List},
     {HostRequest::kNetConnect,         "net_connect",       false, true,   true,   &hc::AuthorizeNetConnect, &hc::NetConnect},
+    {HostRequest::kHttpGet,            "http_get",          false, true,   true,   &hc::AuthorizeHttpGet,    &hc::HttpGet},
     {HostRequest::kSend,               "send",              true,  false,  true,   &hc::AuthorizeSend,       &hc::Send},
     {HostRequest::kReceive,            "receive",           true,  false,  true,   nullptr,                  &hc::Receive},
     {HostRequest::kShare,              "share",             false, true,   true,   &hc::AuthorizeShare,      &hc::Share},

@@ -159,6 +159,9 @@ void List(HostCallContext& ctx);
 // network_calls.cc
 void AuthorizeNetConnect(HostCallContext& ctx);
 void NetConnect(HostCallContext& ctx);
+// http_calls.cc
+void AuthorizeHttpGet(HostCallContext& ctx);
+void HttpGet(HostCallContext& ctx);
 // message_calls.cc
 void AuthorizeSend(HostCallContext& ctx);
 void AuthorizeShare(HostCallContext& ctx);

@@ -98,6 +98,7 @@ class Denied(HostError):
 
 # A message from receive(). `sender` is the proto's `from`: an agent id, or "operator".
 Message = collections.namedtuple("Message", "id sender type data sent_unix_ms reply_to")
+HttpResponse = collections.namedtuple("HttpResponse", "status content_type body url")
 
 _DIGEST_RE = re.compile(r"sha256:([0-9a-f]{64})/(0|[1-9][0-9]{0,19})")
 
@@ -375,6 +376,18 @@ class Agent:
             _close_fds(fds)
             raise HostError(INTERNAL, "net_connect answered without exactly one socket")
         return socket.socket(fileno=fds[0])
+
+    def http_get(self, url, method="GET", body=b"", content_type="", timeout=None,
+                 max_bytes=0):
+        """The vault fetches `url` for the agent (GET, or POST with method="POST" and a body)
+        under a url grant (read or network for GET, write or network for POST), following only
+        the redirects those grants cover. Returns HttpResponse(status, content_type, body, url),
+        `url` being where the last redirect led. timeout: seconds for the whole fetch."""
+        req = H.HttpGetRequest(url=url, method=method, body=body, content_type=content_type,
+                               timeout_ms=0 if timeout is None else max(1, int(timeout * 1000)),
+                               max_bytes=max_bytes)
+        r = self._call("http_get", req)
+        return HttpResponse(r.status, r.content_type, r.body, r.final_url)
 
     def send(self, to, type, data=b"", reply_to=0):
         """Returns the message id."""
