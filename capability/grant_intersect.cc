@@ -38,24 +38,14 @@ void SortedIntersection(const google::protobuf::RepeatedPtrField<std::string>& a
   }
 }
 
-// The meet of two valid paths: the narrower when one covers the other.
-bool IntersectPaths(absl::string_view a, absl::string_view b, absl::string_view* out) {
-  if (PathCoversValid(a, b)) {
+// The meet of two valid scopes (paths, URL patterns) that `covers` orders: the narrower when one
+// covers the other, nothing otherwise (two URL prefixes neither of which covers the other differ
+// before either '*', so no URL matches both).
+bool Narrower(absl::string_view a, absl::string_view b,
+              bool (*covers)(absl::string_view, absl::string_view), absl::string_view* out) {
+  if (covers(a, b)) {
     *out = b;
-  } else if (PathCoversValid(b, a)) {
-    *out = a;
-  } else {
-    return false;
-  }
-  return true;
-}
-
-// The meet of two valid URL patterns: the narrower when one covers the other. (Two prefixes
-// neither of which covers the other meet in nothing: their URLs differ before either '*'.)
-bool IntersectUrls(absl::string_view a, absl::string_view b, absl::string_view* out) {
-  if (UrlCoversValid(a, b)) {
-    *out = b;
-  } else if (UrlCoversValid(b, a)) {
+  } else if (covers(b, a)) {
     *out = a;
   } else {
     return false;
@@ -92,12 +82,12 @@ bool IntersectValid(const Grant& a, const Grant& b, Grant* out) {
       if (HasUrl(a) || HasUrl(b)) {
         if (!HasUrl(a) || !HasUrl(b)) return false;
         absl::string_view url;
-        if (!IntersectUrls(a.url(), b.url(), &url)) return false;
+        if (!Narrower(a.url(), b.url(), &UrlCoversValid, &url)) return false;
         result.set_url(std::string(url));
         break;
       }
       absl::string_view path;
-      if (!IntersectPaths(a.path(), b.path(), &path)) return false;
+      if (!Narrower(a.path(), b.path(), &PathCoversValid, &path)) return false;
       result.set_path(std::string(path));
       break;
     }
@@ -109,7 +99,7 @@ bool IntersectValid(const Grant& a, const Grant& b, Grant* out) {
       if (HasUrl(a) || HasUrl(b)) {
         if (!HasUrl(a) || !HasUrl(b)) return false;
         absl::string_view url;
-        if (!IntersectUrls(a.url(), b.url(), &url)) return false;
+        if (!Narrower(a.url(), b.url(), &UrlCoversValid, &url)) return false;
         result.set_url(std::string(url));
         break;
       }
