@@ -241,6 +241,21 @@ absl::StatusOr<UniqueFd> Agent::NetConnect(absl::string_view host, uint16_t port
   return socket;
 }
 
+absl::StatusOr<vault::v1::HttpGetResult> Agent::HttpGet(absl::string_view url,
+                                                        const HttpOptions& options) {
+  HostRequest request;
+  vault::v1::HttpGetRequest* get = request.mutable_http_get();
+  get->set_url(std::string(url));
+  if (options.method != "GET") get->set_method(options.method);
+  get->set_body(options.body);
+  get->set_content_type(options.content_type);
+  get->set_timeout_ms(ToMillis(options.timeout));
+  get->set_max_bytes(options.max_bytes);
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kHttpGet);
+  if (!response.ok()) return response.status();
+  return std::move(*response->mutable_http_get());
+}
+
 absl::StatusOr<uint64_t> Agent::Send(absl::string_view to, absl::string_view type,
                                      absl::string_view data, uint64_t reply_to) {
   HostRequest request;

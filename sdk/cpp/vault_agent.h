@@ -193,6 +193,22 @@ class Agent {
   // response (SCM_RIGHTS) and is the caller's. A timeout of zero is the vault's default (5 s).
   absl::StatusOr<UniqueFd> NetConnect(absl::string_view host, uint16_t port,
                                       absl::Duration timeout = absl::Seconds(5));
+  // The vault fetches `url` for the agent under a url grant (read or network for GET, write or
+  // network for POST with `body`), following only redirects those grants cover. Returns the last
+  // response (status, content type, body, final URL). A timeout of zero is the vault's default
+  // (10 s); max_bytes zero the vault's most.
+  struct HttpOptions {
+    std::string method = "GET";  // or "POST"
+    std::string body;
+    std::string content_type;
+    absl::Duration timeout = absl::ZeroDuration();
+    uint64_t max_bytes = 0;
+  };
+  absl::StatusOr<vault::v1::HttpGetResult> HttpGet(absl::string_view url,
+                                                   const HttpOptions& options);
+  absl::StatusOr<vault::v1::HttpGetResult> HttpGet(absl::string_view url) {
+    return HttpGet(url, HttpOptions());
+  }
   // Sends a message to an agent id (or "operator", answering a query). Returns its id.
   absl::StatusOr<uint64_t> Send(absl::string_view to, absl::string_view type,
                                 absl::string_view data, uint64_t reply_to = 0);

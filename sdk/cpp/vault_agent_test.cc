@@ -318,6 +318,31 @@ TEST_F(SdkAgentTest, NetConnectReturnsTheDescriptorThatCameWithTheResponse) {
   EXPECT_EQ(request.request().net_connect().timeout_ms(), 2000u);
 }
 
+TEST_F(SdkAgentTest, HttpGetSendsTheRequestAndReturnsTheResult) {
+  Connect();
+  HostFrame answer = Response(1);
+  auto* got = answer.mutable_response()->mutable_http_get();
+  got->set_status(200);
+  got->set_content_type("text/plain");
+  got->set_body("papers");
+  got->set_final_url("https://arxiv.org:443/rss/feed");
+  WriteRaw(vault_.get(), Frame(answer));
+  Agent::HttpOptions options;
+  options.method = "POST";
+  options.body = "q=1";
+  options.timeout = absl::Seconds(3);
+  absl::StatusOr<vault::v1::HttpGetResult> r = agent_->HttpGet("https://arxiv.org/rss/x", options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status(), 200u);
+  EXPECT_EQ(r->body(), "papers");
+  EXPECT_EQ(r->final_url(), "https://arxiv.org:443/rss/feed");
+  GuestFrame request = ReadGuest(vault_.get());
+  EXPECT_EQ(request.request().http_get().url(), "https://arxiv.org/rss/x");
+  EXPECT_EQ(request.request().http_get().method(), "POST");
+  EXPECT_EQ(request.request().http_get().body(), "q=1");
+  EXPECT_EQ(request.request().http_get().timeout_ms(), 3000u);
+}
+
 TEST_F(SdkAgentTest, StrayDescriptorIsClosedAndTheCallFails) {
   Connect();
   int pipe_fds[2];
