@@ -203,7 +203,13 @@ absl::Status CheckSpecForms(const vault::v1::AgentSpec& spec) {
       return absl::InvalidArgumentError("the spec's groups must be sorted and unique");
     }
   }
-  return capability::CheckFuelIsCounted(spec);
+  VAULT_RETURN_IF_ERROR(capability::CheckFuelIsCounted(spec));
+  if (spec.constraints().has_max_allocation_bytes()) {
+    return absl::FailedPreconditionError(
+        "max-allocation (fuel's allocation budget) is not counted by this vault's sandboxes yet; "
+        "bound the agent's memory with max-memory");
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<LiveAgent>> AgentRuntime::Impl::CreateAndLaunch(

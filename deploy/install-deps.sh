@@ -20,6 +20,9 @@ PACKAGES=(
   golang-go golang-golang-x-mod-dev
   # Prometheus metrics of vaultd (replaces a hand-written exposition format and HTTP server).
   prometheus-cpp-dev
+  # Scheme agents: Guile 3.0 embedded in vault-scheme-runner (sandbox/scheme/), not an interpreter
+  # of our own.
+  guile-3.0-dev
   # The http_get host call: the vault fetches URLs for agents (replaces a hand-written HTTP client).
   libcurl4-openssl-dev
   # Tests only: the independent Python gRPC client of CAS and Audit, and the deploy/ YAML checks.

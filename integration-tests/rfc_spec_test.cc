@@ -256,11 +256,102 @@ a.exit(0)
   WaitAudit("host.http_get", canonical(http_, "/private"), "DENIED", id);
 }
 
-TEST_F(RfcSpecTest, InlineSchemeNeedsTheSchemeSandbox) {
+// Scheme agents (sandbox/scheme/): inline code runs in Guile inside the posix sandbox.
+class SchemeAgentTest : public RfcSpecTest {
+ protected:
+  // Spawns `(spawn-agent (purpose NAME) (code 'CODE) REST)`; returns its id.
+  std::string SpawnScheme(const std::string& name, const std::string& code,
+                          const std::string& rest = "") {
+    const std::string spec = absl::StrCat(root(), "/", name, ".scm");
+    EXPECT_TRUE(WriteFile(spec, absl::StrCat("(spawn-agent (purpose \"", name, "\")\n  (code '",
+                                             code, ")\n  ", rest, ")\n"))
+                    .ok());
+    return Spawn(spec);
+  }
+  // The agent's end: "<state> <reason>".
+  std::string End(const std::string& id) {
+    std::string status = WaitState(id, {"completed", "failed", "terminated"});
+    return absl::StrCat(JsonField(status, "state").value_or("?"), " ",
+                        JsonField(status, "reason").value_or("?"));
+  }
+};
+
+TEST_F(SchemeAgentTest, InlineCodeRunsWithTheHostCalls) {
   StartVault("v");
-  RunResult r = Ctl({"agent", "spawn", Example("pattern1-periodic.scm"), "--as", admin_key_});
+  const std::string id = SpawnScheme("hello", R"((lambda ()
+    (log "hello " (+ 1 2))
+    (let ((d (cas-put "scheme was here")))
+      (log "put " d)
+      (log "got " (utf8->string (cas-get d))))
+    (log "me " (assq-ref (self-inspect) 'purpose))))",
+                                     "(capabilities (cas-write))");
+  WaitLog(id, "hello 3");
+  WaitLog(id, absl::StrCat("put ", DigestText("scheme was here")));
+  WaitLog(id, "got scheme was here");
+  WaitLog(id, "me hello");
+  EXPECT_EQ(End(id), "completed exit(0)");
+}
+
+TEST_F(SchemeAgentTest, FuelRunsOutAndEndsTheAgent) {
+  StartVault("v");
+  const std::string id = SpawnScheme("spin", "(lambda () (let loop ((i 0)) (loop (+ i 1))))",
+                                     "(constraints (max-steps 100000))");
+  EXPECT_EQ(End(id), "failed fuel exhausted");
+}
+
+TEST_F(SchemeAgentTest, AllocationBombAndDeepRecursionAreContained) {
+  StartVault("v");
+  const std::string bomb = SpawnScheme(
+      // A list the loop keeps looking at: nothing the compiler may drop, nothing the GC frees.
+      "bomb",
+      "(lambda () (let loop ((l '()) (n 0)) (if (< (length l) -1) l "
+      "(loop (cons (make-vector 1000 n) l) (+ n 1)))))",
+      "(constraints (max-memory (* 64 1024 1024)))");
+  EXPECT_THAT(End(bomb), HasSubstr("memory")) << "the memory limit ends it";
+  const std::string deep =
+      SpawnScheme("deep", "(lambda () (let f ((n 0)) (+ 1 (f (+ n 1)))))");
+  EXPECT_EQ(End(deep), "failed stack exhausted");
+  // An allocation budget is refused rather than ignored.
+  const std::string spec = absl::StrCat(root(), "/alloc.scm");
+  ASSERT_TRUE(WriteFile(spec, "(spawn-agent (code '(lambda () 1)) (constraints (fuel "
+                              "(allocation 1000000))))\n")
+                  .ok());
+  RunResult r = Ctl({"agent", "spawn", spec, "--as", admin_key_});
   EXPECT_NE(r.exit_code, kExitOk) << r;
-  EXPECT_THAT(r.err, HasSubstr("scheme"));
+  EXPECT_THAT(r.err, HasSubstr("max-allocation (fuel's allocation budget) is not counted"));
+  // The vault is unaffected: a next agent runs.
+  const std::string next = SpawnScheme("next", "(lambda () (log \"still here\"))");
+  WaitLog(next, "still here");
+}
+
+// The bindings the RFC excludes are not there at all, and nothing names the fuel counter.
+TEST_F(SchemeAgentTest, NoEvalNoFilesNoClockNoProcesses) {
+  StartVault("v");
+  const std::pair<std::string, std::string> cases[] = {
+      {"(eval '(+ 1 2) (interaction-environment))", "Unbound variable: eval"},
+      {"(primitive-eval '(+ 1 2))", "Unbound variable: primitive-eval"},
+      {"(open-input-file \"/etc/passwd\")", "Unbound variable: open-input-file"},
+      {"(system \"id\")", "Unbound variable: system"},
+      {"(current-time)", "Unbound variable: current-time"},
+      {"(get-internal-real-time)", "Unbound variable: get-internal-real-time"},
+      {"(load \"/etc/passwd\")", "Unbound variable: load"},
+      {"(module-ref (resolve-module '(vault fuel)) 'fuel)", "Unbound variable: module-ref"},
+      {"((@@ (vault fuel) exhausted))", "Unbound variable: @@"},
+  };
+  for (const auto& [code, why] : cases) {
+    const std::string id = SpawnScheme("bad", absl::StrCat("(lambda () ", code, ")"));
+    EXPECT_EQ(End(id), absl::StrCat("failed error: ", why)) << code;
+  }
+}
+
+TEST_F(SchemeAgentTest, DenialsComeBackAsCatchableErrors) {
+  StartVault("v");
+  const std::string id = SpawnScheme("denied", R"((lambda ()
+    (catch 'host-error
+      (lambda () (read-file "/vault/secret"))
+      (lambda (key call code message) (log "caught " call " " code)))))");
+  WaitLog(id, "caught read-file 7");
+  EXPECT_EQ(End(id), "completed exit(0)");
 }
 
 }  // namespace

@@ -12,12 +12,14 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "capability/principal.h"
 #include "common/file_util.h"
+#include "common/sha256.h"
 #include "common/status_macros.h"
 #include "node/membership.h"
 #include "spdlog/spdlog.h"
@@ -252,8 +254,23 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
     node->counted_sandbox_ = node->metrics_->CountSpawns(node->sandbox_.get());
     if (node->counted_sandbox_ != nullptr && node->sandbox_state_.agents_enabled) {
       node->sandbox_types_.Add(node->counted_sandbox_.get());
+      absl::StatusOr<std::unique_ptr<sandbox::SchemeSandbox>> scheme =
+          sandbox::SchemeSandbox::Create(
+              node->counted_sandbox_.get(), "",
+              geteuid() == 0
+                  ? absl::StrCat("/var/lib/vault-sandbox/scheme/", config.name(), "-",
+                                 absl::BytesToHexString(common::Sha256::Hash(config.data_dir()))
+                                     .substr(0, 8))
+                  : config.data_dir() + "/scheme-runner");
+      if (scheme.ok()) {
+        node->scheme_sandbox_ = *std::move(scheme);
+        node->sandbox_types_.Add(node->scheme_sandbox_.get());
+      } else {
+        node->sandbox_types_.AddUnavailable("scheme", std::string(scheme.status().message()));
+      }
     } else {
       node->sandbox_types_.AddUnavailable("posix", node->sandbox_state_.disabled_reason);
+      node->sandbox_types_.AddUnavailable("scheme", node->sandbox_state_.disabled_reason);
     }
     for (const std::string& line : node->sandbox_types_.Describe()) {
       spdlog::info("sandbox type {}", line);

@@ -1,0 +1,50 @@
+// sandbox/scheme: the "scheme" sandbox type. A Scheme agent's code runs in vault-scheme-runner
+// (runner.cc, runner.scm: Guile 3.0, a safe environment, the host calls as procedures, fuel), and
+// the runner runs as the program of a posix sandbox, so every posix fence holds around the
+// interpreter: the interpreter is defence in depth, not the only wall (docs/sandbox.md).
+//
+//   ASSIGN_OR_RETURN(auto scheme, SchemeSandbox::Create(posix_sandbox, ""));  // finds the runner
+//   types.Add(scheme.get());
+//
+// Thread safety: as the posix sandbox it wraps.
+#ifndef VAULT_SANDBOX_SCHEME_SCHEME_SANDBOX_H_
+#define VAULT_SANDBOX_SCHEME_SCHEME_SANDBOX_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "sandbox/sandbox.h"
+
+namespace vault::sandbox {
+
+class SchemeSandbox : public Sandbox {
+ public:
+  // `posix` runs the runner (not owned; it outlives this). `runner_dir` holds vault-scheme-runner
+  // and runner.scm; "" looks in $VAULT_SCHEME_RUNNER_DIR, then beside the executable
+  // (../sandbox/scheme, ../../sandbox/scheme, ../libexec/vault/scheme). NOT_FOUND naming the
+  // places looked at. Both files are copied into `stage_dir` (made anew, 0711, the files
+  // world-readable), whose path is what the sandboxes see: the build tree may live under /work,
+  // which a sandbox keeps for itself, and the sandboxes' host ids must reach it.
+  static absl::StatusOr<std::unique_ptr<SchemeSandbox>> Create(Sandbox* posix,
+                                                               const std::string& runner_dir,
+                                                               const std::string& stage_dir);
+
+  const char* type() const override { return "scheme"; }
+  // The code object is the agent's Scheme source, at /code/agent.
+  absl::Status SetProgram(const CodeObject& code, SandboxSpec* spec) const override;
+  absl::StatusOr<std::unique_ptr<SandboxHandle>> Spawn(const SandboxSpec& spec) override {
+    return posix_->Spawn(spec);
+  }
+  const std::string& runner_dir() const { return runner_dir_; }
+
+ private:
+  SchemeSandbox(Sandbox* posix, std::string runner_dir)
+      : posix_(posix), runner_dir_(std::move(runner_dir)) {}
+  Sandbox* const posix_;
+  const std::string runner_dir_;
+};
+
+}  // namespace vault::sandbox
+
+#endif  // VAULT_SANDBOX_SCHEME_SCHEME_SANDBOX_H_
