@@ -95,14 +95,13 @@ absl::StatusOr<vault::v1::SpawnResponse> AgentRuntime::Impl::Spawn(
   const std::string principal = verified->root->ToText();
   // What the spec claims is checked against what was signed, never taken on its word.
   if (!spec.id().empty() && spec.id() != verified->agent_id) {
-    return absl::InvalidArgumentError(absl::StrCat("the spec asks for id ", spec.id(),
-                                                   " but its SPAWN link names ",
-                                                   verified->agent_id));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the spec asks for id ", spec.id(), " but its SPAWN link names ", verified->agent_id));
   }
   if (!spec.spawned_by().empty() && spec.spawned_by() != principal) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("the spec says it is spawned by ", spec.spawned_by(),
-                     " but its chain is rooted in ", principal));
+    return absl::PermissionDeniedError(absl::StrCat("the spec says it is spawned by ",
+                                                    spec.spawned_by(),
+                                                    " but its chain is rooted in ", principal));
   }
   std::optional<vault::v1::TrustEntry> trust = policy_->Lookup(*verified->root);
   if (!trust.has_value()) return absl::PermissionDeniedError("the root principal is not trusted");
@@ -187,9 +186,9 @@ absl::StatusOr<vault::v1::SpawnResponse> AgentRuntime::Impl::Spawn(
 absl::Status CheckSpecForms(const vault::v1::AgentSpec& spec) {
   auto check_name = [](absl::string_view what, const std::string& name) -> absl::Status {
     if (absl::Status s = ValidateAgentId(name); !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " \"", absl::CHexEscape(name), "\" must be 1-64 of [a-z0-9-], "
-                       "not starting with '-'"));
+      return absl::InvalidArgumentError(absl::StrCat(what, " \"", absl::CHexEscape(name),
+                                                     "\" must be 1-64 of [a-z0-9-], "
+                                                     "not starting with '-'"));
     }
     return absl::OkStatus();
   };
@@ -243,8 +242,8 @@ absl::StatusOr<std::shared_ptr<LiveAgent>> AgentRuntime::Impl::CreateAndLaunch(
     }
     if (!IndexNameLocked(live, name)) {
       return absl::AlreadyExistsError(
-          absl::StrCat("principal ", live->principal, " already has a live agent named \"",
-                       name, "\" (", names_[absl::StrCat(live->principal, "\n", name)]->id,
+          absl::StrCat("principal ", live->principal, " already has a live agent named \"", name,
+                       "\" (", names_[absl::StrCat(live->principal, "\n", name)]->id,
                        "): a name is unique among its principal's live agents"));
     }
     agents_[live->id] = live;

@@ -221,7 +221,8 @@ bool CheckGrant(const Grant& g, std::string* why) {
       path = HasPath(g);
       hash = HasHash(g);
       url = HasUrl(g);
-      if (path + hash + url != 1) return fail_plain("needs exactly one of a path, a hash and a url");
+      if (path + hash + url != 1)
+        return fail_plain("needs exactly one of a path, a hash and a url");
       break;
     case Grant::WRITE:
       url = HasUrl(g);

@@ -70,6 +70,16 @@ bool IntersectValid(const Grant& a, const Grant& b, Grant* out) {
   }
   Grant result;
   result.set_kind(a.kind());
+  // A URL scope (read, write or network) meets only another URL scope of the same kind.
+  if (HasUrl(a) || HasUrl(b)) {
+    absl::string_view url;
+    if (!HasUrl(a) || !HasUrl(b) || !Narrower(a.url(), b.url(), &UrlCoversValid, &url)) {
+      return false;
+    }
+    result.set_url(std::string(url));
+    *out = std::move(result);
+    return true;
+  }
   switch (a.kind()) {
     case Grant::READ:
       if (HasHash(a) || HasHash(b)) {
@@ -79,13 +89,6 @@ bool IntersectValid(const Grant& a, const Grant& b, Grant* out) {
       }
       [[fallthrough]];
     case Grant::WRITE: {
-      if (HasUrl(a) || HasUrl(b)) {
-        if (!HasUrl(a) || !HasUrl(b)) return false;
-        absl::string_view url;
-        if (!Narrower(a.url(), b.url(), &UrlCoversValid, &url)) return false;
-        result.set_url(std::string(url));
-        break;
-      }
       absl::string_view path;
       if (!Narrower(a.path(), b.path(), &PathCoversValid, &path)) return false;
       result.set_path(std::string(path));
@@ -96,13 +99,6 @@ bool IntersectValid(const Grant& a, const Grant& b, Grant* out) {
     case Grant::SPAWN:
       break;
     case Grant::NETWORK: {
-      if (HasUrl(a) || HasUrl(b)) {
-        if (!HasUrl(a) || !HasUrl(b)) return false;
-        absl::string_view url;
-        if (!Narrower(a.url(), b.url(), &UrlCoversValid, &url)) return false;
-        result.set_url(std::string(url));
-        break;
-      }
       if (HostCoversValid(a.host(), b.host())) {
         result.set_host(b.host());
       } else if (HostCoversValid(b.host(), a.host())) {

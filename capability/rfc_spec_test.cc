@@ -112,8 +112,8 @@ TEST(RfcSpecTest, Reactive) {
 
 TEST(RfcSpecTest, Mobile) {
   ParsedSpec p = Parse("pattern4-mobile.scm");
-  EXPECT_EQ(GrantStrings(p.spec), (std::vector<std::string>{"read /vault/local",
-                                                            "migrate vault-a vault-b vault-c"}));
+  EXPECT_EQ(GrantStrings(p.spec),
+            (std::vector<std::string>{"read /vault/local", "migrate vault-a vault-b vault-c"}));
   EXPECT_EQ(p.spec.constraints().max_migrations(), 10u);
   EXPECT_EQ(p.spec.constraints().max_runtime_ms(), 24u * 3600 * 1000);
   EXPECT_NE(p.spec.code_source().find("(migrate-to remote-vault data)"), std::string::npos);
@@ -156,12 +156,12 @@ TEST(RfcSpecTest, ShorthandsAndNewForms) {
             (std::vector<std::string>{"all-agents", "workers"}));
   EXPECT_EQ(p->spec.code_source(),
             R"((lambda () (display "a \"quoted\" ) paren") #\) #;(ignored) #| block ( |# 'done))");
-  EXPECT_EQ(GrantStrings(p->spec),
-            (std::vector<std::string>{
-                "network https://api.example.com:443/v1/*", "network a.example.com:*",
-                "network b.example.com:*", "network c.example.com:443",
-                "read http://example.com:80/?q=1", "write https://example.com:443/upload",
-                "send worker-agents types=task"}));
+  EXPECT_EQ(
+      GrantStrings(p->spec),
+      (std::vector<std::string>{
+          "network https://api.example.com:443/v1/*", "network a.example.com:*",
+          "network b.example.com:*", "network c.example.com:443", "read http://example.com:80/?q=1",
+          "write https://example.com:443/upload", "send worker-agents types=task"}));
   EXPECT_EQ(p->spec.constraints().max_steps(), 1000000u);
   EXPECT_EQ(p->spec.constraints().max_allocation_bytes(), 64u * 1024 * 1024);
   EXPECT_FALSE(p->spec.constraints().has_max_cpu_ms());
@@ -191,8 +191,7 @@ TEST(RfcSpecTest, RefusesWithTheReason) {
       {"(agent (purpose \"p\") (constraints (fuel (ticks 3))))",
        "s.scm:1:41: unknown form (ticks ...) in (fuel ...); expected (computation STEPS) or "
        "(allocation BYTES)"},
-      {"(agent (purpose \"p\") (code '(lambda () (oops)))",
-       "s.scm:1:1: '(' is never closed"},
+      {"(agent (purpose \"p\") (code '(lambda () (oops)))", "s.scm:1:1: '(' is never closed"},
       {"(agent (purpose \"p\") (code '(lambda () \"open)))",
        "s.scm:1:40: unterminated string in the code"},
       {"(agent (purpose \"p\") (code 'x))",
@@ -201,8 +200,9 @@ TEST(RfcSpecTest, RefusesWithTheReason) {
       {"(agent (purpose \"p\") (sandbox (type scheme) (memory 3)))",
        "s.scm:1:22: (sandbox ...) takes one type: posix, scheme, wasm or container; its limits "
        "come from (constraints ...)"},
-      {"(agent (purpose #x))", "s.scm:1:17: unexpected \"#x\" (outside (code ...), '#' starts "
-                               "only #t and #f)"},
+      {"(agent (purpose #x))",
+       "s.scm:1:17: unexpected \"#x\" (outside (code ...), '#' starts "
+       "only #t and #f)"},
   };
   for (const auto& [text, error] : cases) {
     absl::StatusOr<ParsedSpec> p = ParseAgentSpecWithOptions(text, "s.scm", {});

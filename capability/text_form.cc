@@ -119,8 +119,9 @@ absl::StatusOr<ParsedSpec> ParseAgentSpecWithOptions(absl::string_view text,
       return absl::InvalidArgumentError(absl::StrCat(source, ": ", s.message()));
     }
     if (out.spec.purpose().empty()) {
-      out.warnings.push_back(absl::StrCat(source, ": the spec has no purpose; the vault records "
-                                                  "a default"));
+      out.warnings.push_back(absl::StrCat(source,
+                                          ": the spec has no purpose; the vault records "
+                                          "a default"));
     }
     return out;
   }

@@ -290,7 +290,8 @@ TEST(ParseAgentSpec, ArithmeticErrors) {
       {"(agent (constraints (max-cpu (* 6))))", "spec.scm:1:30: (* ...) takes two or more numbers"},
       {"(agent (constraints (max-cpu \"6\")))",
        "spec.scm:1:30: expected a number, found the string \"6\""},
-      {"(agent (constraints (max-cpu 1 2)))", "spec.scm:1:21: (max-cpu ...) takes one number (or #f: none)"},
+      {"(agent (constraints (max-cpu 1 2)))",
+       "spec.scm:1:21: (max-cpu ...) takes one number (or #f: none)"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<AgentSpec> spec = ParseAgentSpec(c.text, "spec.scm", TextFormat::kSexpr);
@@ -312,7 +313,8 @@ TEST(ParseAgentSpec, SexprErrors) {
       {")", "spec.scm:1:1: unexpected ')'"},
       {"(agent) (agent)", "spec.scm:1:9: unexpected text after the first form"},
       {"  ; only a comment\n", "spec.scm:2:1: empty input; expected (agent ...)"},
-      {"(agent\n  (colour blue))", "spec.scm:2:3: unknown form (colour ...) in (agent ...); the forms are purpose, "
+      {"(agent\n  (colour blue))",
+       "spec.scm:2:3: unknown form (colour ...) in (agent ...); the forms are purpose, "
        "instructions, code, code-file, capabilities, constraints, sandbox, id, name, groups, "
        "spawned-by, status"},
       {"(agnet)", "spec.scm:1:1: expected (agent ...) or (spawn-agent ...), found (agnet ...)"},
@@ -339,7 +341,8 @@ TEST(ParseAgentSpec, SexprErrors) {
        "spec.scm:1:8: expected a form (name ...) in (agent ...), found the string \"x\""},
       {"(agent (capabilities (network (port 443))))",
        "spec.scm:1:22: (network ...) needs (host ...) or (url ...)"},
-      {"(agent (capabilities (read)))", "spec.scm:1:22: (read ...) needs (path ...), (hash ...) or (url ...)"},
+      {"(agent (capabilities (read)))",
+       "spec.scm:1:22: (read ...) needs (path ...), (hash ...) or (url ...)"},
       {"(agent (capabilities (exec (path \"/bin\"))))",
        "spec.scm:1:22: unknown grant (exec ...); expected read, write, cas-read, cas-write, spawn, "
        "network, send, receive or migrate"},

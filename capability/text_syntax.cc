@@ -126,12 +126,18 @@ absl::Status CheckGrant(const Grant& grant) {
 }
 
 constexpr ConstraintName kConstraintNames[] = {
-    {"max-runtime", "max_runtime_ms", 1000}, {"max-runtime-ms", "max_runtime_ms", 1},
-    {"max-memory", "max_memory_bytes", 1},   {"max-storage", "max_storage_bytes", 1},
-    {"max-cpu", "max_cpu_ms", 1000},         {"max-cpu-ms", "max_cpu_ms", 1},
-    {"max-open-files", "max_open_files", 1}, {"max-processes", "max_processes", 1},
-    {"max-migrations", "max_migrations", 1}, {"expires", "expires_unix_ms", 1000},
-    {"expires-ms", "expires_unix_ms", 1},    {"max-steps", "max_steps", 1},
+    {"max-runtime", "max_runtime_ms", 1000},
+    {"max-runtime-ms", "max_runtime_ms", 1},
+    {"max-memory", "max_memory_bytes", 1},
+    {"max-storage", "max_storage_bytes", 1},
+    {"max-cpu", "max_cpu_ms", 1000},
+    {"max-cpu-ms", "max_cpu_ms", 1},
+    {"max-open-files", "max_open_files", 1},
+    {"max-processes", "max_processes", 1},
+    {"max-migrations", "max_migrations", 1},
+    {"expires", "expires_unix_ms", 1000},
+    {"expires-ms", "expires_unix_ms", 1},
+    {"max-steps", "max_steps", 1},
     {"max-allocation", "max_allocation_bytes", 1},
 };
 

@@ -99,9 +99,8 @@ const char* UrlProblemOf(absl::string_view url, bool pattern, UrlParts* parts) {
   if (const char* problem = HostProblem(parts->host)) return problem;
   if (!pattern && absl::StartsWith(parts->host, "*.")) return "has a wildcard host";
   uint32_t port = 0;
-  if (parts->port.empty() || parts->port.front() == '0' ||
-      !absl::SimpleAtoi(parts->port, &port) || port > 65535 ||
-      !std::all_of(parts->port.begin(), parts->port.end(), absl::ascii_isdigit)) {
+  if (parts->port.empty() || parts->port.front() == '0' || !absl::SimpleAtoi(parts->port, &port) ||
+      port > 65535 || !std::all_of(parts->port.begin(), parts->port.end(), absl::ascii_isdigit)) {
     return "needs an explicit port 1-65535 (the canonical form writes it)";
   }
   return PathPartProblem(parts->path, pattern);

@@ -3,7 +3,6 @@
 // trusts (a requested id, spawned-by, fuel where nothing counts it).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -74,13 +73,16 @@ TEST_F(RfcSpecTest, DaemonExampleSpawnsAsWritten) {
   EXPECT_THAT(r.err, HasSubstr("warning: " + spec +
                                ":14:3: (status running) ignored: an agent's status is the "
                                "vault's to set"));
-  EXPECT_THAT(r.out, HasSubstr(R"("grants":["read https://arxiv.org:443/rss/*","write /vault/papers","network arxiv.org:*","network doi.org:*"])"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr(
+          R"("grants":["read https://arxiv.org:443/rss/*","write /vault/papers","network arxiv.org:*","network doi.org:*"])"));
   EXPECT_THAT(r.out, HasSubstr(R"("max_runtime_ms":86400000)"));
   WaitLog("agent-2026-001", "hello");
 
   // The id is the spec's, so a second spawn of the same spec is refused.
-  RunResult again = Ctl({"agent", "spawn", spec, "--code", code, "--bind",
-                         "user-principal=" + user, "--as", user});
+  RunResult again = Ctl(
+      {"agent", "spawn", spec, "--code", code, "--bind", "user-principal=" + user, "--as", user});
   EXPECT_NE(again.exit_code, kExitOk) << again;
   EXPECT_THAT(again.err, HasSubstr("agent agent-2026-001 "));
 }
@@ -105,8 +107,9 @@ TEST_F(RfcSpecTest, FuelOnAPosixAgentIsRefused) {
   StartVault("v");
   PythonFile("fuel", kDone);
   const std::string spec = absl::StrCat(root(), "/fuel.scm");
-  ASSERT_TRUE(WriteFile(spec, "(agent (purpose \"p\") (code-file \"fuel.py\") "
-                              "(constraints (fuel (computation 1000))))\n")
+  ASSERT_TRUE(WriteFile(spec,
+                        "(agent (purpose \"p\") (code-file \"fuel.py\") "
+                        "(constraints (fuel (computation 1000))))\n")
                   .ok());
   RunResult r = Ctl({"agent", "spawn", spec, "--as", admin_key_});
   EXPECT_EQ(r.exit_code, kExitUsage) << r;
@@ -204,8 +207,10 @@ TEST_F(HttpGetTest, FetchesWhatTheGrantsCoverAndNothingElse) {
   const std::string body = absl::StrCat(R"(
 def get(name, url, **kw):
     t(name, lambda: a.http_get(url, **kw))
-H = ")", http_, R"("
-S = ")", https_, R"("
+H = ")",
+                                        http_, R"("
+S = ")",
+                                        https_, R"("
 get("feed", H + "/rss/feed")
 get("tls", S + "/rss/feed")
 get("here", H + "/rss/here")
@@ -231,25 +236,33 @@ a.exit(0)
   auto canonical = [](const std::string& base, const std::string& path) {
     return absl::StrCat(base, path);
   };
-  EXPECT_EQ(r["feed"], "0 HttpResponse(status=200, content_type='text/plain', body=b'papers', "
-                       "url='" + canonical(http_, "/rss/feed") + "')");
-  EXPECT_EQ(r["tls"], "0 HttpResponse(status=200, content_type='text/plain', body=b'papers', "
-                      "url='" + canonical(https_, "/rss/feed") + "')");
-  EXPECT_EQ(r["here"], "0 HttpResponse(status=200, content_type='text/plain', body=b'papers', "
-                       "url='" + canonical(http_, "/rss/feed") + "')");
+  EXPECT_EQ(r["feed"],
+            "0 HttpResponse(status=200, content_type='text/plain', body=b'papers', "
+            "url='" +
+                canonical(http_, "/rss/feed") + "')");
+  EXPECT_EQ(r["tls"],
+            "0 HttpResponse(status=200, content_type='text/plain', body=b'papers', "
+            "url='" +
+                canonical(https_, "/rss/feed") + "')");
+  EXPECT_EQ(r["here"],
+            "0 HttpResponse(status=200, content_type='text/plain', body=b'papers', "
+            "url='" +
+                canonical(http_, "/rss/feed") + "')");
   EXPECT_EQ(r["away"], absl::StrCat("7 denied: ", http_, "/rss/away redirects to ", http_,
                                     "/private, which no url grant of this agent covers"));
-  EXPECT_EQ(r["private"], absl::StrCat("7 denied: http_get needs the grant \"read ", http_,
-                                       "/private\""));
+  EXPECT_EQ(r["private"],
+            absl::StrCat("7 denied: http_get needs the grant \"read ", http_, "/private\""));
   EXPECT_EQ(r["loop"], absl::StrCat("9 http_get ", http_, "/rss/loop: more than 5 redirects"));
-  EXPECT_EQ(r["big"], absl::StrCat("8 http_get ", http_,
-                                   "/rss/big: the response is larger than 1000 bytes"));
+  EXPECT_EQ(r["big"],
+            absl::StrCat("8 http_get ", http_, "/rss/big: the response is larger than 1000 bytes"));
   EXPECT_EQ(r["slow"], absl::StrCat("4 http_get ", http_, "/rss/slow: no answer within 500 ms"));
   EXPECT_EQ(r["star"], absl::StrCat("3 URL \"", http_, "/rss/*\" contains '*'"));
-  EXPECT_EQ(r["echo"], "0 HttpResponse(status=200, content_type='text/plain', body=b'hello', "
-                       "url='" + canonical(http_, "/echo") + "')");
-  EXPECT_EQ(r["echo-get"], absl::StrCat("7 denied: http_get needs the grant \"read ", http_,
-                                        "/echo\""));
+  EXPECT_EQ(r["echo"],
+            "0 HttpResponse(status=200, content_type='text/plain', body=b'hello', "
+            "url='" +
+                canonical(http_, "/echo") + "')");
+  EXPECT_EQ(r["echo-get"],
+            absl::StrCat("7 denied: http_get needs the grant \"read ", http_, "/echo\""));
   // Audited with the URL and the body's SHA-256.
   std::string entry = WaitAudit("host.http_get", canonical(http_, "/rss/feed"), "ALLOWED", id);
   EXPECT_THAT(entry, HasSubstr(Hex(Sha256("papers"))));
@@ -308,13 +321,13 @@ TEST_F(SchemeAgentTest, AllocationBombAndDeepRecursionAreContained) {
       "(loop (cons (make-vector 1000 n) l) (+ n 1)))))",
       "(constraints (max-memory (* 64 1024 1024)))");
   EXPECT_THAT(End(bomb), HasSubstr("memory")) << "the memory limit ends it";
-  const std::string deep =
-      SpawnScheme("deep", "(lambda () (let f ((n 0)) (+ 1 (f (+ n 1)))))");
+  const std::string deep = SpawnScheme("deep", "(lambda () (let f ((n 0)) (+ 1 (f (+ n 1)))))");
   EXPECT_EQ(End(deep), "failed stack exhausted");
   // An allocation budget is refused rather than ignored.
   const std::string spec = absl::StrCat(root(), "/alloc.scm");
-  ASSERT_TRUE(WriteFile(spec, "(spawn-agent (code '(lambda () 1)) (constraints (fuel "
-                              "(allocation 1000000))))\n")
+  ASSERT_TRUE(WriteFile(spec,
+                        "(spawn-agent (code '(lambda () 1)) (constraints (fuel "
+                        "(allocation 1000000))))\n")
                   .ok());
   RunResult r = Ctl({"agent", "spawn", spec, "--as", admin_key_});
   EXPECT_NE(r.exit_code, kExitOk) << r;

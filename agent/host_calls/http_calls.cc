@@ -125,11 +125,11 @@ void HttpGet(HostCallContext& ctx) {
   const bool post = IsPost(r);
 
   uint64_t max_bytes = ctx.max_payload > 1024 ? ctx.max_payload - 1024 : ctx.max_payload;
-  if (s.config().http_max_bytes() != 0) max_bytes = std::min(max_bytes, s.config().http_max_bytes());
+  if (s.config().http_max_bytes() != 0)
+    max_bytes = std::min(max_bytes, s.config().http_max_bytes());
   if (r.max_bytes() != 0) max_bytes = std::min(max_bytes, r.max_bytes());
-  const uint32_t timeout_ms = std::min<uint32_t>(r.timeout_ms() != 0 ? r.timeout_ms()
-                                                                     : kDefaultTimeoutMs,
-                                                 s.config().call_deadline_ms());
+  const uint32_t timeout_ms = std::min<uint32_t>(
+      r.timeout_ms() != 0 ? r.timeout_ms() : kDefaultTimeoutMs, s.config().call_deadline_ms());
   const absl::Time deadline = absl::Now() + absl::Milliseconds(timeout_ms);
 
   absl::StatusOr<std::string> first = RequestUrl(r.url());  // checked by AuthorizeHttpGet
@@ -171,9 +171,9 @@ void HttpGet(HostCallContext& ctx) {
     }
     std::unique_ptr<curl_slist, SlistDeleter> headers;
     if (method_post) {
-      const std::string type = absl::StrCat(
-          "Content-Type: ",
-          r.content_type().empty() ? "application/octet-stream" : r.content_type());
+      const std::string type =
+          absl::StrCat("Content-Type: ",
+                       r.content_type().empty() ? "application/octet-stream" : r.content_type());
       if (type.find_first_of("\r\n") != std::string::npos) {
         c.status = absl::InvalidArgumentError("content_type contains a line break");
         return;
@@ -187,8 +187,8 @@ void HttpGet(HostCallContext& ctx) {
     const CURLcode rc = curl_easy_perform(h);
     if (rc != CURLE_OK) {
       if (sink.too_large || rc == CURLE_FILESIZE_EXCEEDED) {
-        c.status = absl::ResourceExhaustedError(absl::StrCat(
-            "http_get ", url, ": the response is larger than ", max_bytes, " bytes"));
+        c.status = absl::ResourceExhaustedError(
+            absl::StrCat("http_get ", url, ": the response is larger than ", max_bytes, " bytes"));
       } else if (rc == CURLE_OPERATION_TIMEDOUT) {
         c.status = absl::DeadlineExceededError(
             absl::StrCat("http_get ", url, ": no answer within ", timeout_ms, " ms"));
@@ -202,9 +202,9 @@ void HttpGet(HostCallContext& ctx) {
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     char* location = nullptr;
     curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &location);
-    const bool redirect = (status == 301 || status == 302 || status == 303 || status == 307 ||
-                           status == 308) &&
-                          location != nullptr;
+    const bool redirect =
+        (status == 301 || status == 302 || status == 303 || status == 307 || status == 308) &&
+        location != nullptr;
     if (!redirect) {
       char* type = nullptr;
       curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &type);
@@ -225,9 +225,8 @@ void HttpGet(HostCallContext& ctx) {
     // The target is checked as a request of its own: a redirect never widens the grants.
     absl::StatusOr<std::string> next = RequestUrl(location);
     if (!next.ok()) {
-      c.status = absl::PermissionDeniedError(
-          absl::StrCat("denied: ", url, " redirects to a URL that is refused: ",
-                       next.status().message()));
+      c.status = absl::PermissionDeniedError(absl::StrCat(
+          "denied: ", url, " redirects to a URL that is refused: ", next.status().message()));
       return;
     }
     if (status == 303) method_post = false;  // "see other": a GET

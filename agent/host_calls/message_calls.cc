@@ -81,8 +81,8 @@ void AuthorizeSend(HostCallContext& ctx) {
   // `to` is an id, or a name among the sender's principal's agents; a grant may name the
   // receiver by its id, name or group.
   std::vector<std::string> addresses = {request.send().to()};
-  if (std::shared_ptr<LiveAgent> to = ctx.services.Resolve(ctx.live->principal,
-                                                           request.send().to());
+  if (std::shared_ptr<LiveAgent> to =
+          ctx.services.Resolve(ctx.live->principal, request.send().to());
       to != nullptr && to != ctx.live) {
     c.subject = to->id;
     addresses = AddressesOf(*to, ctx.live->principal);

@@ -10,13 +10,13 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 #include "capability/grant.h"
-#include "capability/text_form.h"
 #include "capability/internal/sexpr.h"
+#include "capability/text_form.h"
 #include "common/status_macros.h"
 #include "google/protobuf/descriptor.h"
 
@@ -66,8 +66,8 @@ class SexpMapper {
   // (agent ...), or the RFC's (spawn-agent ...): the same forms.
   absl::StatusOr<AgentSpec> Agent(const Sexp& doc) const {
     if (doc.head() != "agent" && doc.head() != "spawn-agent") {
-      return Error(doc, absl::StrCat("expected (agent ...) or (spawn-agent ...), found ",
-                                     Describe(doc)));
+      return Error(
+          doc, absl::StrCat("expected (agent ...) or (spawn-agent ...), found ", Describe(doc)));
     }
     const std::string top(doc.head());
     AgentSpec spec;
@@ -78,8 +78,8 @@ class SexpMapper {
       absl::string_view head = form.head();
       std::string slot(head == "code-file" ? "code" : head);
       static constexpr absl::string_view kForms[] = {
-          "purpose", "instructions", "code",   "code-file",  "capabilities", "constraints",
-          "sandbox", "id",           "name",   "groups",     "spawned-by",   "status"};
+          "purpose", "instructions", "code", "code-file", "capabilities", "constraints",
+          "sandbox", "id",           "name", "groups",    "spawned-by",   "status"};
       if (std::find(std::begin(kForms), std::end(kForms), head) == std::end(kForms)) {
         return Error(form, absl::StrCat("unknown form (", head, " ...) in (", top,
                                         " ...); the forms are purpose, instructions, code, "
@@ -150,8 +150,9 @@ class SexpMapper {
       // spawn-agent from evaluating it.
       if (absl::ConsumePrefix(&code, "'")) code = absl::StripLeadingAsciiWhitespace(code);
       if (code.empty() || (code.front() != '(' && code.front() != '[')) {
-        return Error(arg, "(code ...) takes a digest string or a Scheme expression such as "
-                          "'(lambda () ...)");
+        return Error(arg,
+                     "(code ...) takes a digest string or a Scheme expression such as "
+                     "'(lambda () ...)");
       }
       spec->set_code_source(std::string(code));
       return absl::OkStatus();
@@ -171,8 +172,9 @@ class SexpMapper {
       return OneName(form.items[1]);
     }
     if (form.arg_count() != 1 || form.items[1].is_list()) {
-      return Error(form, "(sandbox ...) takes one type: posix, scheme, wasm or container; its "
-                         "limits come from (constraints ...)");
+      return Error(form,
+                   "(sandbox ...) takes one type: posix, scheme, wasm or container; its "
+                   "limits come from (constraints ...)");
     }
     return OneName(form);
   }
@@ -583,7 +585,8 @@ class SexpMapper {
     absl::string_view needs;
     if (kind == "read" && !seen.count("path") && !seen.count("hash") && !seen.count("url"))
       needs = "(path ...), (hash ...) or (url ...)";
-    if (kind == "write" && !seen.count("path") && !seen.count("url")) needs = "(path ...) or (url ...)";
+    if (kind == "write" && !seen.count("path") && !seen.count("url"))
+      needs = "(path ...) or (url ...)";
     if (kind == "network" && !seen.count("host") && !seen.count("url")) {
       needs = "(host ...) or (url ...)";
     }
@@ -607,7 +610,7 @@ class SexpMapper {
         for (size_t f = 1; f < item.items.size(); ++f) {
           const Sexp& part = item.items[f];
           VAULT_RETURN_IF_ERROR(CheckForm(part, "fuel"));
-          absl::string_view limit = part.head() == "computation" ? "max-steps"
+          absl::string_view limit = part.head() == "computation"  ? "max-steps"
                                     : part.head() == "allocation" ? "max-allocation"
                                                                   : "";
           if (limit.empty()) {
@@ -648,8 +651,8 @@ class SexpMapper {
   }
 
   absl::string_view source_;
-  const SpecOptions* options_;             // may be null
-  std::vector<std::string>* warnings_;     // may be null
+  const SpecOptions* options_;          // may be null
+  std::vector<std::string>* warnings_;  // may be null
 };
 
 }  // namespace

@@ -101,8 +101,7 @@ SCM Finish(const char* call, const Outcome& o) {
 }
 
 [[noreturn]] void WrongType(const char* call, const char* what) {
-  Throw(call, static_cast<int>(absl::StatusCode::kInvalidArgument),
-        scm_from_utf8_string(what));
+  Throw(call, static_cast<int>(absl::StatusCode::kInvalidArgument), scm_from_utf8_string(what));
 }
 
 // (%log message)
@@ -284,10 +283,11 @@ SCM SelfInspect() {
     absl::StatusOr<vault::v1::SelfInspectResult> r = g_agent->SelfInspect();
     if (!Failed(r, &o)) {
       auto pair = [](const char* k, SCM v) { return scm_cons(scm_from_utf8_symbol(k), v); };
-      o.value = scm_list_n(pair("id", Str(r->agent_id())), pair("vault", Str(r->vault())),
-                           pair("principal", Str(r->principal())), pair("hop", scm_from_uint32(r->hop())),
-                           pair("home-vault", Str(r->home_vault())),
-                           pair("purpose", Str(r->purpose())), SCM_UNDEFINED);
+      o.value =
+          scm_list_n(pair("id", Str(r->agent_id())), pair("vault", Str(r->vault())),
+                     pair("principal", Str(r->principal())), pair("hop", scm_from_uint32(r->hop())),
+                     pair("home-vault", Str(r->home_vault())), pair("purpose", Str(r->purpose())),
+                     SCM_UNDEFINED);
     }
   }
   return Finish("self-inspect", o);
@@ -313,9 +313,9 @@ SCM Limits() {
     absl::StatusOr<vault::v1::SelfInspectResult> r = g_agent->SelfInspect();
     if (!Failed(r, &o)) {
       const vault::v1::Constraints& c = r->constraints();
-      o.value = scm_cons(c.has_max_steps() ? scm_from_uint64(c.max_steps()) : SCM_BOOL_F,
-                         c.has_max_allocation_bytes() ? scm_from_uint64(c.max_allocation_bytes())
-                                                      : SCM_BOOL_F);
+      o.value = scm_cons(
+          c.has_max_steps() ? scm_from_uint64(c.max_steps()) : SCM_BOOL_F,
+          c.has_max_allocation_bytes() ? scm_from_uint64(c.max_allocation_bytes()) : SCM_BOOL_F);
     }
   }
   return Finish("limits", o);

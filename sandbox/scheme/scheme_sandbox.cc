@@ -35,7 +35,8 @@ absl::StatusOr<std::unique_ptr<SchemeSandbox>> SchemeSandbox::Create(Sandbox* po
     std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
     if (!ec) {
       const std::filesystem::path dir = self.parent_path();
-      for (const char* rel : {"../sandbox/scheme", "../../sandbox/scheme", "../libexec/vault/scheme"}) {
+      for (const char* rel :
+           {"../sandbox/scheme", "../../sandbox/scheme", "../libexec/vault/scheme"}) {
         candidates.push_back(std::filesystem::weakly_canonical(dir / rel, ec).string());
       }
     }
@@ -49,8 +50,8 @@ absl::StatusOr<std::unique_ptr<SchemeSandbox>> SchemeSandbox::Create(Sandbox* po
       const std::string to = absl::StrCat(stage_dir, "/", file);
       std::filesystem::copy_file(absl::StrCat(candidate, "/", file), to, ec);
       if (ec) {
-        return absl::InternalError(absl::StrCat("copy ", candidate, "/", file, " to ", to, ": ",
-                                                ec.message()));
+        return absl::InternalError(
+            absl::StrCat("copy ", candidate, "/", file, " to ", to, ": ", ec.message()));
       }
       chmod(to.c_str(), std::string(file) == "runner.scm" ? 0644 : 0755);
     }
@@ -67,8 +68,8 @@ absl::StatusOr<std::unique_ptr<SchemeSandbox>> SchemeSandbox::Create(Sandbox* po
 
 absl::Status SchemeSandbox::SetProgram(const CodeObject& code, SandboxSpec* spec) const {
   if (code.kind != CodeObject::Kind::kNative) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a scheme sandbox runs Scheme source, not ", CodeKindName(code.kind), " code"));
+    return absl::InvalidArgumentError(absl::StrCat("a scheme sandbox runs Scheme source, not ",
+                                                   CodeKindName(code.kind), " code"));
   }
   spec->program = absl::StrCat(runner_dir_, "/vault-scheme-runner");
   spec->argv = {"vault-scheme-runner", absl::StrCat(runner_dir_, "/runner.scm"), "/code/agent"};
