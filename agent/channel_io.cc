@@ -98,6 +98,7 @@ void AgentRuntime::Impl::SendFrame(const std::shared_ptr<LiveAgent>& live,
   uint64_t token;
   {
     absl::MutexLock lock(&live->mu);
+    if (frame.has_response()) LogAnswer(*live, frame.response());
     conn = live->conn;
     token = live->conn_token;
   }

@@ -117,6 +117,8 @@ void AgentRuntime::Impl::HandleFrame(const std::shared_ptr<LiveAgent>& live, std
     if (live->end_cause != EndCause::kNone) return;
   }
   HostRequest request = std::move(*g.mutable_request());
+  // An agent that replays: answered from its log while the replay lasts (agent/replay.cc).
+  if (Replay(live, request)) return;
   const uint64_t call_id = request.call_id();
   auto refuse = [&](absl::Status s) {
     vault::v1::HostFrame reply;

@@ -309,6 +309,10 @@ absl::Status AgentRuntime::Impl::StartProcess(const std::shared_ptr<LiveAgent>& 
   if (absl::Status set = box->SetProgram(code, &spec); !set.ok()) return fail(set);
   spec.env.push_back(absl::StrCat("VAULT_AGENT_ID=", live->id));
   spec.env.push_back(absl::StrCat("VAULT_NAME=", options_.vault_name));
+  // A fuel budget, for the types that count it (capability::CheckFuelIsCounted).
+  if (constraints.has_max_steps()) {
+    spec.env.push_back(absl::StrCat("VAULT_MAX_STEPS=", constraints.max_steps()));
+  }
   // The SDKs poll for an answer this long before they sleep (docs/host-calls.md, "Latency").
   spec.env.push_back(
       absl::StrCat(kAgentPollWindowEnv, "=", absl::ToInt64Microseconds(poll_window_)));
@@ -396,6 +400,19 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live,
     return s;
   };
   r.set_incarnation(r.incarnation() + 1);
+  // An agent that replays has its log ready before its process is served.
+  {
+    absl::StatusOr<sandbox::Sandbox*> box = SandboxFor(r.spec().sandbox());
+    if (!box.ok()) return fail(box.status());
+    if ((*box)->replays()) {
+      if (absl::Status loaded = LoadEffectLog(*live); !loaded.ok()) {
+        if (live->held && live->handle != nullptr) (void)live->handle->Kill();
+        return fail(loaded);
+      }
+    } else {
+      live->effects.reset();
+    }
+  }
   // A held process (started at the Offer of this arrival: migration/prestart.cc) is adopted;
   // should it have ended meanwhile, its exit is handled as this start's (unless it was handled
   // already, while held: then a process is started).

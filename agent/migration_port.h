@@ -67,6 +67,10 @@ class MigrationPort {
   // Asks a running agent to checkpoint (a "vault.checkpoint" message) and waits up to `wait`
   // for it. True when it checkpointed.
   virtual bool AskCheckpoint(const AgentRef& agent, absl::Duration wait) = 0;
+  // For a frozen agent that replays (a Scheme agent): its effect log as it stands, stored, to
+  // hand over as its state (it resumes at the destination where it was frozen). Null for the
+  // others (they go with their last checkpoint).
+  virtual absl::StatusOr<std::optional<cas::Digest>> ReplayState(const AgentRef& agent) = 0;
   // Freezes the agent for a hop to `to_vault`: CheckMayGo again, then its host calls are
   // refused, its process stops, and the calls already past the gate finish (at most 10 s).
   // Returns its record as frozen. `refused` is set when CheckMayGo refused (nothing changed).

@@ -25,6 +25,9 @@ inline constexpr absl::string_view kReceiptDomain("vault.migration.receipt.v1\0"
 inline constexpr absl::string_view kControlDomain("vault.agent.control.v1\0", 23);
 // A code signature (AgentSpec.code_signer).
 inline constexpr absl::string_view kCodeDomain("vault.agent.code.v1\0", 20);
+// The head of an agent's effect log, as the vault that wrote the log out vouches for it
+// (EffectLog.signature: agent id, NUL, head).
+inline constexpr absl::string_view kEffectLogDomain("vault.agent.effect-log.v1\0", 26);
 
 }  // namespace vault::capability
 

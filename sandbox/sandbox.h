@@ -197,6 +197,10 @@ class Sandbox {
   virtual const char* type() const = 0;
   // Whether its handles can Snapshot a running program and its specs restore one.
   virtual bool can_snapshot() const { return false; }
+  // Whether the programs it runs are deterministic given their host calls' answers (an
+  // interpreter whose clock and randomness come only through the host), so that the runtime may
+  // move and restart them by replaying their effect log (design §10).
+  virtual bool replays() const { return false; }
   // How this type runs `code`: sets `spec`'s program, argv and code_dir, and adds what the
   // program needs (environment entries, read-only folders) to what `spec` has. INVALID_ARGUMENT,
   // naming what the type runs, for a code object it cannot run.

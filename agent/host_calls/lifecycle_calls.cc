@@ -197,7 +197,18 @@ void Migrate(HostCallContext& ctx) {
   const uint64_t call_id = request.call_id();
   // A state named by digest: one the agent may read (as a checkpoint's), stored here.
   std::optional<cas::Digest> named;
-  if (request.migrate().has_state_digest()) {
+  // An agent that replays moves with its effect log, the migrate itself logged as answered at
+  // the destination (where its replay returns from this call).
+  EffectLog::Extra arrived{.op = c.op, .request_sha256 = RequestDigest(request), .response = {}};
+  arrived.response.mutable_migrate()->set_vault(request.migrate().vault());
+  absl::StatusOr<std::optional<cas::Digest>> log = s.StoreEffectLog(live, &arrived);
+  if (!log.ok()) {
+    c.status = log.status();
+    return;
+  }
+  if (log->has_value()) {
+    named = **log;
+  } else if (request.migrate().has_state_digest()) {
     absl::StatusOr<cas::Digest> d = ToDigest(request.migrate().state_digest());
     if (!d.ok()) {
       c.status = d.status();

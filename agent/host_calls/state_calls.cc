@@ -39,13 +39,22 @@ void GetState(HostCallContext& ctx) {
   HostResponse& resp = c.response;
   vault::v1::Digest d;
   bool has;
+  // An agent that replays: its state is its effect log; what it reads is the state it was
+  // spawned with, kept in the log.
+  std::optional<std::string> kept;
   {
     absl::MutexLock lock(&live->mu);
-    has = live->record.has_state();
-    d = live->record.state_digest();
+    if (live->effects != nullptr) {
+      has = live->effects->has_initial_state();
+      if (has) kept = live->effects->initial_state();
+    } else {
+      has = live->record.has_state();
+      d = live->record.state_digest();
+    }
   }
   resp.mutable_get_state()->set_present(has);
   if (!has) return;
+  if (kept.has_value()) d = FromDigest(cas::Digest::Of(*kept));
   c.subject = DigestText(d);
   absl::StatusOr<cas::Digest> digest = ToDigest(d);
   if (!digest.ok()) {
@@ -70,7 +79,9 @@ void GetState(HostCallContext& ctx) {
   }
   std::string data;
   data.reserve(want);
-  if (want > 0) {
+  if (kept.has_value()) {
+    data = kept->substr(offset, want);
+  } else if (want > 0) {
     c.status = s.cas().Read(*digest, offset, want, 1 << 20, [&](uint64_t, absl::string_view piece) {
       data.append(piece.data(), piece.size());
       return absl::OkStatus();
@@ -114,8 +125,15 @@ void Checkpoint(HostCallContext& ctx) {
     c.bytes = state.size();
   }
   c.subject = d.ToString();
+  // An agent that replays resumes from its effect log (up to this call, which its next start
+  // makes again: a checkpoint is the same whenever it is made).
+  absl::StatusOr<std::optional<cas::Digest>> log = s.StoreEffectLog(live, nullptr);
+  if (!log.ok()) {
+    c.status = log.status();
+    return;
+  }
   absl::MutexLock lock(&live->mu);
-  *live->record.mutable_state_digest() = FromDigest(d);
+  *live->record.mutable_state_digest() = FromDigest(log->value_or(d));
   live->record.set_has_state(true);
   live->record.mutable_counters()->set_checkpoints(live->record.counters().checkpoints() + 1);
   live->checkpoint_requested = false;

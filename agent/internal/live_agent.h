@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "agent/connection.h"
+#include "agent/effect_log.h"
 #include "capability/decision.h"
 #include "common/unique_fd.h"
 #include "sandbox/sandbox.h"
@@ -108,6 +109,18 @@ struct LiveAgent {
   // whichever comes first of the departure's own task, the agent's exit and a later arrival of
   // the same agent here (FlushDeparture), never after another write of this record.
   std::optional<PendingTransition> departure ABSL_GUARDED_BY(mu);
+
+  // An agent whose sandbox type replays (a Scheme agent; agent/replay.cc, docs/replay.md): its
+  // effect log; while replay_next < replay_end its calls are answered from the log. Null for the
+  // others. `effect_calls`: its calls not answered yet, to be logged with their answer.
+  std::unique_ptr<EffectLog> effects ABSL_GUARDED_BY(mu);
+  size_t replay_next ABSL_GUARDED_BY(mu) = 0;
+  size_t replay_end ABSL_GUARDED_BY(mu) = 0;
+  struct EffectCall {
+    std::string op;
+    std::string request_sha256;
+  };
+  absl::flat_hash_map<uint64_t, EffectCall> effect_calls ABSL_GUARDED_BY(mu);
 };
 
 }  // namespace vault::agent

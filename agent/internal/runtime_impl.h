@@ -186,6 +186,20 @@ class AgentRuntime::Impl : public HostCallServices,
                               const std::string& to, const std::string& state,
                               const std::optional<cas::Digest>& state_digest) override;
 
+  // ---- replay.cc: effect logs of agents that replay (docs/replay.md) ----
+  absl::StatusOr<std::optional<cas::Digest>> StoreEffectLog(
+      const std::shared_ptr<LiveAgent>& live, const EffectLog::Extra* extra) override;
+  // Before its process talks: the agent's log, from its state (a log written out: verified, then
+  // replayed) or new (the state it was spawned with, if any, kept in it).
+  absl::Status LoadEffectLog(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
+  // Every request of an agent that replays comes here first: answered from the log while the
+  // replay lasts (true; a divergence ends the agent), else noted to be logged with its answer
+  // (false: served as usual).
+  bool Replay(const std::shared_ptr<LiveAgent>& live, const vault::v1::HostRequest& request);
+  // Logs the answer `response` when it answers a noted call (SendFrame).
+  void LogAnswer(LiveAgent& live, const vault::v1::HostResponse& response)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
+
   const RuntimeOptions options_;
   const RuntimeDeps deps_;
   std::unique_ptr<TrustPolicy> policy_;
@@ -200,6 +214,9 @@ class AgentRuntime::Impl : public HostCallServices,
   bool Stopping() override;
   absl::Status CheckMayGo(const AgentRef& agent, const std::string& to_vault) override;
   bool AskCheckpoint(const AgentRef& agent, absl::Duration wait) override;
+  absl::StatusOr<std::optional<cas::Digest>> ReplayState(const AgentRef& agent) override {
+    return StoreEffectLog(agent, nullptr);
+  }
   absl::StatusOr<vault::v1::AgentRecord> Freeze(const AgentRef& agent, const std::string& to_vault,
                                                 bool* refused) override;
   void Unfreeze(const AgentRef& agent) override;

@@ -115,15 +115,22 @@ SCM Log(SCM message) {
   return Finish("log", o);
 }
 
-// (%exit code message)
-SCM Exit(SCM code, SCM message) {
+// (%exit code message result): `result` #f, or a string or bytevector, stored in the CAS and
+// named as the agent's result.
+SCM Exit(SCM code, SCM message, SCM result) {
   Outcome o;
   {
     std::optional<std::string> text = BytesOf(message);
-    if (!scm_is_signed_integer(code, 0, 255) || !text) {
-      WrongType("exit", "exit takes a code 0-255 and a string");
+    std::optional<std::string> bytes = BytesOf(result);
+    if (!scm_is_signed_integer(code, 0, 255) || !text || (!bytes && scm_is_true(result))) {
+      WrongType("exit", "exit takes a code 0-255, a string and a result (string or bytevector)");
     }
-    Failed(g_agent->Exit(scm_to_int(code), *text), &o);
+    std::optional<vault::v1::Digest> digest;
+    if (bytes.has_value()) {
+      absl::StatusOr<vault::v1::Digest> d = g_agent->CasPut(*bytes);
+      if (!Failed(d, &o)) digest = *d;
+    }
+    if (o.code == 0) Failed(g_agent->Exit(scm_to_int(code), *text, digest), &o);
   }
   return Finish("exit", o);
 }
@@ -306,19 +313,26 @@ SCM Sleep(SCM seconds) {
   return SCM_UNSPECIFIED;
 }
 
-// (%limits) → (max-steps . max-allocation-bytes), each #f when unlimited
-SCM Limits() {
+// (%migrate vault): returns only at the destination, where the agent's replay reaches this
+// call (docs/replay.md), or with a host-error when the hop did not happen.
+SCM Migrate(SCM vault) {
   Outcome o;
   {
-    absl::StatusOr<vault::v1::SelfInspectResult> r = g_agent->SelfInspect();
-    if (!Failed(r, &o)) {
-      const vault::v1::Constraints& c = r->constraints();
-      o.value = scm_cons(
-          c.has_max_steps() ? scm_from_uint64(c.max_steps()) : SCM_BOOL_F,
-          c.has_max_allocation_bytes() ? scm_from_uint64(c.max_allocation_bytes()) : SCM_BOOL_F);
-    }
+    std::optional<std::string> v = BytesOf(vault);
+    if (!scm_is_string(vault) || !v) WrongType("migrate-to", "migrate-to takes a vault name");
+    Failed(g_agent->Migrate(*v, ""), &o);
   }
-  return Finish("limits", o);
+  return Finish("migrate-to", o);
+}
+
+// (%max-steps) → the computation budget (VAULT_MAX_STEPS, set by the vault from the agent's
+// constraints), or #f. Not a host call: a replay must not answer it from another vault's log.
+SCM MaxSteps() {
+  const char* v = getenv("VAULT_MAX_STEPS");
+  if (v == nullptr || *v == '\0') return SCM_BOOL_F;
+  char* end = nullptr;
+  unsigned long long n = strtoull(v, &end, 10);
+  return end != nullptr && *end == '\0' ? scm_from_uint64(n) : SCM_BOOL_F;
 }
 
 void DefineHostModule(void*) {
@@ -328,7 +342,7 @@ void DefineHostModule(void*) {
     scm_t_subr fn;
   } defs[] = {
       {"%log", 1, reinterpret_cast<scm_t_subr>(&Log)},
-      {"%exit", 2, reinterpret_cast<scm_t_subr>(&Exit)},
+      {"%exit", 3, reinterpret_cast<scm_t_subr>(&Exit)},
       {"get-state", 0, reinterpret_cast<scm_t_subr>(&GetState)},
       {"checkpoint", 1, reinterpret_cast<scm_t_subr>(&Checkpoint)},
       {"cas-put", 1, reinterpret_cast<scm_t_subr>(&CasPut)},
@@ -341,7 +355,8 @@ void DefineHostModule(void*) {
       {"http-get", 1, reinterpret_cast<scm_t_subr>(&HttpGet)},
       {"self-inspect", 0, reinterpret_cast<scm_t_subr>(&SelfInspect)},
       {"%sleep", 1, reinterpret_cast<scm_t_subr>(&Sleep)},
-      {"%limits", 0, reinterpret_cast<scm_t_subr>(&Limits)},
+      {"%migrate", 1, reinterpret_cast<scm_t_subr>(&Migrate)},
+      {"%max-steps", 0, reinterpret_cast<scm_t_subr>(&MaxSteps)},
   };
   for (const Def& d : defs) {
     scm_c_define_gsubr(d.name, d.req, 0, 0, d.fn);

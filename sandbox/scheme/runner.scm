@@ -9,6 +9,11 @@
 ;;; agent's module cannot name. Deep recursion ends with "stack exhausted"; memory is bounded by
 ;;; the posix sandbox's limit (an allocation budget, max-allocation, is not counted yet: the vault
 ;;; refuses it).
+;;;
+;;; Nothing here knows of mobility: the agent's code has no clock, randomness or input but its
+;;; host calls, so the vault can move or restart it by re-running it with every call answered
+;;; from its effect log (docs/replay.md). migrate-to is a host call that, at the destination,
+;;; returns.
 
 (define-module (vault fuel)
   #:export (fuel exhausted))
@@ -18,15 +23,16 @@
 
 (define-module (vault api)
   #:use-module (vault host)
-  #:export (log exit sleep agent-send agent-receive))
+  #:export (log exit sleep agent-send agent-receive migrate-to migrate-home))
 
 (define (text x) (if (string? x) x (object->string x display)))
 
 ;; (log "a" 'b 3): the parts, displayed and joined.
 (define (log . parts) (%log (apply string-append (map text parts))))
-;; The vault's exit: the agent ends with this code and message.
-(define* (exit #:optional (code 0) (message ""))
-  (%exit code (text message))
+;; The vault's exit: the agent ends with this code and message, and `result` (a string or a
+;; bytevector), when given, stored in the CAS as its result.
+(define* (exit #:optional (code 0) (message "") (result #f))
+  (%exit code (text message) result)
   (primitive-exit code))
 (define (sleep seconds) (%sleep seconds))
 ;; (agent-send to type data): `to` an agent id or name, `type` a message type (strings or
@@ -35,6 +41,14 @@
 ;; (agent-receive #:timeout ms), or the RFC's (agent-receive timeout: ms): the next message as
 ;; ((id . N) (from . "a-...") (type . "...") (data . #vu8(...))), or #f when none came.
 (define* (agent-receive #:key (timeout 86400000)) (%receive timeout))
+;; (migrate-to vault data): moves the agent to `vault`, where this call returns `data` and the
+;; code goes on (the RFC's pattern 4). The vault re-runs the code there with every host call
+;; answered from the agent's effect log, nothing done again, until it reaches this call
+;; (docs/replay.md). A hop that does not happen raises a host-error.
+(define* (migrate-to vault #:optional data) (%migrate (text vault)) data)
+;; (migrate-home data): migrate-to the vault the agent was spawned on.
+(define* (migrate-home #:optional data)
+  (migrate-to (cdr (assq 'home-vault (self-inspect))) data))
 
 (define-module (vault runner)
   #:use-module (ice-9 sandbox)
@@ -54,7 +68,7 @@
       string->utf8 bytevector->u8-list u8-list->bytevector)
      ((vault host) get-state checkpoint cas-put cas-get read-file write-file list-directory
       http-get self-inspect)
-     ((vault api) log exit sleep agent-send agent-receive))))
+     ((vault api) log exit sleep agent-send agent-receive migrate-to migrate-home))))
 
 (define (fuel-ref) (make-module-ref #f '(vault fuel) 'fuel #f))
 
@@ -108,8 +122,7 @@
 ;; Runs the agent's code at `path`; returns the process's exit code. The vault hears of every
 ;; end through the exit host call, with its reason.
 (define (run-agent path)
-  (let* ((limits (%limits))
-         (steps (car limits))
+  (let* ((steps (%max-steps))
          (env (make-sandbox-module agent-bindings))
          (go (lambda () (evaluate (read-forms path) env (and steps #t))))
          (limited
@@ -118,10 +131,14 @@
              (* 8 1024 1024) go (lambda () (throw 'vault-limit "stack exhausted"))))))
     (module-set! (resolve-module '(vault fuel)) 'fuel (or steps 0))
     (catch #t
-      (lambda () (limited) (%exit 0 "") 0)
+      ;; What the agent's procedure returns, a string or a bytevector, is its result.
+      (lambda ()
+        (let ((value (limited)))
+          (%exit 0 "" (and (or (string? value) (bytevector? value)) value))
+          0))
       (lambda (key . args)
         (let ((why (reason key args)))
           (display why (current-error-port))
           (newline (current-error-port))
-          (%exit (if (eq? key 'vault-limit) 3 1) why)
+          (%exit (if (eq? key 'vault-limit) 3 1) why #f)
           (if (eq? key 'vault-limit) 3 1))))))

@@ -31,6 +31,9 @@ class SchemeSandbox : public Sandbox {
                                                                const std::string& stage_dir);
 
   const char* type() const override { return "scheme"; }
+  // Guile here has no clock, randomness or input but the host calls: an agent re-run with its
+  // calls answered from its effect log takes the same path.
+  bool replays() const override { return true; }
   // The code object is the agent's Scheme source, at /code/agent.
   absl::Status SetProgram(const CodeObject& code, SandboxSpec* spec) const override;
   absl::StatusOr<std::unique_ptr<SandboxHandle>> Spawn(const SandboxSpec& spec) override {

@@ -335,10 +335,11 @@ absl::Status Agent::MigrateDigest(absl::string_view vault, const vault::v1::Dige
 
 absl::Status Agent::MigrateCall(HostRequest& request) {
   absl::MutexLock lock(&mu_);  // held until the process ends, or the hop failed
-  absl::StatusOr<HostResponse> response =
-      CallLocked(request, HostResponse::RESULT_NOT_SET, nullptr);
+  absl::StatusOr<HostResponse> response = CallLocked(request, HostResponse::kMigrate, nullptr);
   if (!response.ok()) return response.status();
-  // Answered only on failure: an OK answer leaves it unknown where the agent now runs.
+  // Success is answered only to an agent that replays its effect log (a Scheme agent), at the
+  // destination; to any other, an OK answer leaves it unknown where the agent now runs.
+  if (response->has_migrate()) return absl::OkStatus();
   return Break(ProtocolError("the vault answered a migrate call with success"));
 }
 

@@ -231,7 +231,9 @@ class Agent {
   // only when the agent stays here: PERMISSION_DENIED when the grants or max-migrations do not
   // allow the hop, ABORTED when the destination refused or could not be reached, or a channel
   // error. An OK answer breaks the protocol (the vault answers a migrate only when it failed):
-  // INTERNAL, and the channel is closed. A state larger than max_piece_bytes is put in pieces
+  // INTERNAL, and the channel is closed. (The one exception: an agent that replays its effect
+  // log, a Scheme agent, is answered OK with a MigrateResult at the destination, where its
+  // replay reaches the call that moved it: docs/replay.md.) A state larger than max_piece_bytes is put in pieces
   // first (as Checkpoint does; an error of that put is returned) and handed over by digest.
   absl::Status Migrate(absl::string_view vault, absl::string_view state);
   // Migrate with a state already in the CAS that the agent may read (as CheckpointDigest).

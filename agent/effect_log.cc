@@ -1,0 +1,182 @@
+#include "agent/effect_log.h"
+
+#include <utility>
+
+#include "absl/base/internal/endian.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "capability/signing_domains.h"
+#include "common/sha256.h"
+#include "common/status_macros.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+
+namespace vault::agent {
+namespace {
+
+using vault::v1::EffectNode;
+
+std::string Deterministic(const google::protobuf::MessageLite& m) {
+  std::string out;
+  {
+    google::protobuf::io::StringOutputStream stream(&out);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    m.SerializeToCodedStream(&coded);
+  }
+  return out;
+}
+
+std::string Genesis(absl::string_view agent_id, bool has_state, absl::string_view state) {
+  return common::Sha256::HashParts({capability::kEffectLogDomain, agent_id, absl::string_view("\0", 1),
+                                    has_state ? "1" : "0",
+                                    has_state ? common::Sha256::Hash(state) : std::string()});
+}
+
+std::string Link(const EffectNode& n) {
+  char seq[8];
+  absl::big_endian::Store64(seq, n.seq());
+  return common::Sha256::HashParts({n.prev(), absl::string_view(seq, 8), n.op(),
+                                    absl::string_view("\0", 1), n.request_sha256(),
+                                    n.response_sha256(), n.vault()});
+}
+
+std::string SignedBytes(absl::string_view agent_id, absl::string_view head) {
+  return absl::StrCat(capability::kEffectLogDomain, agent_id, absl::string_view("\0", 1), head);
+}
+
+std::string Short(absl::string_view raw) { return absl::BytesToHexString(raw.substr(0, 8)); }
+
+EffectNode MakeNode(uint64_t seq, const std::string& prev, absl::string_view op,
+                    absl::string_view vault, absl::string_view request_sha256,
+                    vault::v1::HostResponse response) {
+  EffectNode n;
+  n.set_seq(seq);
+  n.set_op(std::string(op));
+  n.set_request_sha256(std::string(request_sha256));
+  response.set_call_id(0);
+  n.set_response(Deterministic(response));
+  n.set_response_sha256(common::Sha256::Hash(n.response()));
+  n.set_vault(std::string(vault));
+  n.set_prev(prev);
+  return n;
+}
+
+}  // namespace
+
+bool IsEffectLog(absl::string_view state) { return absl::StartsWith(state, kEffectLogMagic); }
+
+std::string RequestDigest(const vault::v1::HostRequest& request) {
+  vault::v1::HostRequest copy = request;
+  copy.set_call_id(0);
+  return common::Sha256::Hash(Deterministic(copy));
+}
+
+EffectLog::EffectLog(std::string agent_id, std::optional<std::string> initial_state) {
+  log_.set_agent_id(std::move(agent_id));
+  log_.set_has_initial_state(initial_state.has_value());
+  if (initial_state.has_value()) log_.set_initial_state(*std::move(initial_state));
+  log_.set_head(Genesis(log_.agent_id(), log_.has_initial_state(), log_.initial_state()));
+  bytes_ = log_.initial_state().size();
+}
+
+void EffectLog::Append(absl::string_view op, absl::string_view vault,
+                       absl::string_view request_sha256, vault::v1::HostResponse response) {
+  if (overflowed_) return;
+  EffectNode n = MakeNode(size(), log_.head(), op, vault, request_sha256, std::move(response));
+  bytes_ += n.response().size() + n.op().size() + n.vault().size() + 128;
+  if (bytes_ > kMaxEffectLogBytes) {
+    overflowed_ = true;
+    return;
+  }
+  log_.set_head(Link(n));
+  *log_.add_nodes() = std::move(n);
+}
+
+absl::StatusOr<std::string> EffectLog::WriteOut(const capability::PrivateKey& key,
+                                                absl::string_view vault,
+                                                const Extra* extra) const {
+  if (overflowed_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the agent's effect log passed ", kMaxEffectLogBytes >> 20,
+        " MiB: it can no longer checkpoint or move (end it and spawn it again from a state)"));
+  }
+  vault::v1::EffectLog out = log_;
+  if (extra != nullptr) {
+    EffectNode n =
+        MakeNode(size(), out.head(), extra->op, vault, extra->request_sha256, extra->response);
+    out.set_head(Link(n));
+    *out.add_nodes() = std::move(n);
+  }
+  out.set_signer(key.public_key().raw());
+  VAULT_ASSIGN_OR_RETURN(std::string sig, key.Sign(SignedBytes(out.agent_id(), out.head())));
+  out.set_signature(std::move(sig));
+  return absl::StrCat(kEffectLogMagic, Deterministic(out));
+}
+
+absl::StatusOr<EffectLog> EffectLog::Read(
+    absl::string_view object, absl::string_view agent_id,
+    const std::function<bool(absl::string_view raw_key)>& trusted) {
+  if (!IsEffectLog(object)) {
+    return absl::InvalidArgumentError("effect log: not an effect log (no vault-effect-log/1 header)");
+  }
+  vault::v1::EffectLog in;
+  if (!in.ParseFromArray(object.data() + kEffectLogMagic.size(),
+                         static_cast<int>(object.size() - kEffectLogMagic.size()))) {
+    return absl::InvalidArgumentError("effect log: does not parse");
+  }
+  if (in.agent_id() != agent_id) {
+    return absl::InvalidArgumentError(absl::StrCat("effect log: it is agent ", in.agent_id(),
+                                                   "'s, not ", agent_id, "'s"));
+  }
+  std::string head = Genesis(in.agent_id(), in.has_initial_state(), in.initial_state());
+  for (int i = 0; i < in.nodes_size(); ++i) {
+    const EffectNode& n = in.nodes(i);
+    if (n.seq() != static_cast<uint64_t>(i)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("effect log: node ", i, " says it is effect ", n.seq()));
+    }
+    if (n.prev() != head) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "effect log: effect ", i, " (", n.op(), ") does not follow ",
+          i == 0 ? std::string("the log's start (its agent or initial state was changed)")
+                 : absl::StrCat("effect ", i - 1, " (the chain is broken there)")));
+    }
+    if (common::Sha256::Hash(n.response()) != n.response_sha256()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("effect log: effect ", i, " (", n.op(),
+                       ")'s result does not match its digest (it was changed)"));
+    }
+    if (vault::v1::HostResponse r; !r.ParseFromString(n.response())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("effect log: effect ", i, " (", n.op(), ")'s result does not parse"));
+    }
+    head = Link(n);
+  }
+  if (head != in.head()) {
+    return absl::InvalidArgumentError(absl::StrCat("effect log: its head ", Short(in.head()),
+                                                   " is not its chain's (", Short(head),
+                                                   "): a result was changed"));
+  }
+  if (!trusted(in.signer())) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("effect log: signed by ed25519:", absl::BytesToHexString(in.signer()),
+                     ", which is neither this vault nor a member of its federation"));
+  }
+  absl::StatusOr<capability::PublicKey> signer = capability::PublicKey::FromRaw(in.signer());
+  if (!signer.ok()) return absl::InvalidArgumentError("effect log: its signer is not a key");
+  if (absl::Status v = signer->Verify(SignedBytes(in.agent_id(), in.head()), in.signature());
+      !v.ok()) {
+    return absl::UnauthenticatedError(
+        "effect log: its signature does not verify (changed after it was written out)");
+  }
+  EffectLog log(in.agent_id(), std::nullopt);
+  log.bytes_ = object.size();
+  in.clear_signer();
+  in.clear_signature();
+  log.log_ = std::move(in);
+  return log;
+}
+
+}  // namespace vault::agent
