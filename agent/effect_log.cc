@@ -1,5 +1,6 @@
 #include "agent/effect_log.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/base/internal/endian.h"
@@ -92,6 +93,14 @@ void EffectLog::Append(absl::string_view op, absl::string_view vault,
   }
   log_.set_head(Link(n));
   *log_.add_nodes() = std::move(n);
+}
+
+void EffectLog::DropLast() {
+  if (log_.nodes_size() == 0) return;
+  const EffectNode& last = log_.nodes(log_.nodes_size() - 1);
+  bytes_ -= std::min(bytes_, last.response().size() + last.op().size() + last.vault().size() + 128);
+  log_.set_head(last.prev());
+  log_.mutable_nodes()->RemoveLast();
 }
 
 absl::StatusOr<std::string> EffectLog::WriteOut(const capability::PrivateKey& key,

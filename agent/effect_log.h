@@ -55,6 +55,8 @@ class EffectLog {
   // overflowed() is true.
   void Append(absl::string_view op, absl::string_view vault, absl::string_view request_sha256,
               vault::v1::HostResponse response);
+  // Forgets the last node (a migrate that did not happen after all).
+  void DropLast();
   // One call more, added to a written-out object only (a migrate: the call that moves the agent,
   // as it will have been answered at the destination).
   struct Extra {

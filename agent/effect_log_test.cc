@@ -100,6 +100,21 @@ TEST(EffectLog, AnExtraNodeGoesIntoTheObjectOnly) {
   EXPECT_FALSE(back->has_initial_state());
 }
 
+TEST(EffectLog, DroppingTheLastNodeGoesBackToTheHeadBeforeIt) {
+  capability::PrivateKey key = Key();
+  EffectLog log("a-1", std::nullopt);
+  log.Append("log", "vault-a", "r0", HostResponse());
+  const std::string head = log.head();
+  log.Append("migrate", "vault-a", "r1", HostResponse());
+  log.DropLast();
+  EXPECT_EQ(log.size(), 1u);
+  EXPECT_EQ(log.head(), head);
+  absl::StatusOr<EffectLog> back = EffectLog::Read(*log.WriteOut(key, "vault-a"), "a-1",
+                                                   Trusting(key));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->size(), 1u);
+}
+
 TEST(EffectLog, AChangedResultIsRefused) {
   capability::PrivateKey key = Key();
   vault::v1::EffectLog in = Parse(ThreeCalls(key));

@@ -202,13 +202,7 @@ absl::Status CheckSpecForms(const vault::v1::AgentSpec& spec) {
       return absl::InvalidArgumentError("the spec's groups must be sorted and unique");
     }
   }
-  VAULT_RETURN_IF_ERROR(capability::CheckFuelIsCounted(spec));
-  if (spec.constraints().has_max_allocation_bytes()) {
-    return absl::FailedPreconditionError(
-        "max-allocation (fuel's allocation budget) is not counted by this vault's sandboxes yet; "
-        "bound the agent's memory with max-memory");
-  }
-  return absl::OkStatus();
+  return capability::CheckFuelIsCounted(spec);
 }
 
 absl::StatusOr<std::shared_ptr<LiveAgent>> AgentRuntime::Impl::CreateAndLaunch(
@@ -312,6 +306,9 @@ absl::Status AgentRuntime::Impl::StartProcess(const std::shared_ptr<LiveAgent>& 
   // A fuel budget, for the types that count it (capability::CheckFuelIsCounted).
   if (constraints.has_max_steps()) {
     spec.env.push_back(absl::StrCat("VAULT_MAX_STEPS=", constraints.max_steps()));
+  }
+  if (constraints.has_max_allocation_bytes()) {
+    spec.env.push_back(absl::StrCat("VAULT_MAX_ALLOCATION=", constraints.max_allocation_bytes()));
   }
   // The SDKs poll for an answer this long before they sleep (docs/host-calls.md, "Latency").
   spec.env.push_back(

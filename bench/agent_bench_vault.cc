@@ -294,11 +294,17 @@ absl::Status Vault::Start() {
       capability::PrivateKey::LoadFile(dir_ + "/admin.key");
   if (!key.ok()) return key.status();
   admin_key_.emplace(std::move(*key));
-  absl::StatusOr<vault::v1::AgentSpec> spec = capability::ParseAgentSpec(kSpec, "spec");
+  return SetSpec(kSpec);
+}
+
+absl::Status Vault::SetSpec(const std::string& spec_text) {
+  absl::StatusOr<vault::v1::AgentSpec> spec = capability::ParseAgentSpec(spec_text, "spec");
   if (!spec.ok()) return spec.status();
   spec_ = *spec;
-  spec_path_ = tmp_ + "/spec.scm";
-  std::ofstream(spec_path_) << kSpec;
+  static int n = 0;
+  spec_path_ = absl::StrCat(tmp_, "/spec", n++, ".scm");
+  std::ofstream(spec_path_) << spec_text;
+  code_.Clear();
   return absl::OkStatus();
 }
 

@@ -76,6 +76,10 @@ class Vault {
   pid_t pid() const { return pid_; }
   const std::string& log() const { return log_; }
 
+  // The spec the next spawns use (by default agent_bench's, for its guest); the code is learnt
+  // from the next SpawnWithVaultctl.
+  absl::Status SetSpec(const std::string& spec_text);
+
   // `vaultctl agent spawn` with the given initial state; returns the id.
   absl::StatusOr<std::string> SpawnWithVaultctl(const std::string& guest, const std::string& state);
 

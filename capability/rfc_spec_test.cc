@@ -168,6 +168,18 @@ TEST(RfcSpecTest, ShorthandsAndNewForms) {
   EXPECT_EQ(p->spec.sandbox(), "scheme");
 }
 
+// Scheme's write prints '(lambda ...) as (quote (lambda ...)): a spec a Scheme agent wrote for
+// its child reads the same.
+TEST(RfcSpecTest, QuoteWrittenOutIsTheSameAsTheApostrophe) {
+  for (const char* text : {"(spawn-agent (code '(lambda () (log \"x\"))))",
+                           "(spawn-agent (code (quote (lambda () (log \"x\")))))",
+                           "(spawn-agent (code (quote\n  (lambda () (log \"x\")) )))"}) {
+    absl::StatusOr<ParsedSpec> p = ParseAgentSpecWithOptions(text, "s.scm", {});
+    ASSERT_TRUE(p.ok()) << text << ": " << p.status();
+    EXPECT_EQ(p->spec.code_source(), "(lambda () (log \"x\"))") << text;
+  }
+}
+
 TEST(RfcSpecTest, RefusesWithTheReason) {
   const std::pair<std::string, std::string> cases[] = {
       {"(agent (purpose \"p\") (capabilities (read (url \"ftp://x.org/a\"))))",

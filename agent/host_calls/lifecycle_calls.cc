@@ -10,6 +10,7 @@
 #include "agent/internal/runtime_util.h"
 #include "audit/log.h"
 #include "capability/grant.h"
+#include "capability/text_form.h"
 #include "common/random.h"
 #include "common/status_macros.h"
 #include "sandbox/sandbox.h"
@@ -118,6 +119,33 @@ void SpawnChild(HostCallContext& ctx) {
   HostResponse& resp = c.response;
   const auto& sc = request.spawn_child();
   vault::v1::AgentSpec spec = sc.spec();
+  // Code the parent wrote into the child's spec: stored here as the parent's put.
+  bool inline_code = false;
+  if (!sc.spec_text().empty()) {
+    if (sc.has_spec()) {
+      c.status = absl::InvalidArgumentError("a spawn_child carries its spec as text or not, not both");
+      return;
+    }
+    absl::StatusOr<capability::ParsedSpec> parsed =
+        capability::ParseAgentSpecWithOptions(sc.spec_text(), "the child's spec", {});
+    if (!parsed.ok()) {
+      c.status = absl::InvalidArgumentError(parsed.status().message());
+      return;
+    }
+    spec = std::move(parsed->spec);
+    if (spec.has_code_source()) {
+      const std::string source = spec.code_source();
+      if (c.status = s.ChargeStorage(live->principal, source.size()); !c.status.ok()) return;
+      cas::Digest d = cas::Digest::Of(source);
+      if (absl::StatusOr<cas::PutOutcome> put = cas::PutObject(s.cas(), d, source); !put.ok()) {
+        s.RefundStorage(live->principal, source.size());
+        c.status = put.status();
+        return;
+      }
+      *spec.mutable_code_digest() = FromDigest(d);
+      inline_code = true;
+    }
+  }
   if (!spec.has_code_digest()) {
     c.status = absl::InvalidArgumentError("a child's spec needs a code digest");
     return;
@@ -136,7 +164,7 @@ void SpawnChild(HostCallContext& ctx) {
     vault::v1::AgentRecord& r = live->record;
     Grant read = MakeGrant(Grant::READ);
     read.set_hash(spec.code_digest().sha256());
-    if (spec.code_digest().sha256() != r.spec().code_digest().sha256() &&
+    if (!inline_code && spec.code_digest().sha256() != r.spec().code_digest().sha256() &&
         !live->shared.contains(spec.code_digest().sha256()) && !live->authority->Allows(read)) {
       c.status = absl::PermissionDeniedError(
           "denied: a child's code must be the parent's own or an object it may read");

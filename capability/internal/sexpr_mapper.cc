@@ -149,6 +149,13 @@ class SexpMapper {
       // '(lambda ...) and (lambda ...) are the same program: the quote only keeps the RFC's
       // spawn-agent from evaluating it.
       if (absl::ConsumePrefix(&code, "'")) code = absl::StripLeadingAsciiWhitespace(code);
+      // (quote (lambda ...)), as Scheme's write prints a quoted datum (a Scheme agent's
+      // spawn-child writes its child's spec so): the same.
+      if (absl::string_view q = code; absl::ConsumePrefix(&q, "(quote") && !q.empty() &&
+                                      absl::ascii_isspace(static_cast<unsigned char>(q.front()))) {
+        q = absl::StripAsciiWhitespace(q);
+        if (absl::ConsumeSuffix(&q, ")")) code = absl::StripTrailingAsciiWhitespace(q);
+      }
       if (code.empty() || (code.front() != '(' && code.front() != '[')) {
         return Error(arg,
                      "(code ...) takes a digest string or a Scheme expression such as "

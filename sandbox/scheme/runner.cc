@@ -313,6 +313,40 @@ SCM Sleep(SCM seconds) {
   return SCM_UNSPECIFIED;
 }
 
+// (%share digest agents) → #t: lets each agent (ids or names) cas-get the object.
+SCM Share(SCM digest, SCM agents) {
+  Outcome o;
+  {
+    std::optional<std::string> text = BytesOf(digest);
+    std::vector<std::string> to;
+    bool ok = scm_is_string(digest) && text.has_value() && scm_is_true(scm_list_p(agents));
+    for (SCM l = agents; ok && scm_is_pair(l); l = scm_cdr(l)) {
+      std::optional<std::string> a = BytesOf(scm_car(l));
+      ok = a.has_value() && scm_is_string(scm_car(l));
+      if (ok) to.push_back(*a);
+    }
+    if (!ok) WrongType("share", "share takes a digest string and a list of agent ids or names");
+    absl::StatusOr<vault::v1::Digest> d = vault::sdk::ParseDigest(*text);
+    if (!Failed(d, &o) && !Failed(g_agent->Share(*d, to), &o)) o.value = SCM_BOOL_T;
+  }
+  return Finish("share", o);
+}
+
+// (%spawn-child spec-text state) → the child's id. `state` #f, a string or a bytevector.
+SCM SpawnChild(SCM spec, SCM state) {
+  Outcome o;
+  {
+    std::optional<std::string> text = BytesOf(spec);
+    std::optional<std::string> bytes = BytesOf(state);
+    if (!scm_is_string(spec) || !text || (!bytes && scm_is_true(state))) {
+      WrongType("spawn-child", "spawn-child takes a spec and an initial state (string or bytevector)");
+    }
+    auto r = g_agent->SpawnChildFromText(*text, bytes);
+    if (!Failed(r, &o)) o.value = Str(r->agent_id());
+  }
+  return Finish("spawn-child", o);
+}
+
 // (%migrate vault): returns only at the destination, where the agent's replay reaches this
 // call (docs/replay.md), or with a host-error when the hop did not happen.
 SCM Migrate(SCM vault) {
@@ -325,14 +359,16 @@ SCM Migrate(SCM vault) {
   return Finish("migrate-to", o);
 }
 
-// (%max-steps) → the computation budget (VAULT_MAX_STEPS, set by the vault from the agent's
-// constraints), or #f. Not a host call: a replay must not answer it from another vault's log.
-SCM MaxSteps() {
-  const char* v = getenv("VAULT_MAX_STEPS");
+// (%budget "VAULT_MAX_STEPS" | "VAULT_MAX_ALLOCATION") → the fuel budget the vault set from the
+// agent's constraints, or #f. Not a host call: a replay must not answer it from another vault's
+// log (the budget is this vault's).
+SCM Budget(SCM name) {
+  std::optional<std::string> n = BytesOf(name);
+  const char* v = n.has_value() ? getenv(n->c_str()) : nullptr;
   if (v == nullptr || *v == '\0') return SCM_BOOL_F;
   char* end = nullptr;
-  unsigned long long n = strtoull(v, &end, 10);
-  return end != nullptr && *end == '\0' ? scm_from_uint64(n) : SCM_BOOL_F;
+  unsigned long long value = strtoull(v, &end, 10);
+  return end != nullptr && *end == '\0' ? scm_from_uint64(value) : SCM_BOOL_F;
 }
 
 void DefineHostModule(void*) {
@@ -356,7 +392,9 @@ void DefineHostModule(void*) {
       {"self-inspect", 0, reinterpret_cast<scm_t_subr>(&SelfInspect)},
       {"%sleep", 1, reinterpret_cast<scm_t_subr>(&Sleep)},
       {"%migrate", 1, reinterpret_cast<scm_t_subr>(&Migrate)},
-      {"%max-steps", 0, reinterpret_cast<scm_t_subr>(&MaxSteps)},
+      {"%share", 2, reinterpret_cast<scm_t_subr>(&Share)},
+      {"%spawn-child", 2, reinterpret_cast<scm_t_subr>(&SpawnChild)},
+      {"%budget", 1, reinterpret_cast<scm_t_subr>(&Budget)},
   };
   for (const Def& d : defs) {
     scm_c_define_gsubr(d.name, d.req, 0, 0, d.fn);

@@ -6,9 +6,10 @@
 ;;; host), and run. With a computation budget (max-steps), every procedure entry costs one step:
 ;;; the compiled code is instrumented before it becomes bytecode, so a loop, which in Scheme is a
 ;;; procedure call, cannot run without paying. The counter lives in (vault fuel), which the
-;;; agent's module cannot name. Deep recursion ends with "stack exhausted"; memory is bounded by
-;;; the posix sandbox's limit (an allocation budget, max-allocation, is not counted yet: the vault
-;;; refuses it).
+;;; agent's module cannot name. Deep recursion ends with "stack exhausted". With an allocation
+;;; budget (max-allocation), the bytes the collector has handed out since the agent started are
+;;; checked after each collection (ice-9 sandbox's call-with-allocation-limit), and the agent
+;;; ends with "allocation limit" once past it; the posix sandbox's memory limit stays behind it.
 ;;;
 ;;; Nothing here knows of mobility: the agent's code has no clock, randomness or input but its
 ;;; host calls, so the vault can move or restart it by re-running it with every call answered
@@ -23,7 +24,7 @@
 
 (define-module (vault api)
   #:use-module (vault host)
-  #:export (log exit sleep agent-send agent-receive migrate-to migrate-home))
+  #:export (log exit sleep agent-send agent-receive migrate-to migrate-home share spawn-child))
 
 (define (text x) (if (string? x) x (object->string x display)))
 
@@ -41,6 +42,14 @@
 ;; (agent-receive #:timeout ms), or the RFC's (agent-receive timeout: ms): the next message as
 ;; ((id . N) (from . "a-...") (type . "...") (data . #vu8(...))), or #f when none came.
 (define* (agent-receive #:key (timeout 86400000)) (%receive timeout))
+;; (share digest agents): lets the agents (ids or names, a list or one) cas-get the object.
+(define (share digest agents)
+  (%share digest (map text (if (list? agents) agents (list agents)))))
+;; (spawn-child spec #:optional state): a child agent, of `spec` (the datum '(spawn-agent ...)
+;; or its text), at most the parent's authority; returns its id. Its code may be inline:
+;; (code '(lambda () ...)).
+(define* (spawn-child spec #:optional state)
+  (%spawn-child (if (string? spec) spec (object->string spec write)) state))
 ;; (migrate-to vault data): moves the agent to `vault`, where this call returns `data` and the
 ;; code goes on (the RFC's pattern 4). The vault re-runs the code there with every host call
 ;; answered from the agent's effect log, nothing done again, until it reaches this call
@@ -52,6 +61,7 @@
 
 (define-module (vault runner)
   #:use-module (ice-9 sandbox)
+  #:use-module (rnrs bytevectors)
   #:use-module (language tree-il)
   #:use-module (srfi srfi-1)
   #:use-module (system base compile)
@@ -68,7 +78,8 @@
       string->utf8 bytevector->u8-list u8-list->bytevector)
      ((vault host) get-state checkpoint cas-put cas-get read-file write-file list-directory
       http-get self-inspect)
-     ((vault api) log exit sleep agent-send agent-receive migrate-to migrate-home))))
+     ((vault api) log exit sleep agent-send agent-receive migrate-to migrate-home share
+      spawn-child))))
 
 (define (fuel-ref) (make-module-ref #f '(vault fuel) 'fuel #f))
 
@@ -122,13 +133,20 @@
 ;; Runs the agent's code at `path`; returns the process's exit code. The vault hears of every
 ;; end through the exit host call, with its reason.
 (define (run-agent path)
-  (let* ((steps (%max-steps))
+  (let* ((steps (%budget "VAULT_MAX_STEPS"))
+         (bytes (%budget "VAULT_MAX_ALLOCATION"))
          (env (make-sandbox-module agent-bindings))
          (go (lambda () (evaluate (read-forms path) env (and steps #t))))
+         (allocating
+          (if bytes
+              (lambda ()
+                (call-with-allocation-limit
+                 bytes go (lambda () (throw 'vault-limit "allocation limit"))))
+              go))
          (limited
           (lambda ()
             (call-with-stack-overflow-handler
-             (* 8 1024 1024) go (lambda () (throw 'vault-limit "stack exhausted"))))))
+             (* 8 1024 1024) allocating (lambda () (throw 'vault-limit "stack exhausted"))))))
     (module-set! (resolve-module '(vault fuel)) 'fuel (or steps 0))
     (catch #t
       ;; What the agent's procedure returns, a string or a bytevector, is its result.

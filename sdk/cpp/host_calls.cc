@@ -311,6 +311,20 @@ absl::StatusOr<vault::v1::SpawnChildResult> Agent::SpawnChild(
   return std::move(*response->mutable_spawn_child());
 }
 
+absl::StatusOr<vault::v1::SpawnChildResult> Agent::SpawnChildFromText(
+    absl::string_view spec_text, const std::optional<std::string>& initial_state) {
+  HostRequest request;
+  vault::v1::SpawnChildRequest* spawn = request.mutable_spawn_child();
+  spawn->set_spec_text(std::string(spec_text));
+  if (initial_state.has_value()) {
+    spawn->set_state(*initial_state);
+    spawn->set_has_state(true);
+  }
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kSpawnChild);
+  if (!response.ok()) return response.status();
+  return std::move(*response->mutable_spawn_child());
+}
+
 absl::Status Agent::Migrate(absl::string_view vault, absl::string_view state) {
   if (state.size() > max_piece_bytes()) {
     // Larger than a frame: put in pieces, then named by its digest.

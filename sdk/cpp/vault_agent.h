@@ -223,6 +223,10 @@ class Agent {
   absl::StatusOr<vault::v1::SpawnChildResult> SpawnChild(
       const vault::v1::AgentSpec& spec,
       const std::optional<std::string>& initial_state = std::nullopt);
+  // The same with the spec as text (docs/spec.md), parsed by the vault; its code may be inline
+  // Scheme, (code '(lambda () ...)), which the vault stores as the child's code.
+  absl::StatusOr<vault::v1::SpawnChildResult> SpawnChildFromText(
+      absl::string_view spec_text, const std::optional<std::string>& initial_state = std::nullopt);
   // Moves the agent to the member vault named `vault` (weak mobility): the vault checks the
   // migrate grant naming it and max-migrations, freezes this process and hands `state` over; the
   // destination starts the same code, whose GetState returns `state` (SelfInspect there reports
