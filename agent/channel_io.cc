@@ -96,9 +96,9 @@ void AgentRuntime::Impl::SendFrame(const std::shared_ptr<LiveAgent>& live,
                                    const vault::v1::HostFrame& frame, common::UniqueFd pass_fd) {
   std::shared_ptr<AgentConnection> conn;
   uint64_t token;
+  if (frame.has_response()) LogAnswer(live, frame.response());
   {
     absl::MutexLock lock(&live->mu);
-    if (frame.has_response()) LogAnswer(*live, frame.response());
     conn = live->conn;
     token = live->conn_token;
   }

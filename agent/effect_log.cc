@@ -8,31 +8,21 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "capability/signing_domains.h"
+#include "common/proto_util.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
 namespace vault::agent {
 namespace {
 
 using vault::v1::EffectNode;
 
-std::string Deterministic(const google::protobuf::MessageLite& m) {
-  std::string out;
-  {
-    google::protobuf::io::StringOutputStream stream(&out);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    m.SerializeToCodedStream(&coded);
-  }
-  return out;
-}
-
-std::string Genesis(absl::string_view agent_id, bool has_state, absl::string_view state) {
-  return common::Sha256::HashParts({capability::kEffectLogDomain, agent_id, absl::string_view("\0", 1),
-                                    has_state ? "1" : "0",
-                                    has_state ? common::Sha256::Hash(state) : std::string()});
+std::string Genesis(const vault::v1::EffectLog& log) {
+  const absl::string_view nul("\0", 1);
+  return common::Sha256::HashParts(
+      {capability::kEffectLogDomain, log.agent_id(), nul, log.code_sha256(), log.principal(), nul,
+       log.has_initial_state() ? "1" : "0",
+       log.has_initial_state() ? common::Sha256::Hash(log.initial_state()) : std::string()});
 }
 
 std::string Link(const EffectNode& n) {
@@ -49,46 +39,48 @@ std::string SignedBytes(absl::string_view agent_id, absl::string_view head) {
 
 std::string Short(absl::string_view raw) { return absl::BytesToHexString(raw.substr(0, 8)); }
 
-EffectNode MakeNode(uint64_t seq, const std::string& prev, absl::string_view op,
-                    absl::string_view vault, absl::string_view request_sha256,
-                    vault::v1::HostResponse response) {
+}  // namespace
+
+EffectNode EffectLog::Prepare(absl::string_view op, absl::string_view vault,
+                              absl::string_view request_sha256, vault::v1::HostResponse response) {
   EffectNode n;
-  n.set_seq(seq);
   n.set_op(std::string(op));
   n.set_request_sha256(std::string(request_sha256));
   response.set_call_id(0);
-  n.set_response(Deterministic(response));
+  n.set_response(common::SerializeDeterministic(response));
   n.set_response_sha256(common::Sha256::Hash(n.response()));
   n.set_vault(std::string(vault));
-  n.set_prev(prev);
   return n;
 }
-
-}  // namespace
 
 bool IsEffectLog(absl::string_view state) { return absl::StartsWith(state, kEffectLogMagic); }
 
 std::string RequestDigest(const vault::v1::HostRequest& request) {
   vault::v1::HostRequest copy = request;
   copy.set_call_id(0);
-  return common::Sha256::Hash(Deterministic(copy));
+  return common::Sha256::Hash(common::SerializeDeterministic(copy));
 }
 
-EffectLog::EffectLog(std::string agent_id, std::optional<std::string> initial_state) {
-  log_.set_agent_id(std::move(agent_id));
+EffectLog::EffectLog(Owner owner, std::optional<std::string> initial_state) {
+  log_.set_agent_id(std::move(owner.agent_id));
+  log_.set_code_sha256(std::move(owner.code_sha256));
+  log_.set_principal(std::move(owner.principal));
   log_.set_has_initial_state(initial_state.has_value());
   if (initial_state.has_value()) log_.set_initial_state(*std::move(initial_state));
-  log_.set_head(Genesis(log_.agent_id(), log_.has_initial_state(), log_.initial_state()));
-  bytes_ = log_.initial_state().size();
+  log_.set_head(Genesis(log_));
+  initial_sha256_ = common::Sha256::Hash(log_.initial_state());
+  bytes_ = log_.ByteSizeLong();
 }
 
-void EffectLog::Append(absl::string_view op, absl::string_view vault,
-                       absl::string_view request_sha256, vault::v1::HostResponse response) {
+void EffectLog::Append(EffectNode n) {
   if (overflowed_) return;
-  EffectNode n = MakeNode(size(), log_.head(), op, vault, request_sha256, std::move(response));
-  bytes_ += n.response().size() + n.op().size() + n.vault().size() + 128;
+  n.set_seq(size());
+  n.set_prev(log_.head());
+  bytes_ += n.ByteSizeLong() + 8;
   if (bytes_ > kMaxEffectLogBytes) {
+    // Nothing can be written out any more: the memory goes back now.
     overflowed_ = true;
+    log_.clear_nodes();
     return;
   }
   log_.set_head(Link(n));
@@ -98,14 +90,13 @@ void EffectLog::Append(absl::string_view op, absl::string_view vault,
 void EffectLog::DropLast() {
   if (log_.nodes_size() == 0) return;
   const EffectNode& last = log_.nodes(log_.nodes_size() - 1);
-  bytes_ -= std::min(bytes_, last.response().size() + last.op().size() + last.vault().size() + 128);
+  bytes_ -= std::min(bytes_, last.ByteSizeLong() + 8);
   log_.set_head(last.prev());
   log_.mutable_nodes()->RemoveLast();
 }
 
 absl::StatusOr<std::string> EffectLog::WriteOut(const capability::PrivateKey& key,
-                                                absl::string_view vault,
-                                                const Extra* extra) const {
+                                                absl::string_view vault, const Extra* extra) const {
   if (overflowed_) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the agent's effect log passed ", kMaxEffectLogBytes >> 20,
@@ -113,33 +104,44 @@ absl::StatusOr<std::string> EffectLog::WriteOut(const capability::PrivateKey& ke
   }
   vault::v1::EffectLog out = log_;
   if (extra != nullptr) {
-    EffectNode n =
-        MakeNode(size(), out.head(), extra->op, vault, extra->request_sha256, extra->response);
+    EffectNode n = Prepare(extra->op, vault, extra->request_sha256, extra->response);
+    n.set_seq(size());
+    n.set_prev(out.head());
     out.set_head(Link(n));
     *out.add_nodes() = std::move(n);
   }
   out.set_signer(key.public_key().raw());
   VAULT_ASSIGN_OR_RETURN(std::string sig, key.Sign(SignedBytes(out.agent_id(), out.head())));
   out.set_signature(std::move(sig));
-  return absl::StrCat(kEffectLogMagic, Deterministic(out));
+  return absl::StrCat(kEffectLogMagic, common::SerializeDeterministic(out));
 }
 
 absl::StatusOr<EffectLog> EffectLog::Read(
-    absl::string_view object, absl::string_view agent_id,
+    absl::string_view object, const Owner& owner,
     const std::function<bool(absl::string_view raw_key)>& trusted) {
   if (!IsEffectLog(object)) {
-    return absl::InvalidArgumentError("effect log: not an effect log (no vault-effect-log/1 header)");
+    return absl::InvalidArgumentError(
+        "effect log: not an effect log (no vault-effect-log/1 header)");
   }
   vault::v1::EffectLog in;
   if (!in.ParseFromArray(object.data() + kEffectLogMagic.size(),
                          static_cast<int>(object.size() - kEffectLogMagic.size()))) {
     return absl::InvalidArgumentError("effect log: does not parse");
   }
-  if (in.agent_id() != agent_id) {
-    return absl::InvalidArgumentError(absl::StrCat("effect log: it is agent ", in.agent_id(),
-                                                   "'s, not ", agent_id, "'s"));
+  if (in.agent_id() != owner.agent_id) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("effect log: it is agent ", in.agent_id(), "'s, not ", owner.agent_id, "'s"));
   }
-  std::string head = Genesis(in.agent_id(), in.has_initial_state(), in.initial_state());
+  if (in.code_sha256() != owner.code_sha256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "effect log: it is of the code sha256:", absl::BytesToHexString(in.code_sha256()),
+        ", not of this agent's sha256:", absl::BytesToHexString(owner.code_sha256)));
+  }
+  if (in.principal() != owner.principal) {
+    return absl::InvalidArgumentError(absl::StrCat("effect log: it is of an agent of ",
+                                                   in.principal(), ", not of ", owner.principal));
+  }
+  std::string head = Genesis(in);
   for (int i = 0; i < in.nodes_size(); ++i) {
     const EffectNode& n = in.nodes(i);
     if (n.seq() != static_cast<uint64_t>(i)) {
@@ -180,10 +182,11 @@ absl::StatusOr<EffectLog> EffectLog::Read(
     return absl::UnauthenticatedError(
         "effect log: its signature does not verify (changed after it was written out)");
   }
-  EffectLog log(in.agent_id(), std::nullopt);
+  EffectLog log(owner, std::nullopt);
   log.bytes_ = object.size();
   in.clear_signer();
   in.clear_signature();
+  log.initial_sha256_ = common::Sha256::Hash(in.initial_state());
   log.log_ = std::move(in);
   return log;
 }

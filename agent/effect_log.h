@@ -6,12 +6,13 @@
 // the agent re-run its code with every call answered from the log, effects not performed again,
 // until the log ends; then the agent goes on live.
 //
-//   EffectLog log("a-1f2e", std::nullopt);
-//   log.Append("cas.put", "vault-a", request, response);
-//   ASSIGN_OR_RETURN(std::string object, log.WriteOut(vault_key));  // the state object
-//   ASSIGN_OR_RETURN(EffectLog again, EffectLog::Read(object, "a-1f2e", trusted));
+//   EffectLog log({"a-1f2e", code_sha256, "ed25519:..."}, std::nullopt);
+//   log.Append(EffectLog::Prepare("cas_put", "vault-a", RequestDigest(request), response));
+//   ASSIGN_OR_RETURN(std::string object, log.WriteOut(vault_key, "vault-a"));  // the state
+//   ASSIGN_OR_RETURN(EffectLog again, EffectLog::Read(object, owner, trusted));
 //
-// Thread-safety: none; the runtime holds an agent's log under the agent's lock.
+// Thread-safety: none; the runtime holds an agent's log under the agent's lock (and prepares
+// nodes, and writes copies out, outside it).
 #ifndef VAULT_AGENT_EFFECT_LOG_H_
 #define VAULT_AGENT_EFFECT_LOG_H_
 
@@ -19,6 +20,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -40,21 +42,36 @@ std::string RequestDigest(const vault::v1::HostRequest& request);
 
 class EffectLog {
  public:
-  EffectLog(std::string agent_id, std::optional<std::string> initial_state);
+  // Whose log it is: the chain starts from these, so that a log is never replayed for another
+  // agent, other code or another principal.
+  struct Owner {
+    std::string agent_id;
+    std::string code_sha256;  // raw 32 bytes
+    std::string principal;    // ed25519:<hex>
+  };
+  EffectLog(Owner owner, std::optional<std::string> initial_state);
 
-  // Reads a state object written by WriteOut and checks it whole: the magic, the agent it
-  // belongs to, every node's sequence number, chain link and response digest, the head, and the
-  // signature, made by a key `trusted` accepts (this vault's own, or a member's). Every failure
-  // is INVALID_ARGUMENT (or UNAUTHENTICATED for the signature) naming the node.
+  // Reads a state object written by WriteOut and checks it whole: the magic, the owner, every
+  // node's sequence number, chain link and response digest, the head, and the signature, made by
+  // a key `trusted` accepts (this vault's own, or a member's). INVALID_ARGUMENT naming the node,
+  // PERMISSION_DENIED for an untrusted signer, UNAUTHENTICATED for a bad signature.
   static absl::StatusOr<EffectLog> Read(
-      absl::string_view object, absl::string_view agent_id,
+      absl::string_view object, const Owner& owner,
       const std::function<bool(absl::string_view raw_key)>& trusted);
 
-  // Appends the call `op` answered by `vault`: the request's digest (RequestDigest) and
-  // `response` (its call id cleared). Past kMaxEffectLogBytes nothing more is kept and
-  // overflowed() is true.
+  // A node for the call `op` answered by `vault`: the request's digest (RequestDigest) and
+  // `response` (its call id cleared), serialized and hashed. The costly part of appending, done
+  // without the agent's lock.
+  static vault::v1::EffectNode Prepare(absl::string_view op, absl::string_view vault,
+                                       absl::string_view request_sha256,
+                                       vault::v1::HostResponse response);
+  // Appends a prepared node (numbering and chaining it). Past kMaxEffectLogBytes the log lets
+  // go of its nodes, keeps nothing more, and overflowed() is true.
+  void Append(vault::v1::EffectNode node);
   void Append(absl::string_view op, absl::string_view vault, absl::string_view request_sha256,
-              vault::v1::HostResponse response);
+              vault::v1::HostResponse response) {
+    Append(Prepare(op, vault, request_sha256, std::move(response)));
+  }
   // Forgets the last node (a migrate that did not happen after all).
   void DropLast();
   // One call more, added to a written-out object only (a migrate: the call that moves the agent,
@@ -73,12 +90,14 @@ class EffectLog {
   const vault::v1::EffectNode& node(size_t i) const { return log_.nodes(static_cast<int>(i)); }
   bool has_initial_state() const { return log_.has_initial_state(); }
   const std::string& initial_state() const { return log_.initial_state(); }
+  const std::string& initial_state_sha256() const { return initial_sha256_; }
   const std::string& head() const { return log_.head(); }
   size_t bytes() const { return bytes_; }
   bool overflowed() const { return overflowed_; }
 
  private:
   vault::v1::EffectLog log_;  // head kept current; signer and signature empty
+  std::string initial_sha256_;
   size_t bytes_ = 0;
   bool overflowed_ = false;
 };

@@ -12,13 +12,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/effect_log.h"
+#include "vault/v1/hostcall.pb.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   auto any = [](absl::string_view) { return true; };
   // As given, and behind the header (most inputs would stop at the magic otherwise).
+  // The owner the input claims (so that the checks past it are reached).
+  vault::v1::EffectLog claimed;
+  (void)claimed.ParseFromString(bytes);
+  const vault::agent::EffectLog::Owner owner{claimed.agent_id(), claimed.code_sha256(),
+                                             claimed.principal()};
   for (const std::string& object : {bytes, absl::StrCat(vault::agent::kEffectLogMagic, bytes)}) {
-    absl::StatusOr<vault::agent::EffectLog> log = vault::agent::EffectLog::Read(object, "a-1", any);
+    absl::StatusOr<vault::agent::EffectLog> log = vault::agent::EffectLog::Read(object, owner, any);
     if (!log.ok()) continue;
     for (size_t i = 0; i < log->size(); ++i) {
       if (log->node(i).seq() != i) abort();

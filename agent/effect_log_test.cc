@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "capability/signing_domains.h"
 #include "common/sha256.h"
@@ -16,6 +17,8 @@ using vault::v1::HostRequest;
 using vault::v1::HostResponse;
 
 capability::PrivateKey Key() { return *capability::PrivateKey::Generate(); }
+
+const EffectLog::Owner kOwner{"a-1", std::string(32, 'c'), "ed25519:00ff"};
 
 HostRequest Get(const std::string& digest) {
   HostRequest r;
@@ -33,7 +36,7 @@ HostResponse Answer(const std::string& data) {
 
 // A log of three calls, written out by `key`.
 std::string ThreeCalls(const capability::PrivateKey& key, EffectLog* out = nullptr) {
-  EffectLog log("a-1", std::string("spawned with this"));
+  EffectLog log(kOwner, std::string("spawned with this"));
   log.Append("cas.get", "vault-a", RequestDigest(Get("one")), Answer("first"));
   log.Append("cas.get", "vault-a", RequestDigest(Get("two")), Answer("second"));
   log.Append("cas.get", "vault-b", RequestDigest(Get("three")), Answer("third"));
@@ -57,10 +60,10 @@ auto Trusting(const capability::PrivateKey& key) {
 
 TEST(EffectLog, ReadsBackWhatItWroteOut) {
   capability::PrivateKey key = Key();
-  EffectLog original("a-1", std::nullopt);
+  EffectLog original(kOwner, std::nullopt);
   std::string object = ThreeCalls(key, &original);
   ASSERT_TRUE(IsEffectLog(object));
-  absl::StatusOr<EffectLog> back = EffectLog::Read(object, "a-1", Trusting(key));
+  absl::StatusOr<EffectLog> back = EffectLog::Read(object, kOwner, Trusting(key));
   ASSERT_TRUE(back.ok()) << back.status();
   ASSERT_EQ(back->size(), 3u);
   EXPECT_EQ(back->head(), original.head());
@@ -84,7 +87,7 @@ TEST(EffectLog, TheCallIdIsNotPartOfARequestsDigest) {
 
 TEST(EffectLog, AnExtraNodeGoesIntoTheObjectOnly) {
   capability::PrivateKey key = Key();
-  EffectLog log("a-1", std::nullopt);
+  EffectLog log(kOwner, std::nullopt);
   log.Append("log", "vault-a", "r0", HostResponse());
   HostRequest migrate;
   migrate.mutable_migrate()->set_vault("vault-b");
@@ -93,7 +96,7 @@ TEST(EffectLog, AnExtraNodeGoesIntoTheObjectOnly) {
   absl::StatusOr<std::string> object = log.WriteOut(key, "vault-a", &extra);
   ASSERT_TRUE(object.ok());
   EXPECT_EQ(log.size(), 1u);
-  absl::StatusOr<EffectLog> back = EffectLog::Read(*object, "a-1", Trusting(key));
+  absl::StatusOr<EffectLog> back = EffectLog::Read(*object, kOwner, Trusting(key));
   ASSERT_TRUE(back.ok()) << back.status();
   ASSERT_EQ(back->size(), 2u);
   EXPECT_EQ(back->node(1).op(), "migrate");
@@ -102,15 +105,15 @@ TEST(EffectLog, AnExtraNodeGoesIntoTheObjectOnly) {
 
 TEST(EffectLog, DroppingTheLastNodeGoesBackToTheHeadBeforeIt) {
   capability::PrivateKey key = Key();
-  EffectLog log("a-1", std::nullopt);
+  EffectLog log(kOwner, std::nullopt);
   log.Append("log", "vault-a", "r0", HostResponse());
   const std::string head = log.head();
   log.Append("migrate", "vault-a", "r1", HostResponse());
   log.DropLast();
   EXPECT_EQ(log.size(), 1u);
   EXPECT_EQ(log.head(), head);
-  absl::StatusOr<EffectLog> back = EffectLog::Read(*log.WriteOut(key, "vault-a"), "a-1",
-                                                   Trusting(key));
+  absl::StatusOr<EffectLog> back =
+      EffectLog::Read(*log.WriteOut(key, "vault-a"), kOwner, Trusting(key));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->size(), 1u);
 }
@@ -121,7 +124,7 @@ TEST(EffectLog, AChangedResultIsRefused) {
   HostResponse r = Answer("FORGED");
   r.set_call_id(0);
   in.mutable_nodes(1)->set_response(r.SerializeAsString());
-  absl::StatusOr<EffectLog> back = EffectLog::Read(Object(in), "a-1", Trusting(key));
+  absl::StatusOr<EffectLog> back = EffectLog::Read(Object(in), kOwner, Trusting(key));
   EXPECT_EQ(back.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(back.status().message(),
             "effect log: effect 1 (cas.get)'s result does not match its digest (it was changed)");
@@ -134,7 +137,7 @@ TEST(EffectLog, AChangedResultWithItsDigestBreaksTheChain) {
   r.set_call_id(0);
   in.mutable_nodes(1)->set_response(r.SerializeAsString());
   in.mutable_nodes(1)->set_response_sha256(common::Sha256::Hash(in.nodes(1).response()));
-  absl::StatusOr<EffectLog> back = EffectLog::Read(Object(in), "a-1", Trusting(key));
+  absl::StatusOr<EffectLog> back = EffectLog::Read(Object(in), kOwner, Trusting(key));
   EXPECT_EQ(back.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(back.status().message(),
             "effect log: effect 2 (cas.get) does not follow effect 1 (the chain is broken there)");
@@ -146,7 +149,7 @@ TEST(EffectLog, TheLastResultChangedShowsInTheHead) {
   HostResponse r = Answer("FORGED");
   in.mutable_nodes(2)->set_response(r.SerializeAsString());
   in.mutable_nodes(2)->set_response_sha256(common::Sha256::Hash(in.nodes(2).response()));
-  absl::StatusOr<EffectLog> back = EffectLog::Read(Object(in), "a-1", Trusting(key));
+  absl::StatusOr<EffectLog> back = EffectLog::Read(Object(in), kOwner, Trusting(key));
   EXPECT_EQ(back.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(back.status().message(), HasSubstr("is not its chain's"));
 }
@@ -154,7 +157,7 @@ TEST(EffectLog, TheLastResultChangedShowsInTheHead) {
 // A forger who rebuilds the whole chain after changing a result still lacks the vault's key.
 TEST(EffectLog, ARebuiltChainFailsTheSignature) {
   capability::PrivateKey key = Key();
-  EffectLog forged("a-1", std::string("spawned with this"));
+  EffectLog forged(kOwner, std::string("spawned with this"));
   forged.Append("cas.get", "vault-a", RequestDigest(Get("one")), Answer("first"));
   forged.Append("cas.get", "vault-a", RequestDigest(Get("two")), Answer("FORGED"));
   forged.Append("cas.get", "vault-b", RequestDigest(Get("three")), Answer("third"));
@@ -162,7 +165,7 @@ TEST(EffectLog, ARebuiltChainFailsTheSignature) {
   vault::v1::EffectLog real = Parse(ThreeCalls(key));
   in.set_signer(real.signer());
   in.set_signature(real.signature());
-  absl::StatusOr<EffectLog> back = EffectLog::Read(Object(in), "a-1", Trusting(key));
+  absl::StatusOr<EffectLog> back = EffectLog::Read(Object(in), kOwner, Trusting(key));
   EXPECT_EQ(back.status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(back.status().message(),
             "effect log: its signature does not verify (changed after it was written out)");
@@ -171,29 +174,42 @@ TEST(EffectLog, ARebuiltChainFailsTheSignature) {
 TEST(EffectLog, AStrangersSignatureIsRefused) {
   capability::PrivateKey stranger = Key();
   std::string object = ThreeCalls(stranger);
-  absl::StatusOr<EffectLog> back = EffectLog::Read(object, "a-1", Trusting(Key()));
+  absl::StatusOr<EffectLog> back = EffectLog::Read(object, kOwner, Trusting(Key()));
   EXPECT_EQ(back.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(back.status().message(),
               HasSubstr(absl::StrCat("signed by ", stranger.public_key().ToText(),
                                      ", which is neither this vault nor a member")));
 }
 
-TEST(EffectLog, AnotherAgentsLogIsRefused) {
+TEST(EffectLog, AnotherAgentsCodesOrPrincipalsLogIsRefused) {
   capability::PrivateKey key = Key();
-  absl::StatusOr<EffectLog> back = EffectLog::Read(ThreeCalls(key), "a-2", Trusting(key));
-  EXPECT_EQ(back.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(back.status().message(), "effect log: it is agent a-1's, not a-2's");
+  const std::string object = ThreeCalls(key);
+  EffectLog::Owner other = kOwner;
+  other.agent_id = "a-2";
+  EXPECT_EQ(EffectLog::Read(object, other, Trusting(key)).status().message(),
+            "effect log: it is agent a-1's, not a-2's");
+  other = kOwner;
+  other.code_sha256 = std::string(32, 'd');
+  EXPECT_EQ(
+      EffectLog::Read(object, other, Trusting(key)).status().message(),
+      absl::StrCat(
+          "effect log: it is of the code sha256:", absl::BytesToHexString(std::string(32, 'c')),
+          ", not of this agent's sha256:", absl::BytesToHexString(std::string(32, 'd'))));
+  other = kOwner;
+  other.principal = "ed25519:0100";
+  EXPECT_EQ(EffectLog::Read(object, other, Trusting(key)).status().message(),
+            "effect log: it is of an agent of ed25519:00ff, not of ed25519:0100");
 }
 
 TEST(EffectLog, ReorderedOrDroppedNodesAreRefused) {
   capability::PrivateKey key = Key();
   vault::v1::EffectLog in = Parse(ThreeCalls(key));
   in.mutable_nodes()->SwapElements(0, 1);
-  EXPECT_EQ(EffectLog::Read(Object(in), "a-1", Trusting(key)).status().message(),
+  EXPECT_EQ(EffectLog::Read(Object(in), kOwner, Trusting(key)).status().message(),
             "effect log: node 0 says it is effect 1");
   vault::v1::EffectLog dropped = Parse(ThreeCalls(key));
   dropped.mutable_nodes()->RemoveLast();
-  EXPECT_THAT(EffectLog::Read(Object(dropped), "a-1", Trusting(key)).status().message(),
+  EXPECT_THAT(EffectLog::Read(Object(dropped), kOwner, Trusting(key)).status().message(),
               HasSubstr("is not its chain's"));
 }
 
@@ -201,23 +217,23 @@ TEST(EffectLog, AChangedInitialStateIsRefused) {
   capability::PrivateKey key = Key();
   vault::v1::EffectLog in = Parse(ThreeCalls(key));
   in.set_initial_state("something else");
-  EXPECT_EQ(EffectLog::Read(Object(in), "a-1", Trusting(key)).status().message(),
+  EXPECT_EQ(EffectLog::Read(Object(in), kOwner, Trusting(key)).status().message(),
             "effect log: effect 0 (cas.get) does not follow the log's start (its agent or initial "
             "state was changed)");
 }
 
 TEST(EffectLog, GarbageIsRefused) {
   auto any = [](absl::string_view) { return true; };
-  EXPECT_EQ(EffectLog::Read("hello", "a-1", any).status().message(),
+  EXPECT_EQ(EffectLog::Read("hello", kOwner, any).status().message(),
             "effect log: not an effect log (no vault-effect-log/1 header)");
-  EXPECT_EQ(EffectLog::Read(absl::StrCat(kEffectLogMagic, "\xff\xff\xff"), "a-1", any)
+  EXPECT_EQ(EffectLog::Read(absl::StrCat(kEffectLogMagic, "\xff\xff\xff"), kOwner, any)
                 .status()
                 .message(),
             "effect log: does not parse");
 }
 
 TEST(EffectLog, PastItsLimitItStopsAndRefusesToBeWrittenOut) {
-  EffectLog log("a-1", std::nullopt);
+  EffectLog log(kOwner, std::nullopt);
   const std::string big(1 << 20, 'x');
   for (int i = 0; i < 70 && !log.overflowed(); ++i) {
     log.Append("cas.get", "vault-a", "r", Answer(big));

@@ -222,6 +222,11 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
   // or duplicated).
   if (c.status.ok()) {
     absl::MutexLock lock(&live->mu);
+    if (live->migrating_out && live->effects != nullptr) {
+      // An agent that replays: held, unanswered and unlogged (ReleaseHeldCalls).
+      live->held_calls.push_back({std::move(request), std::move(request_bytes), received});
+      return;
+    }
     if (live->migrating_out) {
       c.status = absl::UnavailableError("the agent is migrating: no host call runs during a hop");
     }
@@ -317,7 +322,8 @@ absl::StatusOr<uint64_t> AgentRuntime::Impl::Deliver(const std::shared_ptr<LiveA
     }
     to->record.mutable_counters()->set_messages_received(to->record.counters().messages_received() +
                                                          1);
-    if (to->pending_receive.has_value()) {
+    // (A frozen agent that replays is not answered: its log is being handed over.)
+    if (to->pending_receive.has_value() && !(to->migrating_out && to->effects != nullptr)) {
       waiting = std::move(to->pending_receive);
       to->pending_receive.reset();
     } else {
@@ -333,25 +339,31 @@ absl::StatusOr<uint64_t> AgentRuntime::Impl::Deliver(const std::shared_ptr<LiveA
     }
   }
   // Its receive was waiting: answer it now.
+  AnswerReceive(to, *std::move(waiting), std::move(message));
+  return id;
+}
+
+void AgentRuntime::Impl::AnswerReceive(const std::shared_ptr<LiveAgent>& to,
+                                       LiveAgent::PendingReceive waiting,
+                                       vault::v1::Message message) {
   vault::v1::HostFrame frame;
   HostResponse* resp = frame.mutable_response();
-  resp->set_call_id(waiting->call_id);
+  resp->set_call_id(waiting.call_id);
   const std::string from = message.from();
   const size_t bytes = message.data().size();
   *resp->mutable_receive()->mutable_message() = std::move(message);
   std::string out;
   resp->SerializeToString(&out);
-  const absl::Duration waited = absl::Now() - waiting->started;
+  const absl::Duration waited = absl::Now() - waiting.started;
   // The receiver first (it waits for this message); its asynchronous audit entry after.
   SendFrame(to, frame);
   Audit(audit::MakeEntry(to->id, "host.receive", from, vault::v1::AuditEntry::ALLOWED, "",
-                         {{"call_id", absl::StrCat(waiting->call_id)},
+                         {{"call_id", absl::StrCat(waiting.call_id)},
                           {"duration_us", absl::StrCat(absl::ToInt64Microseconds(waited))},
-                          {"in", Sha256Hex(waiting->request_bytes)},
+                          {"in", Sha256Hex(waiting.request_bytes)},
                           {"out", Sha256Hex(out)},
                           {"bytes", absl::StrCat(bytes)}}),
         /*durable=*/false);
-  return id;
 }
 
 void AgentRuntime::Impl::ExpireReceive(const std::shared_ptr<LiveAgent>& live) {

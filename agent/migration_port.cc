@@ -119,8 +119,8 @@ bool AgentRuntime::Impl::AskCheckpoint(const AgentRef& agent, absl::Duration wai
   {
     absl::MutexLock lock(&agent->mu);
     if (!agent->running || agent->record.state() != vault::v1::RUNNING) return false;
-    // An agent that replays needs no checkpoint: it goes with its effect log (ReplayState).
-    if (agent->effects != nullptr) return true;
+    // An agent that replays is not asked: it goes with its effect log (ReplayState).
+    if (agent->effects != nullptr) return false;
     before = agent->record.counters().checkpoints();
     agent->checkpoint_requested = true;
   }
@@ -173,11 +173,14 @@ absl::StatusOr<AgentRecord> AgentRuntime::Impl::Freeze(const AgentRef& agent,
 }
 
 void AgentRuntime::Impl::Unfreeze(const AgentRef& agent) {
-  absl::MutexLock lock(&agent->mu);
-  agent->migrating_out = false;
-  if (agent->record.state() == vault::v1::RUNNING && agent->handle != nullptr) {
-    (void)agent->handle->Resume();
+  {
+    absl::MutexLock lock(&agent->mu);
+    agent->migrating_out = false;
+    if (agent->record.state() == vault::v1::RUNNING && agent->handle != nullptr) {
+      (void)agent->handle->Resume();
+    }
   }
+  ReleaseHeldCalls(agent);
 }
 
 absl::Status AgentRuntime::Impl::PersistMigrating(
@@ -275,8 +278,11 @@ absl::Status AgentRuntime::Impl::ResumeAfterFailedHop(const AgentRef& agent,
       answer_call = std::exchange(agent->migrate_call_id, 0);
     } else {
       launch = true;  // after a restart of this vault: start it again from the handed state
+      // (An agent that replays: its own migrate, last in that state, is made again.)
+      agent->drop_final_migrate = true;
     }
   }
+  if (!launch) ReleaseHeldCalls(agent);
   if (answer_call != 0) {
     // The agent's migrate call fails; it goes on here.
     vault::v1::HostFrame frame;

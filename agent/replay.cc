@@ -4,9 +4,12 @@
 // order, each checked against the request logged, effects not performed again, until the log
 // ends, then serves it live. A call that differs from the logged one ends the agent: a replay
 // never goes on from a history it does not match.
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -23,8 +26,12 @@ namespace vault::agent {
 absl::Status AgentRuntime::Impl::LoadEffectLog(LiveAgent& live) {
   vault::v1::AgentRecord& r = live.record;
   live.effect_calls.clear();
+  live.held_calls.clear();
+  live.migrate_extra.reset();
   live.replay_next = 0;
   live.replay_end = 0;
+  const bool drop_final_migrate = std::exchange(live.drop_final_migrate, false);
+  const EffectLog::Owner owner{live.id, r.spec().code_digest().sha256(), live.principal};
   std::optional<std::string> state;
   if (r.has_state()) {
     VAULT_ASSIGN_OR_RETURN(cas::Digest d, ToDigest(r.state_digest()));
@@ -36,14 +43,13 @@ absl::Status AgentRuntime::Impl::LoadEffectLog(LiveAgent& live) {
     VAULT_ASSIGN_OR_RETURN(state, deps_.cas->ReadAll(d));
   }
   if (!state.has_value() || !IsEffectLog(*state)) {
-    live.effects = std::make_unique<EffectLog>(live.id, std::move(state));
+    live.effects = std::make_unique<EffectLog>(owner, std::move(state));
     return absl::OkStatus();
   }
   const std::string own = deps_.vault_key->public_key().raw();
-  absl::StatusOr<EffectLog> log =
-      EffectLog::Read(*state, live.id, [this, &own](absl::string_view raw) {
-        return raw == own || MemberNameOfKey(raw).has_value();
-      });
+  absl::StatusOr<EffectLog> log = EffectLog::Read(*state, owner, [this, &own](absl::string_view k) {
+    return k == own || MemberNameOfKey(k).has_value();
+  });
   if (!log.ok()) {
     vault::v1::AuditEntry e =
         audit::MakeEntry(live.id, "agent.replay.refused", live.id, vault::v1::AuditEntry::DENIED,
@@ -54,15 +60,21 @@ absl::Status AgentRuntime::Impl::LoadEffectLog(LiveAgent& live) {
                         absl::StrCat("refused its effect log: ", log.status().message()));
   }
   live.effects = std::make_unique<EffectLog>(*std::move(log));
-  // A log that ends with a hop to another vault, started here: the hop failed after the log was
-  // written out (a restart settled it so). The migrate is not answered from the log: the code
-  // makes it again, live.
-  if (live.effects->size() > 0) {
-    const vault::v1::EffectNode& last = live.effects->node(live.effects->size() - 1);
+  // Starting again here after its own hop failed (the log was written out with the migrate as
+  // answered at the destination): that migrate is made again, live.
+  if (drop_final_migrate && live.effects->size() > 0 &&
+      live.effects->node(live.effects->size() - 1).op() == "migrate") {
+    live.effects->DropLast();
+  }
+  // What it put, it may read back (as it could when it put it).
+  for (size_t i = 0; i < live.effects->size(); ++i) {
+    const vault::v1::EffectNode& n = live.effects->node(i);
+    if (n.op() != "cas_put" && n.op() != "cas_upload_finish") continue;
     vault::v1::HostResponse answered;
-    if (last.op() == "migrate" && answered.ParseFromString(last.response()) &&
-        answered.has_migrate() && answered.migrate().vault() != options_.vault_name) {
-      live.effects->DropLast();
+    if (!answered.ParseFromString(n.response())) continue;
+    if (answered.has_cas_put()) live.shared.insert(answered.cas_put().digest().sha256());
+    if (answered.has_cas_upload_finish()) {
+      live.shared.insert(answered.cas_upload_finish().digest().sha256());
     }
   }
   live.replay_end = live.effects->size();
@@ -80,78 +92,149 @@ bool AgentRuntime::Impl::Replay(const std::shared_ptr<LiveAgent>& live,
   const std::string op = row != nullptr ? row->op : "unknown";
   std::string digest = RequestDigest(request);
   vault::v1::HostFrame answer;
-  std::string diverged;
-  bool finished = false;
+  std::string ended;  // why the agent is ended
+  bool diverged = false, finished = false;
   size_t replayed = 0;
   std::string head;
   {
     absl::MutexLock lock(&live->mu);
-    if (live->effects == nullptr) return false;
     if (live->replay_next >= live->replay_end) {
-      live->effect_calls[request.call_id()] = {op, std::move(digest)};
-      return false;
-    }
-    const size_t i = live->replay_next;
-    const vault::v1::EffectNode& n = live->effects->node(i);
-    if (n.op() != op) {
-      diverged = absl::StrCat("replay diverged at effect ", i, " of ", live->replay_end,
-                              ": the code made a ", op, " call where its log has ", n.op());
-    } else if (n.request_sha256() != digest) {
-      diverged = absl::StrCat("replay diverged at effect ", i, " of ", live->replay_end,
-                              ": the code made another ", op, " call than its log has (request ",
-                              absl::BytesToHexString(digest.substr(0, 8)), ", logged ",
-                              absl::BytesToHexString(n.request_sha256().substr(0, 8)), ")");
+      // Live. One call at a time (the runner makes no other), so that the log's order is the
+      // order the agent saw its answers in.
+      if (!live->effect_calls.empty()) {
+        ended = absl::StrCat("protocol: an agent that replays makes one host call at a time (call ",
+                             request.call_id(), " while ", live->effect_calls.begin()->first,
+                             " is unanswered)");
+      } else {
+        live->effect_calls[request.call_id()] = {op, std::move(digest)};
+        return false;
+      }
     } else {
-      answer.mutable_response()->ParseFromString(n.response());  // (checked when read)
-      answer.mutable_response()->set_call_id(request.call_id());
-      live->replay_next = i + 1;
-      finished = live->replay_next == live->replay_end;
-      replayed = live->replay_end;
-      head = live->effects->head();
+      const size_t i = live->replay_next;
+      const vault::v1::EffectNode& n = live->effects->node(i);
+      if (n.op() != op) {
+        ended = absl::StrCat("replay diverged at effect ", i, " of ", live->replay_end,
+                             ": the code made a ", op, " call where its log has ", n.op());
+        diverged = true;
+      } else if (n.request_sha256() != digest) {
+        ended = absl::StrCat("replay diverged at effect ", i, " of ", live->replay_end,
+                             ": the code made another ", op, " call than its log has (request ",
+                             absl::BytesToHexString(digest.substr(0, 8)), ", logged ",
+                             absl::BytesToHexString(n.request_sha256().substr(0, 8)), ")");
+        diverged = true;
+      } else {
+        vault::v1::HostResponse* resp = answer.mutable_response();
+        resp->ParseFromString(n.response());  // (checked when read)
+        resp->set_call_id(request.call_id());
+        // A get_state answer is logged without the state's bytes: they are the log's own.
+        if (resp->code() == 0 && resp->has_get_state() && resp->get_state().present()) {
+          const std::string& kept = live->effects->initial_state();
+          const uint64_t offset = std::min<uint64_t>(request.get_state().offset(), kept.size());
+          const uint64_t limit = request.get_state().limit();
+          const uint64_t left = kept.size() - offset;
+          resp->mutable_get_state()->set_state(
+              kept.substr(offset, limit == 0 ? left : std::min<uint64_t>(limit, left)));
+        }
+        live->replay_next = i + 1;
+        finished = live->replay_next == live->replay_end;
+        replayed = live->replay_end;
+        head = live->effects->head();
+      }
     }
   }
-  if (!diverged.empty()) {
-    vault::v1::AuditEntry e =
-        audit::MakeEntry(live->id, "agent.replay.diverged", live->id,
-                         vault::v1::AuditEntry::DENIED, diverged, {});
-    e.set_priority(vault::v1::AuditEntry::HIGH);
-    Audit(std::move(e), /*durable=*/true);
-    End(live, EndCause::kProtocol, diverged);
+  if (!ended.empty()) {
+    if (diverged) {
+      vault::v1::AuditEntry e = audit::MakeEntry(live->id, "agent.replay.diverged", live->id,
+                                                 vault::v1::AuditEntry::DENIED, ended, {});
+      e.set_priority(vault::v1::AuditEntry::HIGH);
+      Audit(std::move(e), /*durable=*/true);
+    }
+    End(live, EndCause::kProtocol, ended);
     return true;
   }
   SendFrame(live, answer);  // (not logged again: the call was not noted)
   if (finished) {
-    Audit(audit::MakeEntry(live->id, "agent.replay", live->id, vault::v1::AuditEntry::ALLOWED,
-                           "", {{"effects", absl::StrCat(replayed)},
-                                {"head", absl::BytesToHexString(head)}}),
+    Audit(audit::MakeEntry(
+              live->id, "agent.replay", live->id, vault::v1::AuditEntry::ALLOWED, "",
+              {{"effects", absl::StrCat(replayed)}, {"head", absl::BytesToHexString(head)}}),
           /*durable=*/false);
     common::LogAgent(spdlog::level::info, live->id,
-                     "agent {}: replayed {} effects from its log; it runs live from here",
-                     live->id, replayed);
+                     "agent {}: replayed {} effects from its log; it runs live from here", live->id,
+                     replayed);
   }
   return true;
 }
 
-void AgentRuntime::Impl::LogAnswer(LiveAgent& live, const vault::v1::HostResponse& response) {
-  if (live.effects == nullptr) return;
-  auto it = live.effect_calls.find(response.call_id());
-  if (it == live.effect_calls.end()) return;
-  live.effects->Append(it->second.op, options_.vault_name, it->second.request_sha256, response);
-  live.effect_calls.erase(it);
+void AgentRuntime::Impl::LogAnswer(const std::shared_ptr<LiveAgent>& live,
+                                   const vault::v1::HostResponse& response) {
+  LiveAgent::EffectCall call;
+  {
+    absl::MutexLock lock(&live->mu);
+    if (live->effects == nullptr) return;
+    auto it = live->effect_calls.find(response.call_id());
+    if (it == live->effect_calls.end()) return;
+    call = std::move(it->second);
+    live->effect_calls.erase(it);
+    // Its migrate answered here: the hop did not happen (the next hop's log must not end with it).
+    if (call.op == "migrate") live->migrate_extra.reset();
+  }
+  // Serialized and hashed without the agent's lock (an answer may be a frame of 16 MiB).
+  vault::v1::HostResponse logged = response;
+  if (logged.has_get_state()) logged.mutable_get_state()->clear_state();
+  vault::v1::EffectNode node =
+      EffectLog::Prepare(call.op, options_.vault_name, call.request_sha256, std::move(logged));
+  absl::MutexLock lock(&live->mu);
+  if (live->effects != nullptr) live->effects->Append(std::move(node));
 }
 
 absl::StatusOr<std::optional<cas::Digest>> AgentRuntime::Impl::StoreEffectLog(
-    const std::shared_ptr<LiveAgent>& live, const EffectLog::Extra* extra) {
-  std::string object;
+    const std::shared_ptr<LiveAgent>& live, bool with_migrate) {
+  std::optional<EffectLog> copy;
+  std::optional<EffectLog::Extra> extra;
   {
     absl::MutexLock lock(&live->mu);
     if (live->effects == nullptr) return std::nullopt;
-    VAULT_ASSIGN_OR_RETURN(object,
-                           live->effects->WriteOut(*deps_.vault_key, options_.vault_name, extra));
+    copy.emplace(*live->effects);  // written out without the agent's lock
+    if (with_migrate) extra = live->migrate_extra;
   }
+  VAULT_ASSIGN_OR_RETURN(std::string object, copy->WriteOut(*deps_.vault_key, options_.vault_name,
+                                                            extra.has_value() ? &*extra : nullptr));
+  copy.reset();
   cas::Digest d = cas::Digest::Of(object);
-  VAULT_RETURN_IF_ERROR(cas::PutObject(*deps_.cas, d, object).status());
+  // Charged as the agent's own writes are: a log written out again and again fills its
+  // principal's quota, not the vault's disk.
+  VAULT_RETURN_IF_ERROR(quota_->Charge(live->principal, object.size()));
+  absl::StatusOr<cas::PutOutcome> put = cas::PutObject(*deps_.cas, d, object);
+  if (!put.ok() || put->already_present) quota_->Refund(live->principal, object.size());
+  if (!put.ok()) return put.status();
   return d;
+}
+
+void AgentRuntime::Impl::ReleaseHeldCalls(const std::shared_ptr<LiveAgent>& live) {
+  std::vector<LiveAgent::HeldCall> held;
+  std::optional<LiveAgent::PendingReceive> waiting;
+  std::optional<vault::v1::Message> message;
+  {
+    absl::MutexLock lock(&live->mu);
+    held.swap(live->held_calls);
+    // A message that came during the freeze went to the mailbox: it answers the receive that
+    // waited.
+    if (live->pending_receive.has_value() && !live->mailbox.empty()) {
+      waiting = std::move(live->pending_receive);
+      live->pending_receive.reset();
+      message = std::move(live->mailbox.front());
+      live->mailbox.pop_front();
+    }
+  }
+  if (waiting.has_value()) AnswerReceive(live, *std::move(waiting), *std::move(message));
+  for (LiveAgent::HeldCall& h : held) {
+    live->in_flight.fetch_add(1);
+    bool queued = workers_->Schedule(live->principal, [this, live, h = std::move(h)]() mutable {
+      RunCall(live, std::move(h.request), std::move(h.request_bytes), h.received);
+      live->in_flight.fetch_sub(1);
+    });
+    if (!queued) live->in_flight.fetch_sub(1);
+  }
 }
 
 }  // namespace vault::agent

@@ -199,32 +199,33 @@ int Main(int argc, char** argv) {
     UseFile(v, *stub, kNativeSpec, SCHEME_BENCH_GUEST, "mode=idle");
     std::vector<double> native_first = FirstCall(v, *stub, "mode=idle", f.runs);
     Summary s1 = Summarize(scheme_first), n1 = Summarize(native_first);
-    std::printf("spawn -> first host call: scheme p50 %.1f ms (p90 %.1f), native p50 %.1f ms "
-                "(p90 %.1f); %d runs\n",
-                s1.p50, s1.p90, n1.p50, n1.p90, f.runs);
+    std::printf(
+        "spawn -> first host call: scheme p50 %.1f ms (p90 %.1f), native p50 %.1f ms "
+        "(p90 %.1f); %d runs\n",
+        s1.p50, s1.p90, n1.p50, n1.p90, f.runs);
     emit("scheme.first_call.p50", "Scheme agent: spawn -> first host call, p50", s1.p50, "ms",
          n1.p50, "native C++ guest, same path", 10.0,
          absl::StrFormat("%d runs; p90 %.1f ms (native %.1f)", f.runs, s1.p90, n1.p90));
 
     // 2. Host-call round trip.
-    const std::string rtt_code = absl::StrCat(
-        "(lambda () (log \"go\") (let loop ((i 0)) (if (< i ", f.calls,
-        ") (begin (self-inspect) (loop (+ i 1))))))");
+    const std::string rtt_code =
+        absl::StrCat("(lambda () (log \"go\") (let loop ((i 0)) (if (< i ", f.calls,
+                     ") (begin (self-inspect) (loop (+ i 1))))))");
     UseCode(v, *stub, root, spec, rtt_code, "");
     std::vector<double> per_call;
     for (int i = 0; i < 5; ++i) {
       const std::string id = SpawnNow(v, *stub, "");
       const absl::Time first = PollUntil(
           *stub, id, [](const AgentStatus& s) { return s.record().counters().host_calls() > 0; });
-      const absl::Time end =
-          PollUntil(*stub, id, [](const AgentStatus& s) { return Vault::Ended(s.record().state()); });
+      const absl::Time end = PollUntil(
+          *stub, id, [](const AgentStatus& s) { return Vault::Ended(s.record().state()); });
       per_call.push_back(absl::ToDoubleMicroseconds(end - first) / f.calls);
     }
     UseFile(v, *stub, kNativeSpec, SCHEME_BENCH_GUEST, "mode=idle");
     double native_us = 0;
     {
-      const std::string id = SpawnNow(v, *stub, absl::StrCat("mode=rtt calls=", f.calls,
-                                                             " warmup=1000"));
+      const std::string id =
+          SpawnNow(v, *stub, absl::StrCat("mode=rtt calls=", f.calls, " warmup=1000"));
       (void)v.WaitEnded(id, absl::Seconds(120));
       absl::StatusOr<std::vector<std::string>> logs = v.Logs(id);
       if (!logs.ok()) Die(logs.status().ToString());
@@ -240,9 +241,10 @@ int Main(int argc, char** argv) {
       if (native_us == 0) Die("the native guest logged no self_inspect p50");
     }
     Summary s2 = Summarize(per_call);
-    std::printf("host call round trip: scheme %.1f us per (self-inspect) (5 runs of %d), native "
-                "SelfInspect p50 %.1f us\n",
-                s2.p50, f.calls, native_us);
+    std::printf(
+        "host call round trip: scheme %.1f us per (self-inspect) (5 runs of %d), native "
+        "SelfInspect p50 %.1f us\n",
+        s2.p50, f.calls, native_us);
     emit("scheme.host_call_us", "Scheme agent: host call round trip (self-inspect)", s2.p50, "us",
          native_us, "native C++ guest SelfInspect p50", std::nullopt,
          absl::StrFormat("%d calls in a Scheme loop, per call, median of 5 runs", f.calls));
@@ -255,9 +257,10 @@ int Main(int argc, char** argv) {
       const std::string id = SpawnNow(v, *stub, "");
       const absl::Time first = PollUntil(
           *stub, id, [](const AgentStatus& s) { return s.record().counters().host_calls() > 0; });
-      const absl::Time end =
-          PollUntil(*stub, id, [](const AgentStatus& s) { return Vault::Ended(s.record().state()); });
-      if (MustGet(*stub, id).record().state() != vault::v1::COMPLETED) Die(id + " did not complete");
+      const absl::Time end = PollUntil(
+          *stub, id, [](const AgentStatus& s) { return Vault::Ended(s.record().state()); });
+      if (MustGet(*stub, id).record().state() != vault::v1::COMPLETED)
+        Die(id + " did not complete");
       return absl::ToDoubleMilliseconds(end - first);
     };
     UseCode(v, *stub, root, spec, loop_code, "");
@@ -265,9 +268,10 @@ int Main(int argc, char** argv) {
     UseCode(v, *stub, root, absl::StrFormat(kSchemeSpec, " (max-steps 1000000000)"), loop_code, "");
     for (int i = 0; i < 5; ++i) counted_ms.push_back(loop_ms());
     Summary fr = Summarize(free_ms), co = Summarize(counted_ms);
-    std::printf("fuel: a loop of %d iterations, first call to end: counted %.1f ms, not counted "
-                "%.1f ms (x%.2f)\n",
-                f.loop, co.p50, fr.p50, co.p50 / fr.p50);
+    std::printf(
+        "fuel: a loop of %d iterations, first call to end: counted %.1f ms, not counted "
+        "%.1f ms (x%.2f)\n",
+        f.loop, co.p50, fr.p50, co.p50 / fr.p50);
     emit("scheme.fuel.loop_ms", absl::StrCat("Scheme loop of ", f.loop, " iterations with fuel"),
          co.p50, "ms", fr.p50, "the same loop without max-steps", std::nullopt,
          "from the agent's first call to its end, median of 5 runs");
@@ -298,14 +302,15 @@ int Main(int argc, char** argv) {
     std::unique_ptr<vault::v1::Agents::Stub> b = Stub(fed.Socket("b"));
     auto hop = [&](bool big) {
       const std::string spec = root + (big ? "/hop-big.scm" : "/hop-small.scm");
-      WriteAll(spec, absl::StrCat(
-                         "(spawn-agent (purpose \"scheme_bench hop\")\n"
-                         "  (code '(lambda ()\n",
-                         big ? absl::StrCat("    (cas-get \"", digest, "\")\n") : "",
-                         "    (agent-receive)\n    (migrate-to \"b\")\n    (log \"arrived\")\n"
-                         "    (agent-receive)))\n"
-                         "  (capabilities (cas-read) (receive (from \"*\")) (migrate (vaults a b)))\n"
-                         "  (constraints (max-runtime 3600)))\n"));
+      WriteAll(
+          spec,
+          absl::StrCat("(spawn-agent (purpose \"scheme_bench hop\")\n"
+                       "  (code '(lambda ()\n",
+                       big ? absl::StrCat("    (cas-get \"", digest, "\")\n") : "",
+                       "    (agent-receive)\n    (migrate-to \"b\")\n    (log \"arrived\")\n"
+                       "    (agent-receive)))\n"
+                       "  (capabilities (cas-read) (receive (from \"*\")) (migrate (vaults a b)))\n"
+                       "  (constraints (max-runtime 3600)))\n"));
       std::vector<double> ms;
       for (int i = 0; i < f.runs; ++i) {
         RunResult spawned = MustRun(
@@ -318,8 +323,8 @@ int Main(int argc, char** argv) {
         const std::string go = root + "/go";
         WriteAll(go, "go");
         const absl::Time t0 = absl::Now();
-        MustRun({ctl, "--vault", fed.Socket("a"), "agent", "send", id, "--type", "go", "--data",
-                 go});
+        MustRun(
+            {ctl, "--vault", fed.Socket("a"), "agent", "send", id, "--type", "go", "--data", go});
         const absl::Time t1 = PollUntil(
             *b, id, [](const AgentStatus& s) { return s.record().counters().log_lines() > 0; });
         ms.push_back(absl::ToDoubleMilliseconds(t1 - t0));
@@ -329,11 +334,12 @@ int Main(int argc, char** argv) {
       return Summarize(ms);
     };
     Summary small = hop(false), big = hop(true);
-    std::printf("replay hop a -> b, go -> first live call on b: 1 MiB log p50 %.1f ms (p90 %.1f), "
-                "small log p50 %.1f ms (p90 %.1f); %d runs\n",
-                big.p50, big.p90, small.p50, small.p90, f.runs);
-    emit("scheme.replay_hop.1MiB", "Scheme migrate-to a -> b with a 1 MiB effect log, p50",
-         big.p50, "ms", small.p50, "the same hop with a log of a few hundred bytes", std::nullopt,
+    std::printf(
+        "replay hop a -> b, go -> first live call on b: 1 MiB log p50 %.1f ms (p90 %.1f), "
+        "small log p50 %.1f ms (p90 %.1f); %d runs\n",
+        big.p50, big.p90, small.p50, small.p90, f.runs);
+    emit("scheme.replay_hop.1MiB", "Scheme migrate-to a -> b with a 1 MiB effect log, p50", big.p50,
+         "ms", small.p50, "the same hop with a log of a few hundred bytes", std::nullopt,
          absl::StrFormat("%d runs; from vaultctl agent send \"go\" to the agent's first live call "
                          "on b; p90 %.1f ms",
                          f.runs, big.p90));

@@ -108,11 +108,11 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> Migration::MigrateOut(
       capability::ParseLinkPayload(r.chain().links().rbegin()->payload());
   if (!last_or.ok()) return unfreeze(last_or.status());
   const vault::v1::LinkPayload& last = *last_or;
-  if (!state_digest.has_value()) {
-    absl::StatusOr<std::optional<cas::Digest>> log = deps_.port->ReplayState(agent);
-    if (!log.ok()) return unfreeze(log.status());
-    state_digest = *log;
-  }
+  // An agent that replays goes with its effect log as it stands now, frozen (ending with its own
+  // migrate when that is what moves it), whatever else it named.
+  absl::StatusOr<std::optional<cas::Digest>> log = deps_.port->ReplayState(agent);
+  if (!log.ok()) return unfreeze(log.status());
+  if (log->has_value()) state_digest = **log;
   if (!state_digest.has_value()) {
     if (r.has_state()) {
       absl::StatusOr<cas::Digest> d = cas::FromProto(r.state_digest());

@@ -119,11 +119,13 @@ void SpawnChild(HostCallContext& ctx) {
   HostResponse& resp = c.response;
   const auto& sc = request.spawn_child();
   vault::v1::AgentSpec spec = sc.spec();
-  // Code the parent wrote into the child's spec: stored here as the parent's put.
-  bool inline_code = false;
+  // Code the parent wrote into the child's spec: stored as the parent's put once every check
+  // passed (below).
+  std::optional<std::string> inline_code;
   if (!sc.spec_text().empty()) {
     if (sc.has_spec()) {
-      c.status = absl::InvalidArgumentError("a spawn_child carries its spec as text or not, not both");
+      c.status =
+          absl::InvalidArgumentError("a spawn_child carries its spec as text or not, not both");
       return;
     }
     absl::StatusOr<capability::ParsedSpec> parsed =
@@ -134,16 +136,8 @@ void SpawnChild(HostCallContext& ctx) {
     }
     spec = std::move(parsed->spec);
     if (spec.has_code_source()) {
-      const std::string source = spec.code_source();
-      if (c.status = s.ChargeStorage(live->principal, source.size()); !c.status.ok()) return;
-      cas::Digest d = cas::Digest::Of(source);
-      if (absl::StatusOr<cas::PutOutcome> put = cas::PutObject(s.cas(), d, source); !put.ok()) {
-        s.RefundStorage(live->principal, source.size());
-        c.status = put.status();
-        return;
-      }
-      *spec.mutable_code_digest() = FromDigest(d);
-      inline_code = true;
+      inline_code = spec.code_source();
+      *spec.mutable_code_digest() = FromDigest(cas::Digest::Of(*inline_code));
     }
   }
   if (!spec.has_code_digest()) {
@@ -164,7 +158,8 @@ void SpawnChild(HostCallContext& ctx) {
     vault::v1::AgentRecord& r = live->record;
     Grant read = MakeGrant(Grant::READ);
     read.set_hash(spec.code_digest().sha256());
-    if (!inline_code && spec.code_digest().sha256() != r.spec().code_digest().sha256() &&
+    if (!inline_code.has_value() &&
+        spec.code_digest().sha256() != r.spec().code_digest().sha256() &&
         !live->shared.contains(spec.code_digest().sha256()) && !live->authority->Allows(read)) {
       c.status = absl::PermissionDeniedError(
           "denied: a child's code must be the parent's own or an object it may read");
@@ -191,6 +186,16 @@ void SpawnChild(HostCallContext& ctx) {
     c.status = absl::ResourceExhaustedError(
         absl::StrCat("this principal already runs ", max_agents, " agents here (its quota)"));
     return;
+  }
+  if (inline_code.has_value()) {
+    if (c.status = s.ChargeStorage(live->principal, inline_code->size()); !c.status.ok()) return;
+    absl::StatusOr<cas::PutOutcome> put =
+        cas::PutObject(s.cas(), cas::Digest::Of(*inline_code), *inline_code);
+    if (!put.ok() || put->already_present) s.RefundStorage(live->principal, inline_code->size());
+    if (!put.ok()) {
+      c.status = put.status();
+      return;
+    }
   }
   absl::StatusOr<std::shared_ptr<LiveAgent>> spawned =
       s.CreateAndLaunch(child, sc.has_state() ? &sc.state() : nullptr);
@@ -225,17 +230,18 @@ void Migrate(HostCallContext& ctx) {
   const uint64_t call_id = request.call_id();
   // A state named by digest: one the agent may read (as a checkpoint's), stored here.
   std::optional<cas::Digest> named;
-  // An agent that replays moves with its effect log, the migrate itself logged as answered at
-  // the destination (where its replay returns from this call).
-  EffectLog::Extra arrived{.op = c.op, .request_sha256 = RequestDigest(request), .response = {}};
-  arrived.response.mutable_migrate()->set_vault(request.migrate().vault());
-  absl::StatusOr<std::optional<cas::Digest>> log = s.StoreEffectLog(live, &arrived);
-  if (!log.ok()) {
-    c.status = log.status();
-    return;
+  // An agent that replays moves with its effect log (written out after the freeze: ReplayState),
+  // ending with this migrate as answered at the destination, where its replay returns from it.
+  bool replays;
+  {
+    absl::MutexLock lock(&live->mu);
+    replays = live->effects != nullptr;
   }
-  if (log->has_value()) {
-    named = **log;
+  if (replays) {
+    EffectLog::Extra arrived{.op = c.op, .request_sha256 = RequestDigest(request), .response = {}};
+    arrived.response.mutable_migrate()->set_vault(request.migrate().vault());
+    absl::MutexLock lock(&live->mu);
+    live->migrate_extra = std::move(arrived);
   } else if (request.migrate().has_state_digest()) {
     absl::StatusOr<cas::Digest> d = ToDigest(request.migrate().state_digest());
     if (!d.ok()) {

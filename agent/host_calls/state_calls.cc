@@ -41,12 +41,24 @@ void GetState(HostCallContext& ctx) {
   bool has;
   // An agent that replays: its state is its effect log; what it reads is the state it was
   // spawned with, kept in the log.
-  std::optional<std::string> kept;
+  std::optional<std::string> kept;  // the range asked for, for an agent that replays
   {
     absl::MutexLock lock(&live->mu);
     if (live->effects != nullptr) {
       has = live->effects->has_initial_state();
-      if (has) kept = live->effects->initial_state();
+      if (has) {
+        const std::string& whole = live->effects->initial_state();
+        d.set_sha256(live->effects->initial_state_sha256());
+        d.set_size(whole.size());
+        const uint64_t offset = std::min<uint64_t>(request.get_state().offset(), whole.size());
+        const uint64_t limit = request.get_state().limit();
+        const uint64_t left = whole.size() - offset;
+        const uint64_t want = limit == 0 ? left : std::min<uint64_t>(limit, left);
+        if (want <= ctx.max_payload)
+          kept = whole.substr(offset, want);
+        else
+          kept = std::string();  // refused below, by size
+      }
     } else {
       has = live->record.has_state();
       d = live->record.state_digest();
@@ -54,7 +66,6 @@ void GetState(HostCallContext& ctx) {
   }
   resp.mutable_get_state()->set_present(has);
   if (!has) return;
-  if (kept.has_value()) d = FromDigest(cas::Digest::Of(*kept));
   c.subject = DigestText(d);
   absl::StatusOr<cas::Digest> digest = ToDigest(d);
   if (!digest.ok()) {
@@ -80,7 +91,7 @@ void GetState(HostCallContext& ctx) {
   std::string data;
   data.reserve(want);
   if (kept.has_value()) {
-    data = kept->substr(offset, want);
+    data = *std::move(kept);
   } else if (want > 0) {
     c.status = s.cas().Read(*digest, offset, want, 1 << 20, [&](uint64_t, absl::string_view piece) {
       data.append(piece.data(), piece.size());
@@ -127,7 +138,7 @@ void Checkpoint(HostCallContext& ctx) {
   c.subject = d.ToString();
   // An agent that replays resumes from its effect log (up to this call, which its next start
   // makes again: a checkpoint is the same whenever it is made).
-  absl::StatusOr<std::optional<cas::Digest>> log = s.StoreEffectLog(live, nullptr);
+  absl::StatusOr<std::optional<cas::Digest>> log = s.StoreEffectLog(live, /*with_migrate=*/false);
   if (!log.ok()) {
     c.status = log.status();
     return;

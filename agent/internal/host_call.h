@@ -78,10 +78,11 @@ class HostCallServices {
   virtual absl::Status StartMigration(const std::shared_ptr<LiveAgent>& live, uint64_t call_id,
                                       const std::string& to, const std::string& state,
                                       const std::optional<cas::Digest>& state_digest) = 0;
-  // For an agent that replays: its effect log (with `extra`), written out, signed and stored in
-  // the CAS, as the state it resumes from. Null when the agent does not replay.
+  // For an agent that replays: its effect log (ending with its pending migrate when
+  // `with_migrate`), written out, signed and stored in the CAS (charged to its principal's
+  // storage) as the state it resumes from. Null when the agent does not replay.
   virtual absl::StatusOr<std::optional<cas::Digest>> StoreEffectLog(
-      const std::shared_ptr<LiveAgent>& live, const EffectLog::Extra* extra) = 0;
+      const std::shared_ptr<LiveAgent>& live, bool with_migrate) = 0;
 };
 
 // One host call on its way through the proxy.

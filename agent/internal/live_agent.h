@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -121,6 +122,20 @@ struct LiveAgent {
     std::string request_sha256;
   };
   absl::flat_hash_map<uint64_t, EffectCall> effect_calls ABSL_GUARDED_BY(mu);
+  // Its own migrate while it is pending: the node its written-out log ends with.
+  std::optional<EffectLog::Extra> migrate_extra ABSL_GUARDED_BY(mu);
+  // Set when it starts again here after a hop that failed: its log's final migrate is made
+  // again rather than answered (LoadEffectLog).
+  bool drop_final_migrate ABSL_GUARDED_BY(mu) = false;
+  // Its calls that reached the gate while it was frozen for a hop: neither answered nor logged,
+  // so that the log handed over has none of them; served if the hop fails, dropped if it
+  // succeeds (the destination's replay ends before them and the code makes them again there).
+  struct HeldCall {
+    vault::v1::HostRequest request;
+    std::string request_bytes;
+    absl::Time received;
+  };
+  std::vector<HeldCall> held_calls ABSL_GUARDED_BY(mu);
 };
 
 }  // namespace vault::agent

@@ -166,6 +166,9 @@ class AgentRuntime::Impl : public HostCallServices,
   // Delivers `message` to `to`'s mailbox (or its waiting receive). RESOURCE_EXHAUSTED when full.
   absl::StatusOr<uint64_t> Deliver(const std::shared_ptr<LiveAgent>& to,
                                    vault::v1::Message message) override;
+  // Answers the receive `waiting` with `message`, and audits it.
+  void AnswerReceive(const std::shared_ptr<LiveAgent>& to, LiveAgent::PendingReceive waiting,
+                     vault::v1::Message message);
   // Answers a pending receive that timed out (watchdog).
   void ExpireReceive(const std::shared_ptr<LiveAgent>& live);
   void Audit(vault::v1::AuditEntry entry, bool durable) override;
@@ -187,8 +190,8 @@ class AgentRuntime::Impl : public HostCallServices,
                               const std::optional<cas::Digest>& state_digest) override;
 
   // ---- replay.cc: effect logs of agents that replay (docs/replay.md) ----
-  absl::StatusOr<std::optional<cas::Digest>> StoreEffectLog(
-      const std::shared_ptr<LiveAgent>& live, const EffectLog::Extra* extra) override;
+  absl::StatusOr<std::optional<cas::Digest>> StoreEffectLog(const std::shared_ptr<LiveAgent>& live,
+                                                            bool with_migrate) override;
   // Before its process talks: the agent's log, from its state (a log written out: verified, then
   // replayed) or new (the state it was spawned with, if any, kept in it).
   absl::Status LoadEffectLog(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
@@ -196,9 +199,10 @@ class AgentRuntime::Impl : public HostCallServices,
   // replay lasts (true; a divergence ends the agent), else noted to be logged with its answer
   // (false: served as usual).
   bool Replay(const std::shared_ptr<LiveAgent>& live, const vault::v1::HostRequest& request);
-  // Logs the answer `response` when it answers a noted call (SendFrame).
-  void LogAnswer(LiveAgent& live, const vault::v1::HostResponse& response)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
+  // Logs the answer `response` when it answers a noted call (SendFrame, before it is sent).
+  void LogAnswer(const std::shared_ptr<LiveAgent>& live, const vault::v1::HostResponse& response);
+  // Serves the calls held while the agent was frozen (a hop that did not happen).
+  void ReleaseHeldCalls(const std::shared_ptr<LiveAgent>& live);
 
   const RuntimeOptions options_;
   const RuntimeDeps deps_;
@@ -215,7 +219,7 @@ class AgentRuntime::Impl : public HostCallServices,
   absl::Status CheckMayGo(const AgentRef& agent, const std::string& to_vault) override;
   bool AskCheckpoint(const AgentRef& agent, absl::Duration wait) override;
   absl::StatusOr<std::optional<cas::Digest>> ReplayState(const AgentRef& agent) override {
-    return StoreEffectLog(agent, nullptr);
+    return StoreEffectLog(agent, /*with_migrate=*/true);
   }
   absl::StatusOr<vault::v1::AgentRecord> Freeze(const AgentRef& agent, const std::string& to_vault,
                                                 bool* refused) override;

@@ -339,7 +339,8 @@ SCM SpawnChild(SCM spec, SCM state) {
     std::optional<std::string> text = BytesOf(spec);
     std::optional<std::string> bytes = BytesOf(state);
     if (!scm_is_string(spec) || !text || (!bytes && scm_is_true(state))) {
-      WrongType("spawn-child", "spawn-child takes a spec and an initial state (string or bytevector)");
+      WrongType("spawn-child",
+                "spawn-child takes a spec and an initial state (string or bytevector)");
     }
     auto r = g_agent->SpawnChildFromText(*text, bytes);
     if (!Failed(r, &o)) o.value = Str(r->agent_id());

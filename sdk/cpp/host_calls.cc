@@ -300,25 +300,22 @@ absl::StatusOr<vault::v1::SelfInspectResult> Agent::SelfInspect() {
 absl::StatusOr<vault::v1::SpawnChildResult> Agent::SpawnChild(
     const vault::v1::AgentSpec& spec, const std::optional<std::string>& initial_state) {
   HostRequest request;
-  vault::v1::SpawnChildRequest* spawn = request.mutable_spawn_child();
-  *spawn->mutable_spec() = spec;
-  if (initial_state.has_value()) {
-    spawn->set_state(*initial_state);
-    spawn->set_has_state(true);
-  }
-  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kSpawnChild);
-  if (!response.ok()) return response.status();
-  return std::move(*response->mutable_spawn_child());
+  *request.mutable_spawn_child()->mutable_spec() = spec;
+  return SpawnChildCall(request, initial_state);
 }
 
 absl::StatusOr<vault::v1::SpawnChildResult> Agent::SpawnChildFromText(
     absl::string_view spec_text, const std::optional<std::string>& initial_state) {
   HostRequest request;
-  vault::v1::SpawnChildRequest* spawn = request.mutable_spawn_child();
-  spawn->set_spec_text(std::string(spec_text));
+  request.mutable_spawn_child()->set_spec_text(std::string(spec_text));
+  return SpawnChildCall(request, initial_state);
+}
+
+absl::StatusOr<vault::v1::SpawnChildResult> Agent::SpawnChildCall(
+    HostRequest& request, const std::optional<std::string>& initial_state) {
   if (initial_state.has_value()) {
-    spawn->set_state(*initial_state);
-    spawn->set_has_state(true);
+    request.mutable_spawn_child()->set_state(*initial_state);
+    request.mutable_spawn_child()->set_has_state(true);
   }
   absl::StatusOr<HostResponse> response = Call(request, HostResponse::kSpawnChild);
   if (!response.ok()) return response.status();

@@ -237,8 +237,9 @@ class Agent {
   // error. An OK answer breaks the protocol (the vault answers a migrate only when it failed):
   // INTERNAL, and the channel is closed. (The one exception: an agent that replays its effect
   // log, a Scheme agent, is answered OK with a MigrateResult at the destination, where its
-  // replay reaches the call that moved it: docs/replay.md.) A state larger than max_piece_bytes is put in pieces
-  // first (as Checkpoint does; an error of that put is returned) and handed over by digest.
+  // replay reaches the call that moved it: docs/replay.md.) A state larger than max_piece_bytes is
+  // put in pieces first (as Checkpoint does; an error of that put is returned) and handed over by
+  // digest.
   absl::Status Migrate(absl::string_view vault, absl::string_view state);
   // Migrate with a state already in the CAS that the agent may read (as CheckpointDigest).
   absl::Status MigrateDigest(absl::string_view vault, const vault::v1::Digest& state);
@@ -267,6 +268,8 @@ class Agent {
   // CasUploadStart, the pieces, CasUploadFinish: the object's digest.
   absl::StatusOr<vault::v1::Digest> UploadObject(absl::string_view data);
   absl::Status MigrateCall(vault::v1::HostRequest& request);
+  absl::StatusOr<vault::v1::SpawnChildResult> SpawnChildCall(
+      vault::v1::HostRequest& request, const std::optional<std::string>& initial_state);
   // Closes the channel after a protocol or I/O error and returns `why`.
   absl::Status Break(absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Polls the channel for the answer to a call of kind `kind` for up to the poll window (unless
