@@ -1,5 +1,5 @@
 // Scheme agents move and restart by replay (docs/replay.md), on a real three-vault federation
-// (vault-a, vault-b, vault-c: mutual TLS on loopback, each trusting the owner). The RFC's pattern
+// (a, b, c: mutual TLS on loopback, each trusting the owner). The RFC's pattern
 // 4 across the three vaults, max-migrations enforced on the hop past it; an operator's hop that
 // resumes the agent where it was; a restart after SIGKILL that resumes it from its last
 // checkpoint; and the refusals: a log with a result changed, a log signed by no member, and code
@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
 #include "integration-tests/harness.h"
+#include "integration-tests/migration_fixture.h"
 #include "vault/v1/agent.grpc.pb.h"
 #include "vault/v1/hostcall.pb.h"
 
@@ -36,9 +37,9 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using vault::v1::AgentStatus;
 
-constexpr char kA[] = "vault-a";
-constexpr char kB[] = "vault-b";
-constexpr char kC[] = "vault-c";
+constexpr char kA[] = "a";
+constexpr char kB[] = "b";
+constexpr char kC[] = "c";
 
 // A Scheme spec of inline code `code` (its lambda last), the owner's usual grants.
 std::string Spec(const std::string& code, const std::string& constraints,
@@ -46,63 +47,34 @@ std::string Spec(const std::string& code, const std::string& constraints,
   return absl::StrCat("(spawn-agent\n", id.empty() ? "" : absl::StrCat("  (id \"", id, "\")\n"),
                       "  (purpose \"replay test\")\n  (code '", code,
                       ")\n  (capabilities (read \"/vault/pub/replay/\") (cas-write)\n"
-                      "    (migrate (vaults (vault-a vault-b vault-c))))\n  (constraints ",
+                      "    (migrate (vaults (a b c))))\n  (constraints ",
                       constraints, "))\n");
 }
 
-class ReplayTest : public VaultTest {
+class ReplayTest : public MigrationTest {
  protected:
-  void SetUp() override {
-    VaultTest::SetUp();
-    std::string ca = CreateCa();
-    ASSERT_FALSE(ca.empty());
+  // Each vault's file names it; the owner is trusted everywhere with what the agents use.
+  void BeforeVaultdsStart() override {
     for (const char* name : {kA, kB, kC}) {
-      absl::StatusOr<VaultDir> v = InitVault(name, ca);
-      ASSERT_TRUE(v.ok()) << v.status();
-      vaults_[name] = *v;
-      const std::string dir = v->data_dir + "/files/pub/replay";
+      const std::string dir = V(name).data_dir + "/files/pub/replay";
       std::filesystem::create_directories(dir);
       ASSERT_TRUE(WriteFile(dir + "/where.txt", absl::StrCat("file of ", name)).ok());
     }
-    for (const char* from : {kA, kB, kC}) {
-      for (const char* to : {kA, kB, kC}) {
-        if (std::string(from) != to) {
-          ASSERT_EQ(AddMember(vaults_[from], vaults_[to]), absl::OkStatus());
-        }
-      }
-    }
+  }
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(MigrationTest::SetUp());
+    if (IsSkipped()) return;
+    owner_key_ = NewKey("owner", &owner_);
     for (const char* name : {kA, kB, kC}) {
-      absl::StatusOr<Vaultd*> d = StartVaultd(vaults_[name]);
-      ASSERT_TRUE(d.ok()) << d.status();
-      vaultd_[name] = *d;
-      agents_[name] = vault::v1::Agents::NewStub(UnixChannel(vaults_[name].socket));
-    }
-    RunResult status = Ctl(kA, {"-o", "json", "status"});
-    ASSERT_EQ(status.exit_code, kExitOk) << status;
-    if (JsonField(status.out, "agents_enabled") != "true") {
-      GTEST_SKIP() << "agents are disabled here: "
-                   << JsonField(status.out, "agents_disabled_reason").value_or("?");
-    }
-    owner_key_ = root() + "/owner.key";
-    RunResult key = Vaultctl({"key", "generate", "--out", owner_key_});
-    ASSERT_EQ(key.exit_code, kExitOk) << key;
-    for (const char* name : {kA, kB, kC}) {
-      RunResult r = Ctl(name, {"policy", "trust", owner_key_, "--ceiling", "read:/vault/pub",
-                               "cas-write", "migrate:vault-a,vault-b,vault-c"});
-      ASSERT_EQ(r.exit_code, kExitOk) << r;
+      ASSERT_NO_FATAL_FAILURE(
+          Trust(name, owner_key_, {"read:/vault/pub", "cas-write", "migrate:a,b,c"}));
     }
   }
 
-  RunResult Ctl(const std::string& vault, std::vector<std::string> args) {
-    args.insert(args.begin(), {"--vault", vaults_[vault].socket});
-    return Vaultctl(args, absl::Seconds(30));
-  }
-
-  // Spawns `spec` on `vault` as the owner, with `state` as its initial state when given.
+  // Spawns `spec` (text) on `vault` as the owner, with `state` as its initial state when given.
   RunResult SpawnResult(const std::string& vault, const std::string& spec,
                         const std::optional<std::string>& state = std::nullopt) {
-    const std::string file = absl::StrCat(root(), "/spec-", ++specs_, ".scm");
-    EXPECT_TRUE(WriteFile(file, spec).ok());
+    const std::string file = WriteSpec(spec);
     std::vector<std::string> args = {"agent", "spawn", file, "--as", owner_key_};
     if (state.has_value()) {
       EXPECT_TRUE(WriteFile(file + ".state", *state).ok());
@@ -112,58 +84,21 @@ class ReplayTest : public VaultTest {
   }
   std::string Spawn(const std::string& vault, const std::string& spec,
                     const std::optional<std::string>& state = std::nullopt) {
-    RunResult r = SpawnResult(vault, spec, state);
-    EXPECT_EQ(r.exit_code, kExitOk) << r;
-    std::string id(absl::StripAsciiWhitespace(r.out));
-    EXPECT_THAT(id, StartsWith("a-")) << r;
-    return r.exit_code == kExitOk ? id : "";
+    return MigrationTest::Spawn(vault, WriteSpec(spec), owner_key_, state);
+  }
+  std::string WriteSpec(const std::string& spec) {
+    const std::string file = absl::StrCat(root(), "/spec-", ++specs_, ".scm");
+    EXPECT_TRUE(WriteFile(file, spec).ok());
+    return file;
   }
 
-  absl::StatusOr<AgentStatus> Get(const std::string& vault, const std::string& id) {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, absl::Seconds(10));
-    vault::v1::GetAgentRequest req;
-    req.set_id(id);
-    AgentStatus out;
-    grpc::Status s = agents_[vault]->Get(&ctx, req, &out);
-    if (!s.ok()) return common::FromGrpc(s);
-    return out;
-  }
-
-  std::vector<std::string> Logs(const std::string& vault, const std::string& id) {
-    RunResult r = Ctl(vault, {"-o", "json", "agent", "logs", id});
-    std::vector<std::string> out;
-    for (absl::string_view line : absl::StrSplit(r.out, '\n', absl::SkipEmpty())) {
-      if (std::optional<std::string> m = JsonField(line, "message")) out.push_back(*m);
-    }
-    return out;
-  }
-
-  // Polls `vault` until the agent is in `state` there; records a failure with every vault's
-  // view of it otherwise.
-  vault::v1::AgentRecord WaitFor(const std::string& vault, const std::string& id,
-                                 vault::v1::AgentState state,
-                                 absl::Duration timeout = absl::Seconds(60)) {
-    const absl::Time deadline = absl::Now() + timeout;
-    vault::v1::AgentRecord last;
-    while (absl::Now() < deadline) {
-      absl::StatusOr<AgentStatus> st = Get(vault, id);
-      if (st.ok()) {
-        last = st->record();
-        if (last.state() == state) return last;
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    std::string views;
-    for (const char* v : {kA, kB, kC}) {
-      absl::StatusOr<AgentStatus> st = Get(v, id);
-      absl::StrAppend(&views, "\n", v, ": ",
-                      st.ok() ? st->record().ShortDebugString() : st.status().ToString(), "\n  ",
-                      absl::StrJoin(Logs(v, id), "\n  "));
-    }
-    ADD_FAILURE() << "agent " << id << " did not reach " << vault::v1::AgentState_Name(state)
-                  << " on " << vault << views;
-    return last;
+  // Waits until the agent is in `state` on `vault`.
+  vault::v1::AgentRecord WaitState(const std::string& vault, const std::string& id,
+                                   vault::v1::AgentState state) {
+    return WaitFor(
+               vault, id, [state](const AgentStatus& s) { return s.record().state() == state; },
+               absl::Seconds(60), vault::v1::AgentState_Name(state))
+        .record();
   }
 
   std::string CasGet(const std::string& vault, const std::string& digest) {
@@ -172,10 +107,6 @@ class ReplayTest : public VaultTest {
     return r.out;
   }
 
-  std::map<std::string, VaultDir> vaults_;
-  std::map<std::string, Vaultd*> vaultd_;
-  std::map<std::string, std::unique_ptr<vault::v1::Agents::Stub>> agents_;
-  std::string owner_key_;
   int specs_ = 0;
 };
 
@@ -199,17 +130,16 @@ constexpr char kTour[] = R"((let ()
         (string-join (reverse seen) "\n"))))";
 
 TEST_F(ReplayTest, PatternFourVisitsThreeVaultsAndComesHome) {
-  std::string id = Spawn(kA, Spec(kTour, "(max-migrations 3) (max-runtime 60)"), "vault-b vault-c");
+  std::string id = Spawn(kA, Spec(kTour, "(max-migrations 3) (max-runtime 60)"), "b c");
   ASSERT_FALSE(id.empty());
-  vault::v1::AgentRecord home = WaitFor(kA, id, vault::v1::COMPLETED);
+  vault::v1::AgentRecord home = WaitState(kA, id, vault::v1::COMPLETED);
   EXPECT_EQ(home.hop(), 3u);
   EXPECT_EQ(home.arrived_from(), kC);
-  EXPECT_EQ(CasGet(kA, DigestText(home.result())), "file of vault-b\nfile of vault-c");
+  EXPECT_EQ(CasGet(kA, DigestText(home.result())), "file of b\nfile of c");
   EXPECT_THAT(Logs(kA, id),
-              ElementsAre("start at vault-a: file of vault-a",
-                          "home at vault-a having seen file of vault-b, file of vault-c"));
-  EXPECT_THAT(Logs(kB, id), ElementsAre("at vault-b: file of vault-b"));
-  EXPECT_THAT(Logs(kC, id), ElementsAre("at vault-c: file of vault-c"));
+              ElementsAre("start at a: file of a", "home at a having seen file of b, file of c"));
+  EXPECT_THAT(Logs(kB, id), ElementsAre("at b: file of b"));
+  EXPECT_THAT(Logs(kC, id), ElementsAre("at c: file of c"));
   for (const char* v : {kB, kC}) {
     absl::StatusOr<AgentStatus> st = Get(v, id);
     ASSERT_TRUE(st.ok()) << st.status();
@@ -218,16 +148,16 @@ TEST_F(ReplayTest, PatternFourVisitsThreeVaultsAndComesHome) {
 }
 
 TEST_F(ReplayTest, MaxMigrationsRefusesTheHopPastIt) {
-  std::string id = Spawn(kA, Spec(kTour, "(max-migrations 2) (max-runtime 60)"), "vault-b vault-c");
+  std::string id = Spawn(kA, Spec(kTour, "(max-migrations 2) (max-runtime 60)"), "b c");
   ASSERT_FALSE(id.empty());
-  // The third hop (home from vault-c) is refused there: migrate-home raises, and the agent, which
-  // does not catch it, fails on vault-c.
-  vault::v1::AgentRecord c = WaitFor(kC, id, vault::v1::FAILED);
+  // The third hop (home from c) is refused there: migrate-home raises, and the agent, which
+  // does not catch it, fails on c.
+  vault::v1::AgentRecord c = WaitState(kC, id, vault::v1::FAILED);
   EXPECT_EQ(c.hop(), 2u);
   EXPECT_THAT(c.reason(), HasSubstr(absl::StrCat("denied: agent ", id,
                                                  " has made 2 of its 2 migrations "
                                                  "(max-migrations)")));
-  EXPECT_THAT(Logs(kC, id), ElementsAre("at vault-c: file of vault-c"));
+  EXPECT_THAT(Logs(kC, id), ElementsAre("at c: file of c"));
   absl::StatusOr<AgentStatus> a = Get(kA, id);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->record().state(), vault::v1::DEPARTED);
@@ -251,7 +181,7 @@ constexpr char kCollector[] = R"((let ()
 TEST_F(ReplayTest, AnOperatorHopResumesTheAgentWhereItWas) {
   std::string id = Spawn(kA, Spec(kCollector, "(max-runtime 60)"));
   ASSERT_FALSE(id.empty());
-  WaitFor(kA, id, vault::v1::RUNNING);
+  WaitState(kA, id, vault::v1::RUNNING);
   auto send = [&](const std::string& vault, const std::string& type, const std::string& data) {
     const std::string file = absl::StrCat(root(), "/msg-", data);
     ASSERT_TRUE(WriteFile(file, data).ok());
@@ -269,21 +199,21 @@ TEST_F(ReplayTest, AnOperatorHopResumesTheAgentWhereItWas) {
   }
   RunResult moved = Ctl(kA, {"migrate", id, "--to", kB});
   ASSERT_EQ(moved.exit_code, kExitOk) << moved;
-  WaitFor(kB, id, vault::v1::RUNNING);
+  WaitState(kB, id, vault::v1::RUNNING);
   send(kB, "item", "three");
   send(kB, "stop", "x");
-  vault::v1::AgentRecord b = WaitFor(kB, id, vault::v1::COMPLETED);
+  vault::v1::AgentRecord b = WaitState(kB, id, vault::v1::COMPLETED);
   EXPECT_EQ(CasGet(kB, DigestText(b.result())), "one,two,three");
-  EXPECT_THAT(Logs(kA, id), ElementsAre("waiting on vault-a"));
-  EXPECT_THAT(Logs(kB, id), ElementsAre("stopped on vault-b after one,two,three"));
+  EXPECT_THAT(Logs(kA, id), ElementsAre("waiting on a"));
+  EXPECT_THAT(Logs(kB, id), ElementsAre("stopped on b after one,two,three"));
 }
 
-// An operator's hop that the destination refuses (vault-c no longer trusts the owner): the agent,
+// An operator's hop that the destination refuses (c no longer trusts the owner): the agent,
 // frozen meanwhile, goes on where it was, with what it had received.
 TEST_F(ReplayTest, AHopTheDestinationRefusesLeavesTheAgentWhereItWas) {
   std::string id = Spawn(kA, Spec(kCollector, "(max-runtime 60)"));
   ASSERT_FALSE(id.empty());
-  WaitFor(kA, id, vault::v1::RUNNING);
+  WaitState(kA, id, vault::v1::RUNNING);
   auto send = [&](const std::string& type, const std::string& data) {
     const std::string file = absl::StrCat(root(), "/msg-", data);
     ASSERT_TRUE(WriteFile(file, data).ok());
@@ -297,13 +227,13 @@ TEST_F(ReplayTest, AHopTheDestinationRefusesLeavesTheAgentWhereItWas) {
   EXPECT_NE(moved.exit_code, kExitOk) << moved;
   send("item", "two");
   send("stop", "x");
-  vault::v1::AgentRecord a = WaitFor(kA, id, vault::v1::COMPLETED);
+  vault::v1::AgentRecord a = WaitState(kA, id, vault::v1::COMPLETED);
   EXPECT_EQ(a.hop(), 0u);
   EXPECT_EQ(CasGet(kA, DigestText(a.result())), "one,two");
-  EXPECT_THAT(Logs(kA, id), ElementsAre("waiting on vault-a", "stopped on vault-a after one,two"));
+  EXPECT_THAT(Logs(kA, id), ElementsAre("waiting on a", "stopped on a after one,two"));
 }
 
-// Its own hop refused (vault-z is no member), the agent goes on here; an operator's hop then
+// Its own hop refused (z is no member), the agent goes on here; an operator's hop then
 // moves it, and at the destination its refused migrate is answered as refused (from its log),
 // not as made.
 TEST_F(ReplayTest, ARefusedMigrateStaysRefusedAfterAnOperatorHop) {
@@ -311,7 +241,7 @@ TEST_F(ReplayTest, ARefusedMigrateStaysRefusedAfterAnOperatorHop) {
       (define (here) (cdr (assq 'vault (self-inspect))))
       (lambda ()
         (catch 'host-error
-          (lambda () (migrate-to "vault-z"))
+          (lambda () (migrate-to "z"))
           (lambda (key call code message) (log "refused on " (here))))
         (agent-receive timeout: 30000)
         (log "went on at " (here))
@@ -326,15 +256,15 @@ TEST_F(ReplayTest, ARefusedMigrateStaysRefusedAfterAnOperatorHop) {
   }
   RunResult moved = Ctl(kA, {"migrate", id, "--to", kB});
   ASSERT_EQ(moved.exit_code, kExitOk) << moved;
-  WaitFor(kB, id, vault::v1::RUNNING);
+  WaitState(kB, id, vault::v1::RUNNING);
   const std::string file = root() + "/go";
   ASSERT_TRUE(WriteFile(file, "go").ok());
   RunResult sent = Ctl(kB, {"agent", "send", id, "--type", "go", "--data", file});
   ASSERT_EQ(sent.exit_code, kExitOk) << sent;
-  vault::v1::AgentRecord b = WaitFor(kB, id, vault::v1::COMPLETED);
+  vault::v1::AgentRecord b = WaitState(kB, id, vault::v1::COMPLETED);
   EXPECT_EQ(b.hop(), 1u);
-  EXPECT_THAT(Logs(kA, id), ElementsAre("refused on vault-a"));
-  EXPECT_THAT(Logs(kB, id), ElementsAre("went on at vault-b"));
+  EXPECT_THAT(Logs(kA, id), ElementsAre("refused on a"));
+  EXPECT_THAT(Logs(kB, id), ElementsAre("went on at b"));
 }
 
 // An agent that checkpointed resumes after its vault is killed (SIGKILL) and started again: its
@@ -359,27 +289,23 @@ TEST_F(ReplayTest, ARestartResumesFromTheLastCheckpoint) {
     if (st.ok() && st->record().counters().checkpoints() == 1) break;
     absl::SleepFor(absl::Milliseconds(20));
   }
-  vaultd_[kA]->Kill();
-  ASSERT_TRUE(WriteFile(vaults_[kA].data_dir + "/files/pub/replay/where.txt", "changed").ok());
-  ASSERT_TRUE(vaultd_[kA]->Start().ok());
-  agents_[kA] = vault::v1::Agents::NewStub(UnixChannel(vaults_[kA].socket));
-  WaitFor(kA, id, vault::v1::RUNNING);
+  M(kA).vaultd->Kill();
+  ASSERT_TRUE(WriteFile(V(kA).data_dir + "/files/pub/replay/where.txt", "changed").ok());
+  ASSERT_NO_FATAL_FAILURE(Restart(kA));
+  WaitState(kA, id, vault::v1::RUNNING);
   const std::string file = root() + "/go";
   ASSERT_TRUE(WriteFile(file, "go").ok());
-  RunResult sent =
-      Vaultctl({"--vault", vaults_[kA].socket, "agent", "send", id, "--type", "go", "--data", file},
-               absl::Seconds(30));
+  RunResult sent = Ctl(kA, {"agent", "send", id, "--type", "go", "--data", file});
   ASSERT_EQ(sent.exit_code, kExitOk) << sent;
-  vault::v1::AgentRecord a = WaitFor(kA, id, vault::v1::COMPLETED);
-  EXPECT_EQ(CasGet(kA, DigestText(a.result())), "file of vault-a");
+  vault::v1::AgentRecord a = WaitState(kA, id, vault::v1::COMPLETED);
+  EXPECT_EQ(CasGet(kA, DigestText(a.result())), "file of a");
   EXPECT_EQ(a.counters().restarts(), 1u);
-  EXPECT_THAT(Logs(kA, id),
-              ElementsAre("read file of vault-a", "resumed with file of vault-a; now changed"));
+  EXPECT_THAT(Logs(kA, id), ElementsAre("read file of a", "resumed with file of a; now changed"));
 }
 
-// A log is checked whole before a replay starts. The agent's log is taken from vault-a after its
-// checkpoint and spawned, under the same id, on vault-b: as it is, vault-b resumes the agent from
-// it (answered from the log: vault-a's file); with a result changed, vault-b refuses it.
+// A log is checked whole before a replay starts. The agent's log is taken from a after its
+// checkpoint and spawned, under the same id, on b: as it is, b resumes the agent from
+// it (answered from the log: a's file); with a result changed, b refuses it.
 class ReplayLogTest : public ReplayTest {
  protected:
   static constexpr char kCode[] = R"((let ()
@@ -390,9 +316,9 @@ class ReplayLogTest : public ReplayTest {
           (log "seen: " seen)
           seen))))";
 
-  // The log of agent `id` (run on vault-a to its end): the state it checkpointed.
+  // The log of agent `id` (run on a to its end): the state it checkpointed.
   std::string LogOf(const std::string& id) {
-    vault::v1::AgentRecord a = WaitFor(kA, id, vault::v1::COMPLETED);
+    vault::v1::AgentRecord a = WaitState(kA, id, vault::v1::COMPLETED);
     return CasGet(kA, DigestText(a.state_digest()));
   }
 };
@@ -403,9 +329,9 @@ TEST_F(ReplayLogTest, AnotherMemberResumesTheAgentFromItsLog) {
   std::string log = LogOf(id);
   ASSERT_THAT(log, StartsWith("vault-effect-log/1\n"));
   ASSERT_EQ(Spawn(kB, Spec(kCode, "(max-runtime 60)", id), log), id);
-  vault::v1::AgentRecord b = WaitFor(kB, id, vault::v1::COMPLETED);
-  EXPECT_EQ(CasGet(kB, DigestText(b.result())), "file of vault-a");
-  EXPECT_THAT(Logs(kB, id), ElementsAre("seen: file of vault-a"));
+  vault::v1::AgentRecord b = WaitState(kB, id, vault::v1::COMPLETED);
+  EXPECT_EQ(CasGet(kB, DigestText(b.result())), "file of a");
+  EXPECT_THAT(Logs(kB, id), ElementsAre("seen: file of a"));
 }
 
 TEST_F(ReplayLogTest, AChangedResultIsRefused) {
@@ -415,12 +341,12 @@ TEST_F(ReplayLogTest, AChangedResultIsRefused) {
   const size_t header = std::string("vault-effect-log/1\n").size();
   vault::v1::EffectLog log;
   ASSERT_TRUE(log.ParseFromString(object.substr(header)));
-  // Effect 0 is the read: its answer now says vault-c.
+  // Effect 0 is the read: its answer now says c.
   ASSERT_GE(log.nodes_size(), 1);
   ASSERT_EQ(log.nodes(0).op(), "read_file");
   vault::v1::HostResponse r;
   ASSERT_TRUE(r.ParseFromString(log.nodes(0).response()));
-  r.mutable_read_file()->set_data("file of vault-c");
+  r.mutable_read_file()->set_data("file of c");
   log.mutable_nodes(0)->set_response(r.SerializeAsString());
   RunResult refused = SpawnResult(kB, Spec(kCode, "(max-runtime 60)", id),
                                   absl::StrCat(object.substr(0, header), log.SerializeAsString()));
@@ -461,7 +387,7 @@ TEST_F(ReplayLogTest, AReplayThatDivergesIsEnded) {
   ASSERT_EQ(id, "a-replay-4");
   std::string log = LogOf(id);
   ASSERT_EQ(Spawn(kB, Spec(code, "(max-runtime 60)", id), log), id);
-  vault::v1::AgentRecord b = WaitFor(kB, id, vault::v1::TERMINATED);
+  vault::v1::AgentRecord b = WaitState(kB, id, vault::v1::TERMINATED);
   EXPECT_THAT(b.reason(), StartsWith("replay diverged at effect 0 of 1: the code made another log "
                                      "call than its log has (request "));
   EXPECT_EQ(b.counters().log_lines(), 0u);
