@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -33,6 +34,7 @@ namespace vault::integration {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using vault::v1::AgentStatus;
@@ -374,12 +376,27 @@ TEST_F(ReplayLogTest, ALogIsOfItsCodeOnly) {
   EXPECT_THAT(refused.err, HasSubstr("refused its effect log: effect log: it is of the code "));
 }
 
-// Code whose path depends on what a replay cannot reproduce (here, the address of a procedure,
-// which each process places elsewhere) diverges from its log, and the vault ends it at the first
-// call that differs rather than answer it from a history it did not make.
-TEST_F(ReplayLogTest, AReplayThatDivergesIsEnded) {
+// Code whose path depends on what a replay cannot reproduce diverges from its log, and the vault
+// ends it at the first call that differs rather than answer it from a history it did not make.
+// Here b's frames are 4 MiB where a's are 1 MiB: a put of 1.5 MB went to a as an upload in pieces,
+// and goes to b as one cas_put.
+class DivergingReplayTest : public ReplayLogTest {
+ protected:
+  void BeforeVaultdsStart() override {
+    ReplayLogTest::BeforeVaultdsStart();
+    absl::StatusOr<std::string> conf = ReadFile(V(kB).config);
+    ASSERT_TRUE(conf.ok()) << conf.status();
+    ASSERT_THAT(*conf, HasSubstr("\nagents {\n"));
+    ASSERT_TRUE(WriteFile(V(kB).config, absl::StrReplaceAll(
+                                            *conf, {{"\nagents {\n",
+                                                     "\nagents {\n  max_frame_bytes: 4194304\n"}}))
+                    .ok());
+  }
+};
+
+TEST_F(DivergingReplayTest, AReplayThatDivergesIsEnded) {
   const std::string code = R"((lambda ()
-      (log (object->string (lambda () 1)))
+      (cas-put (make-string 1500000 #\a))
       (checkpoint "x")
       (agent-receive timeout: 100)
       "done"))";
@@ -388,9 +405,10 @@ TEST_F(ReplayLogTest, AReplayThatDivergesIsEnded) {
   std::string log = LogOf(id);
   ASSERT_EQ(Spawn(kB, Spec(code, "(max-runtime 60)", id), log), id);
   vault::v1::AgentRecord b = WaitState(kB, id, vault::v1::TERMINATED);
-  EXPECT_THAT(b.reason(), StartsWith("replay diverged at effect 0 of 1: the code made another log "
-                                     "call than its log has (request "));
-  EXPECT_EQ(b.counters().log_lines(), 0u);
+  EXPECT_THAT(b.reason(), StartsWith("replay diverged at effect 0 of "));
+  EXPECT_THAT(b.reason(), EndsWith(": the code made a cas_put call where its log has "
+                                   "cas_upload_start"));
+  EXPECT_EQ(b.counters().checkpoints(), 0u);
 }
 
 }  // namespace
