@@ -35,7 +35,6 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 
-
 // ---------------------------------------------------------------------------------------------
 // 1. Host calls, allowed and denied.
 

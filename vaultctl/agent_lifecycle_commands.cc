@@ -26,10 +26,10 @@
 #include "capability/signing_domains.h"
 #include "capability/text_form.h"
 #include "common/file_util.h"
-#include "common/unique_fd.h"
 #include "common/proto_util.h"
 #include "common/random.h"
 #include "common/status_macros.h"
+#include "common/unique_fd.h"
 #include "node/grpc_status.h"
 #include "vault/v1/agent.pb.h"
 #include "vaultctl/cas_upload.h"
@@ -75,8 +75,8 @@ class TempFile {
  public:
   static absl::StatusOr<TempFile> Create(absl::string_view prefix, absl::string_view text) {
     const char* dir = std::getenv("TMPDIR");
-    std::string path = absl::StrCat(dir != nullptr && *dir != '\0' ? dir : "/tmp", "/", prefix,
-                                    "XXXXXX");
+    std::string path =
+        absl::StrCat(dir != nullptr && *dir != '\0' ? dir : "/tmp", "/", prefix, "XXXXXX");
     common::UniqueFd fd(mkstemp(path.data()));
     if (!fd.valid()) return common::PosixError(errno, absl::StrCat("mkstemp ", path));
     TempFile file(path);
@@ -178,15 +178,15 @@ int SpawnCommand(const GlobalOptions& g, const AgentFlags& f) {
       // (spawned-by ...) is checked here and again by the vault against the chain's root.
       const std::string& who = spec.spawned_by();
       if (!absl::StartsWith(who, PublicKey::kTextPrefix) && !common::PathExists(who)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            f.spec, " says (spawned-by ", who, "): bind ", who,
-            " to the spawning key, --bind ", who, "=", f.as, " (or ed25519:<hex>)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(f.spec, " says (spawned-by ", who, "): bind ", who,
+                         " to the spawning key, --bind ", who, "=", f.as, " (or ed25519:<hex>)"));
       }
       VAULT_ASSIGN_OR_RETURN(PublicKey claimed, PrincipalArg(who, "spawned-by"));
       if (claimed.ToText() != key->public_key().ToText()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            f.spec, " says it is spawned by ", claimed.ToText(), " but --as ", f.as, " is ",
-            key->public_key().ToText()));
+        return absl::InvalidArgumentError(absl::StrCat(f.spec, " says it is spawned by ",
+                                                       claimed.ToText(), " but --as ", f.as, " is ",
+                                                       key->public_key().ToText()));
       }
       spec.set_spawned_by(claimed.ToText());
     }

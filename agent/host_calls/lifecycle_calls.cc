@@ -124,8 +124,8 @@ void SpawnChild(HostCallContext& ctx) {
   std::optional<std::string> inline_code;
   if (!sc.spec_text().empty()) {
     if (sc.has_spec()) {
-      c.status =
-          absl::InvalidArgumentError("a spawn_child carries its spec as text or not, not both");
+      c.status = absl::InvalidArgumentError(
+          "a spawn_child carries its spec as a message or as text, not both");
       return;
     }
     absl::StatusOr<capability::ParsedSpec> parsed =
