@@ -30,14 +30,15 @@ using vault::sdk::Agent;
 
 Agent* g_agent = nullptr;  // the runner is single-threaded: one agent, one channel
 
-// A bytevector's bytes. libguile's accessor macros read through a volatile SCM, which C++20
-// (clang's -Wdeprecated-volatile) frowns upon: kept to these two functions.
+// A bytevector's bytes, and whether a value is true. libguile's accessor macros read through a
+// volatile SCM, which C++20 (clang's -Wdeprecated-volatile) frowns upon: kept to these functions.
 #if defined(__clang__)
 #pragma clang diagnostic push
 #pragma clang diagnostic ignored "-Wdeprecated-volatile"
 #endif
 char* BytevectorData(SCM bv) { return reinterpret_cast<char*>(SCM_BYTEVECTOR_CONTENTS(bv)); }
 size_t BytevectorSize(SCM bv) { return SCM_BYTEVECTOR_LENGTH(bv); }
+bool Truthy(SCM v) { return scm_is_true(v); }
 #if defined(__clang__)
 #pragma clang diagnostic pop
 #endif
@@ -122,7 +123,7 @@ SCM Exit(SCM code, SCM message, SCM result) {
   {
     std::optional<std::string> text = BytesOf(message);
     std::optional<std::string> bytes = BytesOf(result);
-    if (!scm_is_signed_integer(code, 0, 255) || !text || (!bytes && scm_is_true(result))) {
+    if (!scm_is_signed_integer(code, 0, 255) || !text || (!bytes && Truthy(result))) {
       WrongType("exit", "exit takes a code 0-255, a string and a result (string or bytevector)");
     }
     std::optional<vault::v1::Digest> digest;
@@ -319,7 +320,7 @@ SCM Share(SCM digest, SCM agents) {
   {
     std::optional<std::string> text = BytesOf(digest);
     std::vector<std::string> to;
-    bool ok = scm_is_string(digest) && text.has_value() && scm_is_true(scm_list_p(agents));
+    bool ok = scm_is_string(digest) && text.has_value() && Truthy(scm_list_p(agents));
     for (SCM l = agents; ok && scm_is_pair(l); l = scm_cdr(l)) {
       std::optional<std::string> a = BytesOf(scm_car(l));
       ok = a.has_value() && scm_is_string(scm_car(l));
@@ -338,7 +339,7 @@ SCM SpawnChild(SCM spec, SCM state) {
   {
     std::optional<std::string> text = BytesOf(spec);
     std::optional<std::string> bytes = BytesOf(state);
-    if (!scm_is_string(spec) || !text || (!bytes && scm_is_true(state))) {
+    if (!scm_is_string(spec) || !text || (!bytes && Truthy(state))) {
       WrongType("spawn-child",
                 "spawn-child takes a spec and an initial state (string or bytevector)");
     }
