@@ -19,10 +19,13 @@ using vault::v1::EffectNode;
 
 std::string Genesis(const vault::v1::EffectLog& log) {
   const absl::string_view nul("\0", 1);
-  return common::Sha256::HashParts(
+  std::string start = common::Sha256::HashParts(
       {capability::kEffectLogDomain, log.agent_id(), nul, log.code_sha256(), log.principal(), nul,
        log.has_initial_state() ? "1" : "0",
        log.has_initial_state() ? common::Sha256::Hash(log.initial_state()) : std::string()});
+  if (!log.has_snapshot()) return start;
+  // A log rebased on an execution state starts from it too.
+  return common::Sha256::HashParts({start, "snapshot", common::Sha256::Hash(log.snapshot())});
 }
 
 std::string Link(const EffectNode& n) {
@@ -85,6 +88,16 @@ void EffectLog::Append(EffectNode n) {
   }
   log_.set_head(Link(n));
   *log_.add_nodes() = std::move(n);
+}
+
+void EffectLog::Rebase(std::string snapshot) {
+  log_.clear_nodes();
+  log_.set_has_snapshot(true);
+  log_.set_snapshot(std::move(snapshot));
+  log_.set_head(Genesis(log_));
+  snapshot_sha256_ = common::Sha256::Hash(log_.snapshot());
+  bytes_ = log_.ByteSizeLong() - log_.snapshot().size();  // the snapshot has a limit of its own
+  overflowed_ = false;
 }
 
 void EffectLog::DropLast() {
@@ -183,10 +196,11 @@ absl::StatusOr<EffectLog> EffectLog::Read(
         "effect log: its signature does not verify (changed after it was written out)");
   }
   EffectLog log(owner, std::nullopt);
-  log.bytes_ = object.size();
+  log.bytes_ = object.size() - in.snapshot().size();
   in.clear_signer();
   in.clear_signature();
   log.initial_sha256_ = common::Sha256::Hash(in.initial_state());
+  if (in.has_snapshot()) log.snapshot_sha256_ = common::Sha256::Hash(in.snapshot());
   log.log_ = std::move(in);
   return log;
 }

@@ -34,6 +34,8 @@ inline constexpr absl::string_view kEffectLogMagic = "vault-effect-log/1\n";
 // A log past this size is no longer kept: the agent runs on, but can neither checkpoint nor
 // move (its next start would not find the calls it made since).
 inline constexpr size_t kMaxEffectLogBytes = 64u << 20;
+// The largest execution state a log may start from (Rebase), beside its nodes.
+inline constexpr size_t kMaxSnapshotBytes = 512u << 20;
 
 bool IsEffectLog(absl::string_view state);
 
@@ -72,6 +74,9 @@ class EffectLog {
               vault::v1::HostResponse response) {
     Append(Prepare(op, vault, request_sha256, std::move(response)));
   }
+  // Starts the log again from an execution state (a wasm agent's snapshot, taken in the call
+  // being made now): the nodes before it are dropped, the chain starts from the snapshot too.
+  void Rebase(std::string snapshot);
   // Forgets the last node (a migrate that did not happen after all).
   void DropLast();
   // One call more, added to a written-out object only (a migrate: the call that moves the agent,
@@ -80,6 +85,9 @@ class EffectLog {
     std::string op;
     std::string request_sha256;
     vault::v1::HostResponse response;
+    // The execution state the call was made in (a wasm agent's snapshot): the log handed over
+    // starts from it (Rebase) and holds this one call.
+    std::optional<std::string> snapshot;
   };
   // The state object: kEffectLogMagic and the log (with `extra`, when given), its head signed
   // with `key` by the vault named `vault`. RESOURCE_EXHAUSTED once overflowed().
@@ -91,6 +99,9 @@ class EffectLog {
   bool has_initial_state() const { return log_.has_initial_state(); }
   const std::string& initial_state() const { return log_.initial_state(); }
   const std::string& initial_state_sha256() const { return initial_sha256_; }
+  bool has_snapshot() const { return log_.has_snapshot(); }
+  const std::string& snapshot() const { return log_.snapshot(); }
+  const std::string& snapshot_sha256() const { return snapshot_sha256_; }
   const std::string& head() const { return log_.head(); }
   size_t bytes() const { return bytes_; }
   bool overflowed() const { return overflowed_; }
@@ -98,6 +109,7 @@ class EffectLog {
  private:
   vault::v1::EffectLog log_;  // head kept current; signer and signature empty
   std::string initial_sha256_;
+  std::string snapshot_sha256_;
   size_t bytes_ = 0;
   bool overflowed_ = false;
 };

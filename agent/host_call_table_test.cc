@@ -45,7 +45,8 @@ TEST(HostCallTable, EffectsOutsideTheAgentAreDurableAndOnlyCheapCallsTakeTheFast
         FindHostCall(static_cast<HostRequest::CallCase>(calls->field(i)->number()));
     if (row != nullptr && row->fast_path) fast.insert(row->op);
   }
-  EXPECT_EQ(fast, (std::set<std::string>{"heartbeat", "log", "receive", "self_inspect", "send"}));
+  EXPECT_EQ(fast, (std::set<std::string>{"clock", "heartbeat", "log", "random", "receive",
+                                      "self_inspect", "send"}));
   EXPECT_FALSE(FindHostCall(HostRequest::kHeartbeat)->audited);
 }
 

@@ -401,6 +401,7 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live,
   {
     absl::StatusOr<sandbox::Sandbox*> box = SandboxFor(r.spec().sandbox());
     if (!box.ok()) return fail(box.status());
+    live->snapshots = (*box)->can_snapshot();
     if ((*box)->replays()) {
       if (absl::Status loaded = LoadEffectLog(*live); !loaded.ok()) {
         if (live->held && live->handle != nullptr) (void)live->handle->Kill();

@@ -35,10 +35,11 @@ absl::Status AgentRuntime::Impl::LoadEffectLog(LiveAgent& live) {
   std::optional<std::string> state;
   if (r.has_state()) {
     VAULT_ASSIGN_OR_RETURN(cas::Digest d, ToDigest(r.state_digest()));
-    if (d.size() > kMaxEffectLogBytes + (1u << 20)) {
+    if (d.size() > kMaxEffectLogBytes + kMaxSnapshotBytes + (1u << 20)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the state is ", d.size(), " bytes; an agent that replays (", r.spec().sandbox(),
-          ") keeps its state in its effect log, at most ", kMaxEffectLogBytes >> 20, " MiB"));
+          ") keeps its state in its effect log, at most ", kMaxEffectLogBytes >> 20,
+          " MiB of effects and a snapshot of at most ", kMaxSnapshotBytes >> 20, " MiB"));
     }
     VAULT_ASSIGN_OR_RETURN(state, deps_.cas->ReadAll(d));
   }
@@ -66,6 +67,8 @@ absl::Status AgentRuntime::Impl::LoadEffectLog(LiveAgent& live) {
       live.effects->node(live.effects->size() - 1).op() == "migrate") {
     live.effects->DropLast();
   }
+  // Its snapshot, which its runner names again (a checkpoint made again after a restart).
+  if (live.effects->has_snapshot()) live.shared.insert(live.effects->snapshot_sha256());
   // What it put, it may read back (as it could when it put it).
   for (size_t i = 0; i < live.effects->size(); ++i) {
     const vault::v1::EffectNode& n = live.effects->node(i);
@@ -88,6 +91,9 @@ bool AgentRuntime::Impl::Replay(const std::shared_ptr<LiveAgent>& live,
     absl::MutexLock lock(&live->mu);
     if (live->effects == nullptr) return false;
   }
+  // The runner reading the snapshot it restores from: before the agent's own calls, outside
+  // its log (answered live, never logged).
+  if (request.has_get_state() && request.get_state().snapshot()) return false;
   const HostCallRow* row = FindHostCall(request.call_case());
   const std::string op = row != nullptr ? row->op : "unknown";
   std::string digest = RequestDigest(request);
@@ -197,6 +203,7 @@ absl::StatusOr<std::optional<cas::Digest>> AgentRuntime::Impl::StoreEffectLog(
     copy.emplace(*live->effects);  // written out without the agent's lock
     if (with_migrate) extra = live->migrate_extra;
   }
+  if (extra.has_value() && extra->snapshot.has_value()) copy->Rebase(*std::move(extra->snapshot));
   VAULT_ASSIGN_OR_RETURN(std::string object, copy->WriteOut(*deps_.vault_key, options_.vault_name,
                                                             extra.has_value() ? &*extra : nullptr));
   copy.reset();

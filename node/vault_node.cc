@@ -254,23 +254,34 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
     node->counted_sandbox_ = node->metrics_->CountSpawns(node->sandbox_.get());
     if (node->counted_sandbox_ != nullptr && node->sandbox_state_.agents_enabled) {
       node->sandbox_types_.Add(node->counted_sandbox_.get());
+      // An interpreter's runner is staged where every sandbox's host id reaches it.
+      auto stage = [&](absl::string_view type) {
+        return geteuid() == 0
+                   ? absl::StrCat("/var/lib/vault-sandbox/", type, "/", config.name(), "-",
+                                  absl::BytesToHexString(common::Sha256::Hash(config.data_dir()))
+                                      .substr(0, 8))
+                   : absl::StrCat(config.data_dir(), "/", type, "-runner");
+      };
       absl::StatusOr<std::unique_ptr<sandbox::SchemeSandbox>> scheme =
-          sandbox::SchemeSandbox::Create(
-              node->counted_sandbox_.get(), "",
-              geteuid() == 0
-                  ? absl::StrCat("/var/lib/vault-sandbox/scheme/", config.name(), "-",
-                                 absl::BytesToHexString(common::Sha256::Hash(config.data_dir()))
-                                     .substr(0, 8))
-                  : config.data_dir() + "/scheme-runner");
+          sandbox::SchemeSandbox::Create(node->counted_sandbox_.get(), "", stage("scheme"));
       if (scheme.ok()) {
         node->scheme_sandbox_ = *std::move(scheme);
         node->sandbox_types_.Add(node->scheme_sandbox_.get());
       } else {
         node->sandbox_types_.AddUnavailable("scheme", std::string(scheme.status().message()));
       }
+      absl::StatusOr<std::unique_ptr<sandbox::WasmSandbox>> wasm =
+          sandbox::WasmSandbox::Create(node->counted_sandbox_.get(), "", stage("wasm"));
+      if (wasm.ok()) {
+        node->wasm_sandbox_ = *std::move(wasm);
+        node->sandbox_types_.Add(node->wasm_sandbox_.get());
+      } else {
+        node->sandbox_types_.AddUnavailable("wasm", std::string(wasm.status().message()));
+      }
     } else {
-      node->sandbox_types_.AddUnavailable("posix", node->sandbox_state_.disabled_reason);
-      node->sandbox_types_.AddUnavailable("scheme", node->sandbox_state_.disabled_reason);
+      for (const char* type : {"posix", "scheme", "wasm"}) {
+        node->sandbox_types_.AddUnavailable(type, node->sandbox_state_.disabled_reason);
+      }
     }
     for (const std::string& line : node->sandbox_types_.Describe()) {
       spdlog::info("sandbox type {}", line);

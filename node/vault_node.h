@@ -43,6 +43,7 @@
 #include "sandbox/posix/linux_sandbox.h"
 #include "sandbox/registry.h"
 #include "sandbox/scheme/scheme_sandbox.h"
+#include "sandbox/wasm/wasm_sandbox.h"
 #include "storage/database.h"
 #include "vault/v1/config.pb.h"
 
@@ -101,6 +102,7 @@ class VaultNode {
   std::unique_ptr<sandbox::LinuxSandbox> sandbox_;
   std::unique_ptr<sandbox::Sandbox> counted_sandbox_;  // sandbox_, its spawns counted
   std::unique_ptr<sandbox::Sandbox> scheme_sandbox_;   // runs its runner in counted_sandbox_
+  std::unique_ptr<sandbox::Sandbox> wasm_sandbox_;     // likewise
   // The sandbox types agents can ask for: counted_sandbox_ as "posix", the others unavailable
   // with the reason.
   sandbox::SandboxRegistry sandbox_types_;

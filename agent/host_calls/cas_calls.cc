@@ -26,8 +26,9 @@ constexpr size_t kMaxOpenUploads = 4;
 // One streaming CAS put of an agent (cas_upload_start/append/finish). The storage it reserved
 // (`charged`) is given back by whoever removes it from LiveAgent::uploads, once.
 struct HostUpload {
-  explicit HostUpload(cas::Digest d) : digest(std::move(d)) {}
+  HostUpload(cas::Digest d, bool state_) : digest(std::move(d)), state(state_) {}
   const cas::Digest digest;
+  const bool state;      // the agent's own state (CasUploadStartRequest.state): no grant needed
   uint64_t charged = 0;  // set before it is published in LiveAgent::uploads, then constant
 
   absl::Mutex mu;  // one append or finish at a time
@@ -80,16 +81,25 @@ void AuthorizeCasWrite(HostCallContext& ctx) {
   const HostRequest& request = ctx.request;
   HostCall& c = ctx.call;
   c.grant = MakeGrant(Grant::CAS_WRITE);
+  // An upload of the agent's own state needs no grant (the quota still counts it).
+  auto state_upload = [&](uint64_t id) {
+    absl::MutexLock lock(&ctx.live->mu);
+    auto it = ctx.live->uploads.find(id);
+    return it != ctx.live->uploads.end() && it->second->state;
+  };
   switch (request.call_case()) {
     case HostRequest::kCasUploadStart:
       c.subject = DigestText(request.cas_upload_start().digest());
+      c.allowed_without_grant = request.cas_upload_start().state();
       break;
     case HostRequest::kCasUploadAppend:
       c.subject = absl::StrCat("upload ", request.cas_upload_append().upload_id());
+      c.allowed_without_grant = state_upload(request.cas_upload_append().upload_id());
       break;
     case HostRequest::kCasUploadFinish:
       c.subject = absl::StrCat("upload ", request.cas_upload_finish().upload_id());
       c.durable = !request.cas_upload_finish().abort();  // it stores an object
+      c.allowed_without_grant = state_upload(request.cas_upload_finish().upload_id());
       break;
     default:
       break;
@@ -195,7 +205,7 @@ void CasUploadStart(HostCallContext& ctx) {
     c.status = present.status();
     return;
   }
-  auto up = std::make_shared<HostUpload>(*d);
+  auto up = std::make_shared<HostUpload>(*d, request.cas_upload_start().state());
   if (!*present) {
     if (c.status = s.ChargeStorage(live->principal, d->size()); !c.status.ok()) return;
     absl::StatusOr<std::unique_ptr<cas::Upload>> started = s.cas().StartUpload(*d, 0);

@@ -232,14 +232,35 @@ void Migrate(HostCallContext& ctx) {
   std::optional<cas::Digest> named;
   // An agent that replays moves with its effect log (written out after the freeze: ReplayState),
   // ending with this migrate as answered at the destination, where its replay returns from it.
-  bool replays;
+  bool replays, snapshots;
   {
     absl::MutexLock lock(&live->mu);
     replays = live->effects != nullptr;
+    snapshots = replays && live->snapshots;
   }
   if (replays) {
     EffectLog::Extra arrived{.op = c.op, .request_sha256 = RequestDigest(request), .response = {}};
     arrived.response.mutable_migrate()->set_vault(request.migrate().vault());
+    // An agent that snapshots (wasm) moves with the execution state it was in when it called:
+    // the log handed over starts from it.
+    if (snapshots) {
+      if (request.migrate().has_state_digest()) {
+        absl::MutexLock lock(&live->mu);
+        if (!MayReadLocked(*live, request.migrate().state_digest().sha256())) {
+          c.status = absl::PermissionDeniedError(
+              "denied: migrate names a state this agent may not read (it did not put it)");
+          return;
+        }
+      }
+      absl::StatusOr<std::string> snap = SnapshotBytes(
+          s, request.migrate().state(),
+          request.migrate().has_state_digest() ? &request.migrate().state_digest() : nullptr);
+      if (!snap.ok()) {
+        c.status = snap.status();
+        return;
+      }
+      arrived.snapshot = *std::move(snap);
+    }
     absl::MutexLock lock(&live->mu);
     live->migrate_extra = std::move(arrived);
   } else if (request.migrate().has_state_digest()) {

@@ -7,6 +7,26 @@
 #include "agent/internal/runtime_util.h"
 #include "common/status_macros.h"
 
+namespace vault::agent {
+
+absl::StatusOr<std::string> SnapshotBytes(HostCallServices& services, const std::string& state,
+                                          const vault::v1::Digest* named) {
+  if (named == nullptr) return state;
+  VAULT_ASSIGN_OR_RETURN(cas::Digest d, ToDigest(*named));
+  if (d.size() > kMaxSnapshotBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the snapshot is ", d.size(), " bytes; a snapshot may have at most ", kMaxSnapshotBytes));
+  }
+  absl::StatusOr<std::string> bytes = services.cas().ReadAll(d);
+  if (absl::IsNotFound(bytes.status())) {
+    return absl::NotFoundError(
+        absl::StrCat("the snapshot ", d.ToString(), " is not in this vault's CAS"));
+  }
+  return bytes;
+}
+
+}  // namespace vault::agent
+
 namespace vault::agent::host_calls {
 
 using vault::v1::Grant;
@@ -40,15 +60,20 @@ void GetState(HostCallContext& ctx) {
   vault::v1::Digest d;
   bool has;
   // An agent that replays: its state is its effect log; what it reads is the state it was
-  // spawned with, kept in the log.
+  // spawned with, kept in the log (or, asked by its runner, the snapshot the log starts from).
   std::optional<std::string> kept;  // the range asked for, for an agent that replays
+  const bool snapshot = request.get_state().snapshot();
   {
     absl::MutexLock lock(&live->mu);
-    if (live->effects != nullptr) {
-      has = live->effects->has_initial_state();
+    if (snapshot && live->effects == nullptr) {
+      has = false;
+    } else if (live->effects != nullptr) {
+      has = snapshot ? live->effects->has_snapshot() : live->effects->has_initial_state();
       if (has) {
-        const std::string& whole = live->effects->initial_state();
-        d.set_sha256(live->effects->initial_state_sha256());
+        const std::string& whole =
+            snapshot ? live->effects->snapshot() : live->effects->initial_state();
+        d.set_sha256(snapshot ? live->effects->snapshot_sha256()
+                              : live->effects->initial_state_sha256());
         d.set_size(whole.size());
         const uint64_t offset = std::min<uint64_t>(request.get_state().offset(), whole.size());
         const uint64_t limit = request.get_state().limit();
@@ -136,6 +161,24 @@ void Checkpoint(HostCallContext& ctx) {
     c.bytes = state.size();
   }
   c.subject = d.ToString();
+  // An agent whose sandbox snapshots (wasm): the state is its execution state, taken in this
+  // call; its log starts again from it (this call, which its next start makes again, first).
+  bool snapshots;
+  {
+    absl::MutexLock lock(&live->mu);
+    snapshots = live->snapshots && live->effects != nullptr;
+  }
+  if (snapshots) {
+    absl::StatusOr<std::string> snap = SnapshotBytes(
+        s, request.checkpoint().state(),
+        request.checkpoint().has_state_digest() ? &request.checkpoint().state_digest() : nullptr);
+    if (!snap.ok()) {
+      c.status = snap.status();
+      return;
+    }
+    absl::MutexLock lock(&live->mu);
+    live->effects->Rebase(*std::move(snap));
+  }
   // An agent that replays resumes from its effect log (up to this call, which its next start
   // makes again: a checkpoint is the same whenever it is made).
   absl::StatusOr<std::optional<cas::Digest>> log = s.StoreEffectLog(live, /*with_migrate=*/false);

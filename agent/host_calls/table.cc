@@ -40,6 +40,9 @@ constexpr HostCallRow kRows[] = {
     {HostRequest::kSpawnChild,         "spawn_child",       false, true,   true,   &hc::AuthorizeSpawnChild, &hc::SpawnChild},
     {HostRequest::kMigrate,            "migrate",           false, true,   true,   &hc::AuthorizeMigrate,    &hc::Migrate},
     {HostRequest::kExit,               "exit",              false, true,   true,   &hc::AuthorizeExit,       &hc::Exit},
+    // counted, not audited: the time and random bytes are in the agent's effect log
+    {HostRequest::kClock,              "clock",             true,  false,  false,  nullptr,                  &hc::Clock},
+    {HostRequest::kRandom,             "random",            true,  false,  false,  nullptr,                  &hc::Random},
 };
 // clang-format on
 

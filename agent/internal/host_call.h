@@ -131,6 +131,10 @@ struct HostCallRow {
 const HostCallRow* FindHostCall(vault::v1::HostRequest::CallCase call);
 
 // Helpers the handlers share.
+// The execution state a checkpoint or migrate of an agent that snapshots carries: `state`, or
+// the object `named` (read whole; at most kMaxSnapshotBytes).
+absl::StatusOr<std::string> SnapshotBytes(HostCallServices& services, const std::string& state,
+                                          const vault::v1::Digest* named);
 vault::v1::Grant MakeGrant(vault::v1::Grant::Kind kind);
 std::string Sha256Hex(absl::string_view bytes);
 // May the agent read the object whose SHA-256 is `sha256`: its own code or state, what it put or
@@ -180,6 +184,8 @@ void AuthorizeMigrate(HostCallContext& ctx);
 void AuthorizeExit(HostCallContext& ctx);
 void Log(HostCallContext& ctx);
 void Heartbeat(HostCallContext& ctx);
+void Clock(HostCallContext& ctx);
+void Random(HostCallContext& ctx);
 void SelfInspect(HostCallContext& ctx);
 void SpawnChild(HostCallContext& ctx);
 void Migrate(HostCallContext& ctx);

@@ -115,6 +115,9 @@ struct LiveAgent {
   // effect log; while replay_next < replay_end its calls are answered from the log. Null for the
   // others. `effect_calls`: its calls not answered yet, to be logged with their answer.
   std::unique_ptr<EffectLog> effects ABSL_GUARDED_BY(mu);
+  // Its sandbox type captures execution state (wasm): the state its checkpoints and migrates
+  // carry is that snapshot, and its log is rebased on it (docs/wasm.md).
+  bool snapshots ABSL_GUARDED_BY(mu) = false;
   size_t replay_next ABSL_GUARDED_BY(mu) = 0;
   size_t replay_end ABSL_GUARDED_BY(mu) = 0;
   struct EffectCall {

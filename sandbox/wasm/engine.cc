@@ -464,6 +464,20 @@ Engine::Outcome Engine::Run() {
     } else {
       out.message = DescribeTrap(trap ? trap->message() : std::string("unknown"));
       wi::Memory* m = s.memory();
+      // A C program's stack lives in linear memory below the global __stack_pointer (global 0,
+      // a mutable i32, by the toolchains' convention): one that recursed too deep wraps it below
+      // zero, and its next access is out of bounds. Said as what it is.
+      if (m != nullptr && absl::StartsWith(out.message, "trap: out of bounds memory access") &&
+          !s.instance->globals().empty()) {
+        wi::Global::Ptr sp{s.store, s.instance->globals()[0]};
+        if (sp->type().type == wabt::Type::I32 && sp->type().mut == wi::Mutability::Var &&
+            sp->Get().Get<uint32_t>() > m->ByteSize()) {
+          out.message = absl::StrCat(
+              "stack exhausted (the module's stack in linear memory "
+              "overflowed: ",
+              out.message.substr(6), ")");
+        }
+      }
       if (m != nullptr && m->type().limits.has_max && m->PageSize() >= m->type().limits.max &&
           m->type().limits.max == s.limits.max_memory_pages) {
         absl::StrAppend(&out.message, " (memory limit: the memory is at this agent's ",

@@ -53,21 +53,43 @@ size_t Agent::max_piece_bytes() const {
                                                     : max_frame_bytes_ / 2;
 }
 
-absl::StatusOr<vault::v1::StateResult> Agent::GetStateRange(uint64_t offset, uint64_t limit) {
+absl::StatusOr<vault::v1::StateResult> Agent::GetStateRange(uint64_t offset, uint64_t limit,
+                                                            bool snapshot) {
   HostRequest request;
   request.mutable_get_state()->set_offset(offset);
   request.mutable_get_state()->set_limit(limit);
+  if (snapshot) request.mutable_get_state()->set_snapshot(true);
   absl::StatusOr<HostResponse> response = Call(request, HostResponse::kGetState);
   if (!response.ok()) return response.status();
   return std::move(*response->mutable_get_state());
 }
 
-absl::StatusOr<std::optional<std::string>> Agent::GetState() {
+absl::StatusOr<std::optional<std::string>> Agent::GetState() { return ReadState(false); }
+
+absl::StatusOr<std::optional<std::string>> Agent::GetSnapshot() { return ReadState(true); }
+
+absl::StatusOr<vault::v1::ClockResult> Agent::Clock() {
+  HostRequest request;
+  request.mutable_clock();
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kClock);
+  if (!response.ok()) return response.status();
+  return std::move(*response->mutable_clock());
+}
+
+absl::StatusOr<std::string> Agent::Random(uint32_t bytes) {
+  HostRequest request;
+  request.mutable_random()->set_bytes(bytes);
+  absl::StatusOr<HostResponse> response = Call(request, HostResponse::kRandom);
+  if (!response.ok()) return response.status();
+  return std::move(*response->mutable_random()->mutable_data());
+}
+
+absl::StatusOr<std::optional<std::string>> Agent::ReadState(bool snapshot) {
   const size_t piece = max_piece_bytes();
   // The first piece says the whole size (a vault of before ranges answers all of it, without a
   // size); a state that changes meanwhile (another thread checkpoints) is read again.
   for (int attempt = 0;; ++attempt) {
-    absl::StatusOr<vault::v1::StateResult> first = GetStateRange(0, piece);
+    absl::StatusOr<vault::v1::StateResult> first = GetStateRange(0, piece, snapshot);
     if (!first.ok()) return first.status();
     if (!first->present()) return std::optional<std::string>();
     std::string state = std::move(*first->mutable_state());
@@ -79,7 +101,7 @@ absl::StatusOr<std::optional<std::string>> Agent::GetState() {
     state.reserve(size);
     bool changed = false;
     while (state.size() < size) {
-      absl::StatusOr<vault::v1::StateResult> next = GetStateRange(state.size(), piece);
+      absl::StatusOr<vault::v1::StateResult> next = GetStateRange(state.size(), piece, snapshot);
       if (!next.ok()) return next.status();
       if (!next->present() || next->size() != size ||
           next->digest().sha256() != first->digest().sha256()) {
@@ -102,7 +124,7 @@ absl::StatusOr<std::optional<std::string>> Agent::GetState() {
 absl::StatusOr<vault::v1::Digest> Agent::Checkpoint(absl::string_view state) {
   if (state.size() > max_piece_bytes()) {
     // Larger than a frame: put in pieces, then named by its digest.
-    absl::StatusOr<vault::v1::Digest> put = UploadObject(state);
+    absl::StatusOr<vault::v1::Digest> put = UploadObject(state, /*state=*/true);
     if (!put.ok()) return put.status();
     return CheckpointDigest(*put);
   }
@@ -122,9 +144,10 @@ absl::StatusOr<vault::v1::Digest> Agent::CheckpointDigest(const vault::v1::Diges
 }
 
 absl::StatusOr<vault::v1::CasUploadStartResult> Agent::CasUploadStart(
-    const vault::v1::Digest& digest) {
+    const vault::v1::Digest& digest, bool state) {
   HostRequest request;
   *request.mutable_cas_upload_start()->mutable_digest() = digest;
+  if (state) request.mutable_cas_upload_start()->set_state(true);
   absl::StatusOr<HostResponse> response = Call(request, HostResponse::kCasUploadStart);
   if (!response.ok()) return response.status();
   return std::move(*response->mutable_cas_upload_start());
@@ -152,9 +175,9 @@ absl::StatusOr<vault::v1::CasUploadFinishResult> Agent::CasUploadFinish(uint64_t
   return std::move(*response->mutable_cas_upload_finish());
 }
 
-absl::StatusOr<vault::v1::Digest> Agent::UploadObject(absl::string_view data) {
+absl::StatusOr<vault::v1::Digest> Agent::UploadObject(absl::string_view data, bool state) {
   const vault::v1::Digest digest = DigestOf(data);
-  absl::StatusOr<vault::v1::CasUploadStartResult> started = CasUploadStart(digest);
+  absl::StatusOr<vault::v1::CasUploadStartResult> started = CasUploadStart(digest, state);
   if (!started.ok()) return started.status();
   size_t piece = max_piece_bytes();
   if (started->max_piece_bytes() != 0 && started->max_piece_bytes() < piece) {
@@ -325,7 +348,7 @@ absl::StatusOr<vault::v1::SpawnChildResult> Agent::SpawnChildCall(
 absl::Status Agent::Migrate(absl::string_view vault, absl::string_view state) {
   if (state.size() > max_piece_bytes()) {
     // Larger than a frame: put in pieces, then named by its digest.
-    absl::StatusOr<vault::v1::Digest> put = UploadObject(state);
+    absl::StatusOr<vault::v1::Digest> put = UploadObject(state, /*state=*/true);
     if (!put.ok()) return put.status();
     return MigrateDigest(vault, *put);
   }

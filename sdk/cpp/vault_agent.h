@@ -152,12 +152,22 @@ class Agent {
   absl::StatusOr<std::optional<std::string>> GetState();
   // Bytes [offset, offset + limit) of the state (limit 0: to the end; the answer must fit in a
   // frame, else RESOURCE_EXHAUSTED); `size` is the whole state's, `digest` its CAS digest.
-  // OUT_OF_RANGE for an offset past the end.
-  absl::StatusOr<vault::v1::StateResult> GetStateRange(uint64_t offset, uint64_t limit);
+  // OUT_OF_RANGE for an offset past the end. `snapshot`: of the execution state instead
+  // (GetSnapshot).
+  absl::StatusOr<vault::v1::StateResult> GetStateRange(uint64_t offset, uint64_t limit,
+                                                       bool snapshot = false);
+  // For an interpreter's runner (wasm): the execution state its agent resumes from, taken by a
+  // runner at a checkpoint or hop and kept by the vault in the agent's effect log; nullopt on a
+  // fresh start. Read in pieces, as GetState; never logged or replayed.
+  absl::StatusOr<std::optional<std::string>> GetSnapshot();
+  // The vault's wall clock, and random bytes from it (at most 4096 a call): for programs with no
+  // clock or randomness of their own, whose replay must see the same answers.
+  absl::StatusOr<vault::v1::ClockResult> Clock();
+  absl::StatusOr<std::string> Random(uint32_t bytes);
   // Stores `state` durably: what GetState returns after a restart. Returns its CAS digest.
-  // Any size: a state larger than max_piece_bytes is put in pieces (the cas_upload_* calls,
-  // which need the cas-write grant and count against the storage quota) and then named by its
-  // digest (CheckpointDigest); a smaller one travels in one frame, as always.
+  // Any size: a state larger than max_piece_bytes is put in pieces (the cas_upload_* calls as a
+  // state upload, which needs no cas-write grant and counts against the storage quota) and then
+  // named by its digest (CheckpointDigest); a smaller one travels in one frame, as always.
   absl::StatusOr<vault::v1::Digest> Checkpoint(absl::string_view state);
   // Makes the CAS object `state` the agent's state. The agent must be able to read it: it put
   // it, it was shared with it, or a read grant covers its hash (else PERMISSION_DENIED, a
@@ -176,7 +186,8 @@ class Agent {
   // stores the object once every byte came and they hash to the digest (INVALID_ARGUMENT
   // otherwise: nothing is stored), or drops the upload with `abort`. Open uploads end with the
   // agent.
-  absl::StatusOr<vault::v1::CasUploadStartResult> CasUploadStart(const vault::v1::Digest& digest);
+  absl::StatusOr<vault::v1::CasUploadStartResult> CasUploadStart(const vault::v1::Digest& digest,
+                                                                 bool state = false);
   absl::StatusOr<uint64_t> CasUploadAppend(uint64_t upload_id, uint64_t offset,
                                            absl::string_view data);
   absl::StatusOr<vault::v1::CasUploadFinishResult> CasUploadFinish(uint64_t upload_id,
@@ -266,8 +277,9 @@ class Agent {
                                                      UniqueFd* passed_fd)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // CasUploadStart, the pieces, CasUploadFinish: the object's digest.
-  absl::StatusOr<vault::v1::Digest> UploadObject(absl::string_view data);
+  absl::StatusOr<vault::v1::Digest> UploadObject(absl::string_view data, bool state = false);
   absl::Status MigrateCall(vault::v1::HostRequest& request);
+  absl::StatusOr<std::optional<std::string>> ReadState(bool snapshot);
   absl::StatusOr<vault::v1::SpawnChildResult> SpawnChildCall(
       vault::v1::HostRequest& request, const std::optional<std::string>& initial_state);
   // Closes the channel after a protocol or I/O error and returns `why`.

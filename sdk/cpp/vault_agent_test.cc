@@ -750,7 +750,10 @@ TEST_F(SdkAgentTest, CheckpointOfALargeStateGoesInPiecesThenByDigest) {
   absl::StatusOr<vault::v1::Digest> got = agent_->Checkpoint(state);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->SerializeAsString(), digest.SerializeAsString());
-  EXPECT_TRUE(ReadGuest(vault_.get()).request().has_cas_upload_start());
+  // A state upload (needs no cas-write grant).
+  GuestFrame start = ReadGuest(vault_.get());
+  EXPECT_TRUE(start.request().has_cas_upload_start());
+  EXPECT_TRUE(start.request().cas_upload_start().state());
   std::string sent;
   for (uint64_t offset : {0, 3072, 6144}) {
     GuestFrame f = ReadGuest(vault_.get());

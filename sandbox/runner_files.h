@@ -1,0 +1,38 @@
+// sandbox/runner_files: where an interpreting sandbox type (scheme, wasm) finds its runner's
+// files, and the copy of them its sandboxes see. The build tree may live under /work, which a
+// sandbox keeps for itself, and a sandbox's host ids must reach the files: so they are copied into
+// a staging folder (made anew, 0711, the files world-readable, executables 0755).
+//
+//   ASSIGN_OR_RETURN(std::string dir, StageRunner({.files = {"vault-wasm-runner"},
+//                                                  .env = "VAULT_WASM_RUNNER_DIR",
+//                                                  .folder = "wasm"}, "", stage_dir));
+//
+// Thread safety: a plain function; concurrent calls must use different stage folders.
+#ifndef VAULT_SANDBOX_RUNNER_FILES_H_
+#define VAULT_SANDBOX_RUNNER_FILES_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace vault::sandbox {
+
+struct RunnerFiles {
+  // The files (the first is the runner executable; the others are read-only data).
+  std::vector<std::string> files;
+  // The environment variable naming the folder, when no folder is given.
+  std::string env;
+  // The folder's name under sandbox/ in the build tree (and libexec/vault/ when installed).
+  std::string folder;
+};
+
+// Looks in `runner_dir` when given; else in $env; else beside the executable
+// (../sandbox/FOLDER, ../../sandbox/FOLDER, ../libexec/vault/FOLDER). Copies the files into
+// `stage_dir` and returns it. NOT_FOUND naming the places looked at.
+absl::StatusOr<std::string> StageRunner(const RunnerFiles& runner, const std::string& runner_dir,
+                                        const std::string& stage_dir);
+
+}  // namespace vault::sandbox
+
+#endif  // VAULT_SANDBOX_RUNNER_FILES_H_

@@ -1,0 +1,147 @@
+// vault-wasm-runner: runs a wasm agent (docs/wasm.md). It is the program of a posix sandbox, so
+// every posix fence holds around the interpreter; inside, wabt's interpreter runs the agent's
+// module (engine.h) with the vault's host imports (runner_host.h) over the C++ SDK's channel.
+//
+//   vault-wasm-runner MODULE [--env KEY=VALUE]... [-- ARG...]
+//
+// It first asks the vault for the execution state to resume from (the snapshot its effect log
+// starts from): with one, the run goes on where it was captured; without, the module's _start
+// runs from the beginning. Limits come from the environment the vault sets: VAULT_MAX_STEPS
+// (fuel, in instructions), VAULT_MAX_ALLOCATION (linear memory; else a quarter of
+// VAULT_MEMORY_BYTES), VAULT_MAX_TABLE_ELEMENTS, VAULT_MAX_CALL_DEPTH.
+//
+// Exit: the module's own exit code (proc_exit, library.exit, 0 when _start returns); otherwise the
+// agent is ended through the exit host call with the reason: 3 for "fuel exhausted" and "stack
+// exhausted", 1 for a trap ("trap: integer divide by zero") or a module the vault refuses.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "sandbox/wasm/engine.h"
+#include "sandbox/wasm/runner_host.h"
+#include "sdk/cpp/vault_agent.h"
+
+namespace {
+
+using vault::sandbox::wasm::Engine;
+using vault::sandbox::wasm::EngineLimits;
+using vault::sandbox::wasm::RunnerHost;
+
+uint64_t EnvNumber(const char* name, uint64_t fallback) {
+  const char* v = getenv(name);
+  uint64_t n;
+  if (v == nullptr || !absl::SimpleAtoi(v, &n)) return fallback;
+  return n;
+}
+
+bool ReadModule(const char* path, size_t limit, std::string* out) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[65536];
+  while (true) {
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0) {
+      close(fd);
+      return false;
+    }
+    if (n == 0) break;
+    out->append(buf, static_cast<size_t>(n));
+    if (out->size() > limit) break;  // refused by Load, with the size
+  }
+  close(fd);
+  return true;
+}
+
+// Ends the agent with `reason` (the vault records it), or exits if even that fails.
+[[noreturn]] void End(vault::sdk::Agent& agent, int code, const std::string& reason) {
+  if (!reason.empty()) fprintf(stderr, "vault-wasm-runner: %s\n", reason.c_str());
+  (void)agent.Exit(code, reason);
+  _exit(code);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: vault-wasm-runner MODULE [--env KEY=VALUE]... [-- ARG...]\n");
+    return 2;
+  }
+  std::vector<std::string> args = {"agent"};
+  std::vector<std::string> env;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--env" && i + 1 < argc) {
+      env.push_back(argv[++i]);
+    } else if (a == "--") {
+      for (++i; i < argc; ++i) args.push_back(argv[i]);
+    } else {
+      fprintf(stderr, "vault-wasm-runner: unexpected argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  absl::StatusOr<std::unique_ptr<vault::sdk::Agent>> connected = vault::sdk::Agent::Connect();
+  if (!connected.ok()) {
+    fprintf(stderr, "vault-wasm-runner: %s\n", connected.status().ToString().c_str());
+    return 1;
+  }
+  vault::sdk::Agent& agent = **connected;
+
+  EngineLimits limits;
+  limits.fuel = EnvNumber("VAULT_MAX_STEPS", 0);
+  const uint64_t memory = EnvNumber("VAULT_MEMORY_BYTES", 256ull << 20);
+  const uint64_t linear = EnvNumber("VAULT_MAX_ALLOCATION", memory / 4);
+  limits.max_memory_pages =
+      static_cast<uint32_t>(std::min<uint64_t>(std::max<uint64_t>(linear / 65536, 1), 65536));
+  limits.max_table_elements =
+      static_cast<uint32_t>(EnvNumber("VAULT_MAX_TABLE_ELEMENTS", limits.max_table_elements));
+  limits.max_call_depth =
+      static_cast<uint32_t>(EnvNumber("VAULT_MAX_CALL_DEPTH", limits.max_call_depth));
+
+  std::string module;
+  if (!ReadModule(argv[1], limits.max_module_bytes, &module)) {
+    End(agent, 1, absl::StrCat("cannot read the module ", argv[1]));
+  }
+  RunnerHost host(&agent, std::move(args), std::move(env));
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Load(module, limits, host.Resolver());
+  if (!engine.ok()) End(agent, 1, absl::StrCat("module refused: ", engine.status().message()));
+  module.clear();
+  module.shrink_to_fit();
+
+  absl::StatusOr<std::optional<std::string>> snapshot = agent.GetSnapshot();
+  if (!snapshot.ok()) {
+    End(agent, 1, absl::StrCat("cannot read the snapshot: ", snapshot.status().message()));
+  }
+  if (snapshot->has_value()) {
+    vault::v1::WasmSnapshot snap;
+    if (!snap.ParseFromString(**snapshot)) End(agent, 1, "snapshot: does not parse");
+    absl::Status loaded = host.LoadState(snap.host());
+    if (loaded.ok()) loaded = (*engine)->Restore(snap);
+    if (!loaded.ok()) End(agent, 1, std::string(loaded.message()));
+    host.set_restored_from(**std::move(snapshot));
+  } else if (absl::Status started = (*engine)->Start("_start"); !started.ok()) {
+    End(agent, 1, std::string(started.message()));
+  }
+
+  const Engine::Outcome outcome = (*engine)->Run();
+  host.FlushOutput();
+  switch (outcome.kind) {
+    case Engine::Outcome::kReturned:
+      End(agent, 0, "");
+    case Engine::Outcome::kExited:
+      End(agent, outcome.exit_code,
+          outcome.exit_code == 0 ? "" : absl::StrCat("exit ", outcome.exit_code));
+    case Engine::Outcome::kFuelExhausted:
+      End(agent, 3, outcome.message);
+    case Engine::Outcome::kTrapped:
+      End(agent, absl::StartsWith(outcome.message, "stack exhausted") ? 3 : 1, outcome.message);
+  }
+  return 1;
+}

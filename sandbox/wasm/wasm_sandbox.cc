@@ -1,0 +1,33 @@
+#include "sandbox/wasm/wasm_sandbox.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "sandbox/runner_files.h"
+
+namespace vault::sandbox {
+
+absl::StatusOr<std::unique_ptr<WasmSandbox>> WasmSandbox::Create(Sandbox* posix,
+                                                                 const std::string& runner_dir,
+                                                                 const std::string& stage_dir) {
+  VAULT_ASSIGN_OR_RETURN(std::string staged, StageRunner({.files = {"vault-wasm-runner"},
+                                                          .env = "VAULT_WASM_RUNNER_DIR",
+                                                          .folder = "wasm"},
+                                                         runner_dir, stage_dir));
+  return std::unique_ptr<WasmSandbox>(new WasmSandbox(posix, std::move(staged)));
+}
+
+absl::Status WasmSandbox::SetProgram(const CodeObject& code, SandboxSpec* spec) const {
+  if (code.kind != CodeObject::Kind::kNative) {
+    return absl::InvalidArgumentError(absl::StrCat("a wasm sandbox runs a WebAssembly module, not ",
+                                                   CodeKindName(code.kind), " code"));
+  }
+  spec->program = absl::StrCat(runner_dir_, "/vault-wasm-runner");
+  spec->argv = {"vault-wasm-runner", "/code/agent"};
+  spec->read_only_dirs.push_back(runner_dir_);
+  spec->code_dir = code.dir;
+  return absl::OkStatus();
+}
+
+}  // namespace vault::sandbox
