@@ -46,7 +46,7 @@ TEST(HostCallTable, EffectsOutsideTheAgentAreDurableAndOnlyCheapCallsTakeTheFast
     if (row != nullptr && row->fast_path) fast.insert(row->op);
   }
   EXPECT_EQ(fast, (std::set<std::string>{"clock", "heartbeat", "log", "random", "receive",
-                                      "self_inspect", "send"}));
+                                         "self_inspect", "send"}));
   EXPECT_FALSE(FindHostCall(HostRequest::kHeartbeat)->audited);
 }
 

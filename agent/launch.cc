@@ -202,7 +202,7 @@ absl::Status CheckSpecForms(const vault::v1::AgentSpec& spec) {
       return absl::InvalidArgumentError("the spec's groups must be sorted and unique");
     }
   }
-  return capability::CheckFuelIsCounted(spec);
+  return capability::CheckSandboxFields(spec);
 }
 
 absl::StatusOr<std::shared_ptr<LiveAgent>> AgentRuntime::Impl::CreateAndLaunch(
@@ -278,8 +278,8 @@ absl::StatusOr<std::shared_ptr<LiveAgent>> AgentRuntime::Impl::CreateAndLaunch(
 absl::Status AgentRuntime::Impl::StartProcess(const std::shared_ptr<LiveAgent>& live,
                                               const cas::Digest& code_digest,
                                               const vault::v1::Constraints& constraints,
-                                              absl::string_view sandbox_type) {
-  VAULT_ASSIGN_OR_RETURN(sandbox::Sandbox * box, SandboxFor(sandbox_type));
+                                              const vault::v1::AgentSpec& agent_spec) {
+  VAULT_ASSIGN_OR_RETURN(sandbox::Sandbox * box, SandboxFor(agent_spec.sandbox()));
   VAULT_ASSIGN_OR_RETURN(sandbox::CodeObject code, code_->Acquire(code_digest));
   live->code_key = code_digest.sha256();
   auto fail = [&](absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu) {
@@ -301,9 +301,15 @@ absl::Status AgentRuntime::Impl::StartProcess(const std::shared_ptr<LiveAgent>& 
   // How to run the code is the sandbox type's to say.
   sandbox::SandboxSpec spec;
   if (absl::Status set = box->SetProgram(code, &spec); !set.ok()) return fail(set);
+  if (absl::Status set =
+          box->SetArguments({agent_spec.args().begin(), agent_spec.args().end()},
+                            {agent_spec.env().begin(), agent_spec.env().end()}, &spec);
+      !set.ok()) {
+    return fail(set);
+  }
   spec.env.push_back(absl::StrCat("VAULT_AGENT_ID=", live->id));
   spec.env.push_back(absl::StrCat("VAULT_NAME=", options_.vault_name));
-  // A fuel budget, for the types that count it (capability::CheckFuelIsCounted).
+  // A fuel budget, for the types that count it (capability::CheckSandboxFields).
   if (constraints.has_max_steps()) {
     spec.env.push_back(absl::StrCat("VAULT_MAX_STEPS=", constraints.max_steps()));
   }
@@ -317,6 +323,8 @@ absl::Status AgentRuntime::Impl::StartProcess(const std::shared_ptr<LiveAgent>& 
   spec.stdout_fd = out_write.get();
   spec.stderr_fd = out_write.get();
   spec.limits = LimitsFor(constraints, options_.config);
+  // An interpreter sizes what it holds for the program from its memory limit.
+  spec.env.push_back(absl::StrCat("VAULT_MEMORY_BYTES=", spec.limits.memory_bytes));
   spec.name = live->id;
   std::weak_ptr<LiveAgent> weak = live;
   spec.on_exit = [this, weak](const sandbox::ExitInfo& exit) {
@@ -417,7 +425,7 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live,
   if (!live->held || live->conn == nullptr) {
     absl::StatusOr<cas::Digest> code_digest = ToDigest(r.spec().code_digest());
     if (!code_digest.ok()) return fail(code_digest.status());
-    absl::Status started = StartProcess(live, *code_digest, r.constraints(), r.spec().sandbox());
+    absl::Status started = StartProcess(live, *code_digest, r.constraints(), r.spec());
     if (!started.ok()) return fail(started);
   }
   live->held = false;

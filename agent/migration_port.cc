@@ -116,18 +116,28 @@ absl::Status AgentRuntime::Impl::CheckMayGo(const AgentRef& agent, const std::st
 
 bool AgentRuntime::Impl::AskCheckpoint(const AgentRef& agent, absl::Duration wait) {
   uint64_t before;
+  bool interrupt;
   {
     absl::MutexLock lock(&agent->mu);
     if (!agent->running || agent->record.state() != vault::v1::RUNNING) return false;
-    // An agent that replays is not asked: it goes with its effect log (ReplayState).
-    if (agent->effects != nullptr) return false;
+    // An agent whose runner snapshots (wasm) is interrupted: its runner captures the run at its
+    // next fuel slice and checkpoints it, so the hop's log starts there. Another agent that
+    // replays is not asked: it goes with its effect log (ReplayState).
+    interrupt = agent->snapshots && agent->effects != nullptr && agent->handle != nullptr;
+    if (agent->effects != nullptr && !interrupt) return false;
     before = agent->record.counters().checkpoints();
-    agent->checkpoint_requested = true;
+    if (interrupt) {
+      if (!agent->handle->Interrupt().ok()) return false;
+    } else {
+      agent->checkpoint_requested = true;
+    }
   }
-  vault::v1::Message m;
-  m.set_from("vault");
-  m.set_type("vault.checkpoint");
-  (void)Deliver(agent, std::move(m));
+  if (!interrupt) {
+    vault::v1::Message m;
+    m.set_from("vault");
+    m.set_type("vault.checkpoint");
+    (void)Deliver(agent, std::move(m));
+  }
   // Woken by the checkpoint itself (the condition is evaluated whenever the mutex is released),
   // not by polling: the wait is never longer than the checkpoint or the deadline.
   absl::MutexLock lock(&agent->mu);
@@ -329,11 +339,11 @@ absl::StatusOr<AgentRef> AgentRuntime::Impl::StartHeld(const std::string& agent_
                                                        const std::string& principal,
                                                        const cas::Digest& code,
                                                        const vault::v1::Constraints& constraints,
-                                                       absl::string_view sandbox_type) {
+                                                       const vault::v1::AgentSpec& spec) {
   auto live = std::make_shared<LiveAgent>(agent_id, principal);
   absl::MutexLock lock(&live->mu);
   live->held = true;
-  VAULT_RETURN_IF_ERROR(StartProcess(live, code, constraints, sandbox_type));
+  VAULT_RETURN_IF_ERROR(StartProcess(live, code, constraints, spec));
   return live;
 }
 

@@ -116,7 +116,7 @@ class MigrationPort {
   virtual absl::StatusOr<AgentRef> StartHeld(const std::string& agent_id,
                                              const std::string& principal, const cas::Digest& code,
                                              const vault::v1::Constraints& constraints,
-                                             absl::string_view sandbox_type) = 0;
+                                             const vault::v1::AgentSpec& spec) = 0;
   // True while a held process runs and nothing is ending it.
   virtual bool HeldRuns(const AgentRef& held) = 0;
   // Ends a held process and gives its code back. Blocks for the reap.

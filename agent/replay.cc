@@ -23,6 +23,21 @@
 
 namespace vault::agent {
 
+std::string LogDigest(const LiveAgent& live, const vault::v1::HostRequest& request) {
+  if (!live.snapshots || (!request.has_checkpoint() && !request.has_migrate())) {
+    return RequestDigest(request);
+  }
+  vault::v1::HostRequest bare = request;
+  if (bare.has_checkpoint()) {
+    bare.mutable_checkpoint()->clear_state();
+    bare.mutable_checkpoint()->clear_state_digest();
+  } else {
+    bare.mutable_migrate()->clear_state();
+    bare.mutable_migrate()->clear_state_digest();
+  }
+  return RequestDigest(bare);
+}
+
 absl::Status AgentRuntime::Impl::LoadEffectLog(LiveAgent& live) {
   vault::v1::AgentRecord& r = live.record;
   live.effect_calls.clear();
@@ -91,12 +106,17 @@ bool AgentRuntime::Impl::Replay(const std::shared_ptr<LiveAgent>& live,
     absl::MutexLock lock(&live->mu);
     if (live->effects == nullptr) return false;
   }
-  // The runner reading the snapshot it restores from: before the agent's own calls, outside
-  // its log (answered live, never logged).
+  // The runner reading the snapshot it restores from, and its uploads of a snapshot: the
+  // runner's own calls, not the program's, outside its log (answered live, never logged).
   if (request.has_get_state() && request.get_state().snapshot()) return false;
+  if (IsStateUpload(*live, request)) return false;
   const HostCallRow* row = FindHostCall(request.call_case());
   const std::string op = row != nullptr ? row->op : "unknown";
-  std::string digest = RequestDigest(request);
+  std::string digest;
+  {
+    absl::MutexLock lock(&live->mu);
+    digest = LogDigest(*live, request);
+  }
   vault::v1::HostFrame answer;
   std::string ended;  // why the agent is ended
   bool diverged = false, finished = false;
@@ -112,7 +132,8 @@ bool AgentRuntime::Impl::Replay(const std::shared_ptr<LiveAgent>& live,
                              request.call_id(), " while ", live->effect_calls.begin()->first,
                              " is unanswered)");
       } else {
-        live->effect_calls[request.call_id()] = {op, std::move(digest)};
+        live->effect_calls[request.call_id()] = {
+            op, std::move(digest), request.has_checkpoint() && request.checkpoint().requested()};
         return false;
       }
     } else {
@@ -181,6 +202,8 @@ void AgentRuntime::Impl::LogAnswer(const std::shared_ptr<LiveAgent>& live,
     if (it == live->effect_calls.end()) return;
     call = std::move(it->second);
     live->effect_calls.erase(it);
+    // A checkpoint the vault asked for that failed: as if it had not been made.
+    if (call.logged_only_if_ok && response.code() != 0) return;
     // Its migrate answered here: the hop did not happen (the next hop's log must not end with it).
     if (call.op == "migrate") live->migrate_extra.reset();
   }

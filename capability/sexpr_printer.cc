@@ -212,6 +212,16 @@ std::string AgentSpecToSexpr(const AgentSpec& spec) {
   }
   if (!spec.sandbox().empty())
     items.push_back(absl::StrCat("(sandbox ", NameText(spec.sandbox()), ")"));
+  if (spec.args_size() > 0) {
+    std::string args = "(args";
+    for (const std::string& a : spec.args()) absl::StrAppend(&args, " ", Quote(a));
+    items.push_back(args + ")");
+  }
+  if (spec.env_size() > 0) {
+    std::string env = "(env";
+    for (const std::string& e : spec.env()) absl::StrAppend(&env, " ", Quote(e));
+    items.push_back(env + ")");
+  }
   return Block("agent", items, 0);
 }
 

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "capability/internal/message_checks.h"
 #include "capability/internal/parse_message.h"
@@ -97,7 +99,34 @@ absl::StatusOr<AgentSpec> ParseAgentSpec(absl::string_view text, absl::string_vi
   return ParseText<AgentSpec>(text, source, &CheckSpec);
 }
 
-absl::Status CheckFuelIsCounted(const AgentSpec& spec) {
+absl::Status CheckSandboxFields(const AgentSpec& spec) {
+  const std::string type = spec.sandbox().empty() ? "posix" : spec.sandbox();
+  if ((spec.args_size() > 0 || spec.env_size() > 0) && type != "posix" && type != "wasm") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "args and env are given to a program: a posix or wasm agent's, not a ", type, " agent's"));
+  }
+  if (spec.args_size() > 64 || spec.env_size() > 64) {
+    return absl::InvalidArgumentError("a spec has at most 64 args and 64 env entries");
+  }
+  for (const std::string& a : spec.args()) {
+    if (a.size() > 4096 || a.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError("an arg is at most 4096 bytes, without NUL");
+    }
+  }
+  for (const std::string& e : spec.env()) {
+    const size_t eq = e.find('=');
+    const std::string key = e.substr(0, eq);
+    bool ok = eq != std::string::npos && eq > 0 && e.size() <= 4096 &&
+              e.find('\0') == std::string::npos && !absl::StartsWith(key, "VAULT_") &&
+              !absl::ascii_isdigit(static_cast<unsigned char>(key[0]));
+    for (char ch : key)
+      ok = ok && (absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '_');
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "env entry \"", e.substr(0, 64),
+          "\" is not KEY=VALUE with a key of [A-Za-z_][A-Za-z0-9_]* (VAULT_* is the vault's)"));
+    }
+  }
   const Constraints& c = spec.constraints();
   if (!c.has_max_steps() && !c.has_max_allocation_bytes()) return absl::OkStatus();
   if (spec.sandbox() == "scheme" || spec.sandbox() == "wasm") return absl::OkStatus();
@@ -115,7 +144,7 @@ absl::StatusOr<ParsedSpec> ParseAgentSpecWithOptions(absl::string_view text,
   ParsedSpec out;
   if (Detect(text) != TextFormat::kSexpr) {
     VAULT_ASSIGN_OR_RETURN(out.spec, ParseAgentSpec(text, source));
-    if (absl::Status s = CheckFuelIsCounted(out.spec); !s.ok()) {
+    if (absl::Status s = CheckSandboxFields(out.spec); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(source, ": ", s.message()));
     }
     if (out.spec.purpose().empty()) {
@@ -128,7 +157,7 @@ absl::StatusOr<ParsedSpec> ParseAgentSpecWithOptions(absl::string_view text,
   VAULT_ASSIGN_OR_RETURN(Sexp doc, ReadSexpDocument(text, source, "(agent ...)"));
   VAULT_ASSIGN_OR_RETURN(out.spec, SexpToAgentSpec(doc, source, &options, &out.warnings));
   if (out.spec.has_code_source() && out.spec.sandbox().empty()) out.spec.set_sandbox("scheme");
-  if (absl::Status s = CheckFuelIsCounted(out.spec); !s.ok()) {
+  if (absl::Status s = CheckSandboxFields(out.spec); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": ", s.message()));
   }
   return out;

@@ -82,10 +82,11 @@ absl::StatusOr<ParsedSpec> ParseAgentSpecWithOptions(absl::string_view text,
                                                      absl::string_view source,
                                                      const SpecOptions& options);
 
-// Fuel (max-steps, max-allocation) is counted only by the interpreting sandboxes, scheme and
-// wasm: INVALID_ARGUMENT for a spec of another type that sets it (ParseAgentSpecWithOptions and
-// the vault's spawn both check).
-absl::Status CheckFuelIsCounted(const vault::v1::AgentSpec& spec);
+// The fields that only some sandbox types take: fuel (max-steps, max-allocation), counted only by
+// the interpreting sandboxes, scheme and wasm; args and env, given to a posix or wasm program
+// (and well-formed: at most 64 each, keys [A-Za-z_][A-Za-z0-9_]*, never VAULT_*).
+// INVALID_ARGUMENT otherwise (ParseAgentSpecWithOptions and the vault's spawn both check).
+absl::Status CheckSandboxFields(const vault::v1::AgentSpec& spec);
 
 // The canonical S-expression of a spec / grants / constraints (parses back to the same).
 std::string AgentSpecToSexpr(const vault::v1::AgentSpec& spec);

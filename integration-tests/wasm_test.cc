@@ -153,6 +153,100 @@ TEST_F(WasmTest, MovesMidComputationAcrossThreeVaultsToTheSameResult) {
   EXPECT_EQ(progress, expected);
 }
 
+// A checkpoint captures the run: the vault SIGKILLed after it and started again resumes the agent
+// there (in the middle of its loop, three calls deep), and it ends with the uninterrupted run's
+// result. What it did between the checkpoint and the kill it does again (the checkpoint is the
+// point a restart goes back to): the lines logged there appear twice, the earlier ones once.
+TEST_F(WasmTest, ARestartAfterSigkillResumesFromTheCheckpoint) {
+  Run whole = Uninterrupted();
+  std::string id =
+      SpawnWasm(kA, "compute", "(cas-write)", "(max-runtime 120)", "checkpoint@80000 wait@80001");
+  ASSERT_FALSE(id.empty());
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < deadline) {
+    absl::StatusOr<AgentStatus> st = Get(kA, id);
+    if (st.ok() && st->record().counters().checkpoints() == 1 &&
+        st->record().counters().log_lines() >= 3) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  std::vector<std::string> before = Logs(kA, id);
+  ASSERT_THAT(before, ElementsAre(StartsWith("progress 0 "), StartsWith("progress 50000 "),
+                                  StartsWith("step 80000: checkpoint -> 0 (local ")));
+  M(kA).vaultd->Kill();
+  ASSERT_NO_FATAL_FAILURE(Restart(kA));
+  WaitState(kA, id, vault::v1::RUNNING);
+  const std::string file = root() + "/go";
+  ASSERT_TRUE(WriteFile(file, "go").ok());
+  // (The agent may still be reading its snapshot: the send is retried until it is taken.)
+  RunResult sent;
+  for (int i = 0; i < 50; ++i) {
+    sent = Ctl(kA, {"agent", "send", id, "--type", "go", "--data", file});
+    if (sent.exit_code == kExitOk) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_EQ(sent.exit_code, kExitOk) << sent;
+  vault::v1::AgentRecord a = WaitState(kA, id, vault::v1::COMPLETED);
+  EXPECT_EQ(Result(kA, a), whole.result);
+  EXPECT_EQ(a.counters().restarts(), 1u);
+  std::vector<std::string> logs = Logs(kA, id);
+  ASSERT_GE(logs.size(), 6u);
+  EXPECT_EQ(logs[0], before[0]);
+  EXPECT_EQ(logs[1], before[1]);
+  EXPECT_EQ(logs[2], before[2]);
+  EXPECT_THAT(logs[3], StartsWith("step 80000: checkpoint -> 0 (local "));  // again
+  EXPECT_THAT(logs[4], StartsWith("step 80001: wait -> 0 (local "));
+  EXPECT_EQ(logs.back(), absl::StrCat("done after 0 moves: ", whole.result));
+}
+
+// The operator moves a plain WASI program (it knows nothing of vaults) while it computes: the
+// runner captures the run at its next fuel slice, and it goes on at b from there, its output the
+// same as if it had never moved.
+TEST_F(WasmTest, TheOperatorMovesAPlainWasiProgramMidRun) {
+  const std::string spec_extra = "(max-runtime 120) (max-migrations 1)";
+  auto spawn_plain = [&](const std::string& vault) {
+    const std::string file = absl::StrCat(root(), "/plain-", ++specs_, ".scm");
+    EXPECT_TRUE(WriteFile(file, absl::StrCat("(spawn-agent (purpose \"plain\") (sandbox wasm)\n"
+                                             "  (code-file \"",
+                                             Module("plain"),
+                                             "\")\n"
+                                             "  (args \"12000000\") (env (\"LABEL\" \"fib\"))\n"
+                                             "  (capabilities (migrate (vaults a b c)))\n"
+                                             "  (constraints ",
+                                             spec_extra, "))\n"))
+                    .ok());
+    return MigrationTest::Spawn(vault, file, owner_key_);
+  };
+  // Unmoved, on c: the output to expect.
+  std::string unmoved = spawn_plain(kC);
+  WaitState(kC, unmoved, vault::v1::COMPLETED);
+  std::vector<std::string> expected = Logs(kC, unmoved);
+  ASSERT_EQ(expected.size(), 10u) << absl::StrJoin(expected, "\n");
+  EXPECT_EQ(expected[0], "fib: 2 args, 12000000 steps");
+
+  std::string id = spawn_plain(kA);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < deadline && Logs(kA, id).size() < 3) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_GE(Logs(kA, id).size(), 3u);
+  RunResult moved = Ctl(kA, {"migrate", id, "--to", kB});
+  ASSERT_EQ(moved.exit_code, kExitOk) << moved;
+  vault::v1::AgentRecord b = WaitState(kB, id, vault::v1::COMPLETED);
+  EXPECT_EQ(b.hop(), 1u);
+  std::vector<std::string> a_part = Logs(kA, id), b_part = Logs(kB, id);
+  ASSERT_FALSE(b_part.empty());
+  std::vector<std::string> joined = a_part;
+  joined.insert(joined.end(), b_part.begin(), b_part.end());
+  EXPECT_EQ(joined, expected) << "a:\n"
+                              << absl::StrJoin(a_part, "\n") << "\nb:\n"
+                              << absl::StrJoin(b_part, "\n");
+  // Captured where it was (the runner checkpointed for the hop), not re-run from its start.
+  absl::StatusOr<AgentStatus> departed = Get(kA, id);
+  ASSERT_TRUE(departed.ok()) << departed.status();
+  EXPECT_EQ(departed->record().counters().checkpoints(), 1u);
+  EXPECT_THAT(moved.out, HasSubstr("state: a fresh checkpoint"));
+}
+
 TEST_F(WasmTest, HostileModulesEndWithTheirOwnReasons) {
   struct Case {
     std::string mode, constraints, state, reason;

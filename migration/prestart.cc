@@ -63,9 +63,9 @@ void Migration::PrestartArrival(const vault::v1::MigrationPackage& p,
   }
   // Off the Offer's thread: its answer (and the objects after it) must not wait for the start.
   const bool scheduled = held_->Schedule([this, agent_id = p.agent_id(), principal, code = *code,
-                                          constraints, id, token, type = p.spec().sandbox()] {
+                                          constraints, id, token, spec = p.spec()] {
     absl::StatusOr<agent::AgentRef> started =
-        deps_.port->StartHeld(agent_id, principal, code, constraints, type);
+        deps_.port->StartHeld(agent_id, principal, code, constraints, spec);
     bool mine;
     {
       absl::MutexLock lock(&mu_);

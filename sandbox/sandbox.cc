@@ -72,4 +72,12 @@ std::string DescribeExit(const ExitInfo& exit) {
   return text;
 }
 
+absl::Status Sandbox::SetArguments(const std::vector<std::string>& args,
+                                   const std::vector<std::string>& env, SandboxSpec* spec) const {
+  if (!args.empty() && spec->argv.empty()) spec->argv.push_back(spec->program);
+  spec->argv.insert(spec->argv.end(), args.begin(), args.end());
+  spec->env.insert(spec->env.end(), env.begin(), env.end());
+  return absl::OkStatus();
+}
+
 }  // namespace vault::sandbox

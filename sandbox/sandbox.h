@@ -183,6 +183,12 @@ class SandboxHandle {
     uint64_t skipped = 0;  // symlinks and special files
   };
   virtual absl::StatusOr<CopyStats> CopyWorkDirTo(const std::string& host_dir) = 0;
+  // Asks the program to capture its execution state soon (a wasm runner checkpoints at its next
+  // fuel slice): SIGUSR1 to every process of the sandbox but its init. UNIMPLEMENTED where the
+  // type cannot, FAILED_PRECONDITION once it has ended.
+  virtual absl::Status Interrupt() {
+    return absl::UnimplementedError("this sandbox cannot interrupt its program");
+  }
   // The program's whole execution state, to restore elsewhere (SandboxSpec::restore), taken
   // while it is paused. UNIMPLEMENTED for a type that cannot (Sandbox::can_snapshot is false).
   virtual absl::StatusOr<std::string> Snapshot() {
@@ -205,6 +211,11 @@ class Sandbox {
   // program needs (environment entries, read-only folders) to what `spec` has. INVALID_ARGUMENT,
   // naming what the type runs, for a code object it cannot run.
   virtual absl::Status SetProgram(const CodeObject& code, SandboxSpec* spec) const = 0;
+  // Gives the program set by SetProgram the spec's `args` (after its name) and `env` entries
+  // ("KEY=VALUE"). The default appends them to argv and env; a type whose programs take neither
+  // refuses them (INVALID_ARGUMENT).
+  virtual absl::Status SetArguments(const std::vector<std::string>& args,
+                                    const std::vector<std::string>& env, SandboxSpec* spec) const;
   // Starts the program. Returns once the program has been executed inside every fence (or
   // with a status saying which setup step failed: InvalidArgument for a bad spec, NotFound
   // for a missing program or directory, Internal/FailedPrecondition for a kernel refusal).

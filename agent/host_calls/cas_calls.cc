@@ -39,6 +39,25 @@ struct HostUpload {
   uint64_t received ABSL_GUARDED_BY(mu) = 0;
 };
 
+bool IsStateUpload(LiveAgent& live, const HostRequest& request) {
+  uint64_t id;
+  switch (request.call_case()) {
+    case HostRequest::kCasUploadStart:
+      return request.cas_upload_start().state();
+    case HostRequest::kCasUploadAppend:
+      id = request.cas_upload_append().upload_id();
+      break;
+    case HostRequest::kCasUploadFinish:
+      id = request.cas_upload_finish().upload_id();
+      break;
+    default:
+      return false;
+  }
+  absl::MutexLock lock(&live.mu);
+  auto it = live.uploads.find(id);
+  return it != live.uploads.end() && it->second->state;
+}
+
 void DropUploads(HostCallServices& services, LiveAgent& live) {
   for (auto& [id, upload] : live.uploads) services.RefundStorage(live.principal, upload->charged);
   live.uploads.clear();

@@ -239,7 +239,11 @@ void Migrate(HostCallContext& ctx) {
     snapshots = replays && live->snapshots;
   }
   if (replays) {
-    EffectLog::Extra arrived{.op = c.op, .request_sha256 = RequestDigest(request), .response = {}};
+    EffectLog::Extra arrived{.op = c.op, .request_sha256 = {}, .response = {}};
+    {
+      absl::MutexLock lock(&live->mu);
+      arrived.request_sha256 = LogDigest(*live, request);
+    }
     arrived.response.mutable_migrate()->set_vault(request.migrate().vault());
     // An agent that snapshots (wasm) moves with the execution state it was in when it called:
     // the log handed over starts from it.

@@ -139,6 +139,14 @@ vault::v1::Grant MakeGrant(vault::v1::Grant::Kind kind);
 std::string Sha256Hex(absl::string_view bytes);
 // May the agent read the object whose SHA-256 is `sha256`: its own code or state, what it put or
 // was shared with it, or a read grant covering the hash.
+// An upload of the agent's own state (CasUploadStartRequest.state; its append and finish by
+// upload id): a runner's transfer of a snapshot, never logged as an effect.
+bool IsStateUpload(LiveAgent& live, const vault::v1::HostRequest& request);
+// The digest under which an agent that replays logs `request` (RequestDigest), but for an agent
+// that snapshots: its checkpoint and migrate are logged without their state, which is the
+// snapshot taken in that very call (the call, not its bytes, is what a replay must match).
+std::string LogDigest(const LiveAgent& live, const vault::v1::HostRequest& request)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
 bool MayReadLocked(const LiveAgent& live, const std::string& sha256)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
 // Drops the agent's open uploads (cas_upload_*) and gives back the storage they reserved.

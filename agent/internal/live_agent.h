@@ -123,6 +123,7 @@ struct LiveAgent {
   struct EffectCall {
     std::string op;
     std::string request_sha256;
+    bool logged_only_if_ok = false;  // a checkpoint the vault asked for
   };
   absl::flat_hash_map<uint64_t, EffectCall> effect_calls ABSL_GUARDED_BY(mu);
   // Its own migrate while it is pending: the node its written-out log ends with.

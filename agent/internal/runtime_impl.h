@@ -74,10 +74,11 @@ class AgentRuntime::Impl : public HostCallServices,
       vault::v1::AgentRecord record, const std::string* initial_state) override;
   // Starts `live`'s process (code folder, channel, output pipe, sandbox) with the limits of
   // `constraints`, without reading its record. On failure nothing is left behind.
-  // `sandbox_type`: the spec's (sandbox ...) name.
+  // `spec`: its sandbox type, and the args and env its program gets.
   absl::Status StartProcess(const std::shared_ptr<LiveAgent>& live, const cas::Digest& code_digest,
                             const vault::v1::Constraints& constraints,
-                            absl::string_view sandbox_type) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu);
+                            const vault::v1::AgentSpec& spec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(live->mu);
   // Starts a process for `live` (its record says what to run), or adopts the one held for it
   // (`live->held`: started at the Offer). On failure the record is FAILED.
   // `entry`: an audit entry written in the same durable write as the record's new state (the
@@ -236,7 +237,7 @@ class AgentRuntime::Impl : public HostCallServices,
   absl::StatusOr<AgentRef> StartHeld(const std::string& agent_id, const std::string& principal,
                                      const cas::Digest& code,
                                      const vault::v1::Constraints& constraints,
-                                     absl::string_view sandbox_type) override;
+                                     const vault::v1::AgentSpec& spec) override;
   bool HeldRuns(const AgentRef& held) override;
   void EndHeld(const AgentRef& held) override;
   absl::StatusOr<uint64_t> MakeRoomForArrival(const std::string& id) override;

@@ -78,13 +78,14 @@ class SexpMapper {
       absl::string_view head = form.head();
       std::string slot(head == "code-file" ? "code" : head);
       static constexpr absl::string_view kForms[] = {
-          "purpose", "instructions", "code", "code-file", "capabilities", "constraints",
-          "sandbox", "id",           "name", "groups",    "spawned-by",   "status"};
+          "purpose",     "instructions", "code", "code-file", "capabilities",
+          "constraints", "sandbox",      "id",   "name",      "groups",
+          "spawned-by",  "status",       "args", "env"};
       if (std::find(std::begin(kForms), std::end(kForms), head) == std::end(kForms)) {
         return Error(form, absl::StrCat("unknown form (", head, " ...) in (", top,
                                         " ...); the forms are purpose, instructions, code, "
                                         "code-file, capabilities, constraints, sandbox, id, "
-                                        "name, groups, spawned-by, status"));
+                                        "name, groups, spawned-by, status, args, env"));
       }
       auto [it, inserted] = seen.emplace(slot, &form);
       if (!inserted) return Repeated(form, *it->second);
@@ -119,6 +120,28 @@ class SexpMapper {
         VAULT_ASSIGN_OR_RETURN(std::vector<std::string> groups, Names(form, 1));
         if (groups.empty()) return Error(form, "(groups ...) names one or more groups");
         for (std::string& g : groups) spec.add_groups(std::move(g));
+      } else if (head == "args") {
+        for (size_t a = 1; a < form.items.size(); ++a) {
+          const Sexp& arg = form.items[a];
+          if (arg.type != Sexp::Type::kString && arg.type != Sexp::Type::kSymbol &&
+              arg.type != Sexp::Type::kInteger) {
+            return Error(arg, "(args ...) takes strings: (args \"--n\" \"3\")");
+          }
+          spec.add_args(arg.text);
+        }
+      } else if (head == "env") {
+        // (env ("KEY" "VALUE") ...) or (env "KEY=VALUE" ...)
+        for (size_t e = 1; e < form.items.size(); ++e) {
+          const Sexp& entry = form.items[e];
+          if (entry.type == Sexp::Type::kString && entry.text.find('=') != std::string::npos) {
+            spec.add_env(entry.text);
+          } else if (entry.is_list() && entry.items.size() == 2 && !entry.items[0].is_list() &&
+                     !entry.items[1].is_list()) {
+            spec.add_env(absl::StrCat(entry.items[0].text, "=", entry.items[1].text));
+          } else {
+            return Error(entry, "(env ...) takes (\"KEY\" \"VALUE\") pairs or \"KEY=VALUE\"");
+          }
+        }
       } else if (head == "spawned-by") {
         VAULT_ASSIGN_OR_RETURN(std::string who, OneName(form));
         // A symbol may stand for a key the caller names (vaultctl --bind NAME=KEY).

@@ -1,9 +1,10 @@
 /* A deterministic computation for the strong-mobility tests (integration-tests/wasm_test.cc): it
  * stirs 1 MiB of memory with a generator for STEPS steps, printing its progress, and ends with
  * the memory's FNV-1a hash as its result. Its initial state is a plan of "VAULT@STEP" (migrate to
- * VAULT at that step) and "checkpoint@STEP" words; each happens three calls deep, in the middle of
- * the loop, so the hop carries locals, a call stack, memory and globals. Wherever it ran, the
- * result and the progress lines are those of a run that never moved. */
+ * VAULT at that step), "checkpoint@STEP" and "wait@STEP" (until a message comes) words; each
+ * happens three calls deep, in the middle of the loop, so the hop carries locals, a call stack,
+ * memory and globals. Wherever it ran, the result and the progress lines are those of a run that
+ * never moved. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,13 @@ static int act(const char* what, long step, int depth, uint64_t salt) {
   int rc;
   if (strcmp(what, "checkpoint") == 0) {
     rc = vault_checkpoint();
+  } else if (strcmp(what, "wait") == 0) {
+    /* until a message comes */
+    vault_message msg;
+    char data[64];
+    do {
+      rc = vault_receive(60000, &msg, data, sizeof(data));
+    } while (rc == VAULT_DEADLINE_EXCEEDED);
   } else {
     rc = vault_migrate(what, (int32_t)strlen(what));
     if (rc == VAULT_OK) ++moves;

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,8 @@ class Cgroup {
   // SIGKILLs every task (v2 cgroup.kill; v1: freeze, kill each pid in cgroup.procs, thaw),
   // and returns once cgroup.procs is empty (DeadlineExceeded after 5 s).
   virtual absl::Status KillAll() = 0;
+  // The host pids of its tasks now.
+  virtual absl::StatusOr<std::set<pid_t>> Tasks() const = 0;
   virtual absl::StatusOr<CgroupReadings> Read() const = 0;
   // cpu_usage_ns alone, from a descriptor kept open (the supervisor reads it ten times a
   // second for every sandbox). NotFound when the CPU accounting controller is missing.

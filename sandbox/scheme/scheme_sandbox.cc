@@ -31,4 +31,11 @@ absl::Status SchemeSandbox::SetProgram(const CodeObject& code, SandboxSpec* spec
   return absl::OkStatus();
 }
 
+absl::Status SchemeSandbox::SetArguments(const std::vector<std::string>& args,
+                                         const std::vector<std::string>& env,
+                                         SandboxSpec* spec) const {
+  if (args.empty() && env.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError("a scheme agent takes no args or env");
+}
+
 }  // namespace vault::sandbox

@@ -36,6 +36,9 @@ class SchemeSandbox : public Sandbox {
   bool replays() const override { return true; }
   // The code object is the agent's Scheme source, at /code/agent.
   absl::Status SetProgram(const CodeObject& code, SandboxSpec* spec) const override;
+  // A Scheme agent's procedure takes no arguments: args and env are refused.
+  absl::Status SetArguments(const std::vector<std::string>& args,
+                            const std::vector<std::string>& env, SandboxSpec* spec) const override;
   absl::StatusOr<std::unique_ptr<SandboxHandle>> Spawn(const SandboxSpec& spec) override {
     return posix_->Spawn(spec);
   }

@@ -450,6 +450,13 @@ Engine::Outcome Engine::Run() {
                                    " values on the value stack)");
         return out;
       }
+      if (interrupt_flag_ != nullptr && *interrupt_flag_ != 0 && !frames.empty()) {
+        *interrupt_flag_ = 0;
+        if (absl::Status done = interrupt_(*this); !done.ok()) {
+          ended_by_host(done);
+          return out;
+        }
+      }
       continue;
     }
     if (s.host_end.has_value()) {

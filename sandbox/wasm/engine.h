@@ -23,6 +23,7 @@
 #ifndef VAULT_SANDBOX_WASM_ENGINE_H_
 #define VAULT_SANDBOX_WASM_ENGINE_H_
 
+#include <csignal>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -130,6 +131,14 @@ class Engine {
   // A status that, returned by a host callback, ends the program with this exit code.
   static absl::Status Exit(int code);
 
+  // Between slices, when *flag is set (a signal handler sets it), clears it and calls `handler`
+  // (a runner's capture on request; Capture there has no call pending). A status other than OK
+  // ends the program as a host callback's would.
+  void SetInterrupt(volatile sig_atomic_t* flag, std::function<absl::Status(Engine&)> handler) {
+    interrupt_flag_ = flag;
+    interrupt_ = std::move(handler);
+  }
+
  private:
   struct State;
   Engine();
@@ -141,6 +150,8 @@ class Engine {
   std::string module_sha256_;
   uint64_t fuel_used_ = 0;
   std::string host_state_;
+  volatile sig_atomic_t* interrupt_flag_ = nullptr;
+  std::function<absl::Status(Engine&)> interrupt_;
 };
 
 }  // namespace vault::sandbox::wasm

@@ -105,12 +105,12 @@ absl::StatusOr<std::string> RunnerHost::CaptureHere(Engine& engine) {
   return bytes;
 }
 
-absl::Status RunnerHost::CheckpointWith(const std::string& snapshot, bool resumed) {
+absl::Status RunnerHost::CheckpointWith(const std::string& snapshot, bool resumed, bool requested) {
   // The call the vault logged is the last one made: a resumed call makes only that one again.
   if (resumed && snapshot.size() > agent_->max_piece_bytes()) {
-    return agent_->CheckpointDigest(vault::sdk::DigestOf(snapshot)).status();
+    return agent_->CheckpointDigest(vault::sdk::DigestOf(snapshot), requested).status();
   }
-  return agent_->Checkpoint(snapshot).status();
+  return agent_->Checkpoint(snapshot, requested).status();
 }
 
 absl::Status RunnerHost::MigrateWith(absl::string_view vault, const std::string& snapshot,

@@ -45,7 +45,8 @@ class RunnerHost {
   absl::StatusOr<std::string> CaptureHere(Engine& engine);
   // The checkpoint and migrate made with a snapshot: `snapshot` is the state; a resumed call sends
   // only the call itself (its snapshot is in the vault already).
-  absl::Status CheckpointWith(const std::string& snapshot, bool resumed);
+  // `requested`: the vault asked for it (an interrupt), the program did not call it.
+  absl::Status CheckpointWith(const std::string& snapshot, bool resumed, bool requested = false);
   absl::Status MigrateWith(absl::string_view vault, const std::string& snapshot, bool resumed);
 
   vault::sdk::Agent& agent() { return *agent_; }

@@ -14,6 +14,7 @@
 // agent is ended through the exit host call with the reason: 3 for "fuel exhausted" and "stack
 // exhausted", 1 for a trap ("trap: integer divide by zero") or a module the vault refuses.
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -30,6 +31,10 @@
 #include "sdk/cpp/vault_agent.h"
 
 namespace {
+
+volatile sig_atomic_t g_interrupted = 0;
+
+void OnInterrupt(int) { g_interrupted = 1; }
 
 using vault::sandbox::wasm::Engine;
 using vault::sandbox::wasm::EngineLimits;
@@ -70,6 +75,13 @@ bool ReadModule(const char* path, size_t limit, std::string* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The vault asks for a capture (an operator's hop) with SIGUSR1, taken at the next slice's end:
+  // the handler is set first, so that an early one does not end the runner.
+  struct sigaction action = {};
+  action.sa_handler = &OnInterrupt;
+  action.sa_flags = SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGUSR1, &action, nullptr);
   if (argc < 2) {
     fprintf(stderr, "usage: vault-wasm-runner MODULE [--env KEY=VALUE]... [-- ARG...]\n");
     return 2;
@@ -126,10 +138,34 @@ int main(int argc, char** argv) {
     if (loaded.ok()) loaded = (*engine)->Restore(snap);
     if (!loaded.ok()) End(agent, 1, std::string(loaded.message()));
     host.set_restored_from(**std::move(snapshot));
+    // Taken for a checkpoint the vault asked for: that checkpoint is made again (the log has it
+    // first), then the run goes on.
+    if (host.state().in_checkpoint()) {
+      host.state().set_in_checkpoint(false);
+      absl::Status again =
+          host.CheckpointWith(host.restored_from(), /*resumed=*/true, /*requested=*/true);
+      if (!again.ok()) End(agent, 1, absl::StrCat("checkpoint made again: ", again.message()));
+    }
   } else if (absl::Status started = (*engine)->Start("_start"); !started.ok()) {
     End(agent, 1, std::string(started.message()));
   }
 
+  (*engine)->SetInterrupt(&g_interrupted, [&host](Engine& e) -> absl::Status {
+    host.state().set_in_checkpoint(true);
+    absl::StatusOr<std::string> snapshot = host.CaptureHere(e);
+    host.state().set_in_checkpoint(false);
+    absl::Status done = snapshot.ok()
+                            ? host.CheckpointWith(*snapshot, /*resumed=*/false, /*requested=*/true)
+                            : snapshot.status();
+    // A checkpoint that failed (a quota, say) leaves the run as it was, and its log too (the
+    // vault keeps no trace of it there): the hop goes with the last one. Said on stderr only
+    // (a log call here would be an effect at no point of the program's own).
+    if (!done.ok()) {
+      fprintf(stderr, "vault-wasm-runner: the checkpoint asked for failed: %s\n",
+              std::string(done.message()).c_str());
+    }
+    return absl::OkStatus();
+  });
   const Engine::Outcome outcome = (*engine)->Run();
   host.FlushOutput();
   switch (outcome.kind) {

@@ -30,4 +30,15 @@ absl::Status WasmSandbox::SetProgram(const CodeObject& code, SandboxSpec* spec) 
   return absl::OkStatus();
 }
 
+absl::Status WasmSandbox::SetArguments(const std::vector<std::string>& args,
+                                       const std::vector<std::string>& env,
+                                       SandboxSpec* spec) const {
+  for (const std::string& e : env) spec->argv.insert(spec->argv.end(), {"--env", e});
+  if (!args.empty()) {
+    spec->argv.push_back("--");
+    spec->argv.insert(spec->argv.end(), args.begin(), args.end());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace vault::sandbox

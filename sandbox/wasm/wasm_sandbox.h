@@ -37,6 +37,9 @@ class WasmSandbox : public Sandbox {
   bool replays() const override { return true; }
   // The code object is the agent's module (the wasm binary format), at /code/agent.
   absl::Status SetProgram(const CodeObject& code, SandboxSpec* spec) const override;
+  // The module's WASI args and environ (not the runner's own environment).
+  absl::Status SetArguments(const std::vector<std::string>& args,
+                            const std::vector<std::string>& env, SandboxSpec* spec) const override;
   absl::StatusOr<std::unique_ptr<SandboxHandle>> Spawn(const SandboxSpec& spec) override {
     return posix_->Spawn(spec);
   }

@@ -121,23 +121,26 @@ absl::StatusOr<std::optional<std::string>> Agent::ReadState(bool snapshot) {
   }
 }
 
-absl::StatusOr<vault::v1::Digest> Agent::Checkpoint(absl::string_view state) {
+absl::StatusOr<vault::v1::Digest> Agent::Checkpoint(absl::string_view state, bool requested) {
   if (state.size() > max_piece_bytes()) {
     // Larger than a frame: put in pieces, then named by its digest.
     absl::StatusOr<vault::v1::Digest> put = UploadObject(state, /*state=*/true);
     if (!put.ok()) return put.status();
-    return CheckpointDigest(*put);
+    return CheckpointDigest(*put, requested);
   }
   HostRequest request;
   request.mutable_checkpoint()->set_state(std::string(state));
+  if (requested) request.mutable_checkpoint()->set_requested(true);
   absl::StatusOr<HostResponse> response = Call(request, HostResponse::kCheckpoint);
   if (!response.ok()) return response.status();
   return response->checkpoint().digest();
 }
 
-absl::StatusOr<vault::v1::Digest> Agent::CheckpointDigest(const vault::v1::Digest& state) {
+absl::StatusOr<vault::v1::Digest> Agent::CheckpointDigest(const vault::v1::Digest& state,
+                                                          bool requested) {
   HostRequest request;
   *request.mutable_checkpoint()->mutable_state_digest() = state;
+  if (requested) request.mutable_checkpoint()->set_requested(true);
   absl::StatusOr<HostResponse> response = Call(request, HostResponse::kCheckpoint);
   if (!response.ok()) return response.status();
   return response->checkpoint().digest();

@@ -168,11 +168,14 @@ class Agent {
   // Any size: a state larger than max_piece_bytes is put in pieces (the cas_upload_* calls as a
   // state upload, which needs no cas-write grant and counts against the storage quota) and then
   // named by its digest (CheckpointDigest); a smaller one travels in one frame, as always.
-  absl::StatusOr<vault::v1::Digest> Checkpoint(absl::string_view state);
+  // `requested`: made because the vault asked (CheckpointRequest.requested), not at a point of
+  // the program's own (a runner's capture for an operator's hop).
+  absl::StatusOr<vault::v1::Digest> Checkpoint(absl::string_view state, bool requested = false);
   // Makes the CAS object `state` the agent's state. The agent must be able to read it: it put
   // it, it was shared with it, or a read grant covers its hash (else PERMISSION_DENIED, a
   // denial); NOT_FOUND when the vault does not hold it.
-  absl::StatusOr<vault::v1::Digest> CheckpointDigest(const vault::v1::Digest& state);
+  absl::StatusOr<vault::v1::Digest> CheckpointDigest(const vault::v1::Digest& state,
+                                                     bool requested = false);
   // Bytes [offset, offset + limit) of a CAS object; limit 0: to the end (the answer must fit in
   // a frame, so read large objects in pieces).
   absl::StatusOr<std::string> CasGet(const vault::v1::Digest& digest, uint64_t offset = 0,

@@ -1,10 +1,12 @@
 // LinuxSandbox's SandboxHandle: pause and resume (the cgroup freezer), kill, wait, usage and the
 // sandbox's work directory.
 #include <errno.h>
+#include <signal.h>
 #include <sys/statfs.h>
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -80,6 +82,24 @@ class LinuxSandboxHandle : public SandboxHandle {
     if (!exit.ok())
       return absl::InternalError(absl::StrCat(
           "sandbox ", state_->id, " did not end after SIGKILL: ", exit.status().message()));
+    return absl::OkStatus();
+  }
+
+  absl::Status Interrupt() override {
+    pid_t init;
+    {
+      absl::MutexLock lock(&state_->mu);
+      if (state_->done) return absl::FailedPreconditionError("sandbox has ended");
+      if (state_->cgroup == nullptr) {
+        return absl::FailedPreconditionError("an interrupt needs the sandbox's cgroup");
+      }
+      init = state_->pid;
+    }
+    VAULT_ASSIGN_OR_RETURN(std::set<pid_t> tasks, state_->cgroup->Tasks());
+    // (The init ignores SIGUSR1: it has no handler, and it is its PID namespace's init.)
+    for (pid_t pid : tasks) {
+      if (pid != init) (void)kill(pid, SIGUSR1);
+    }
     return absl::OkStatus();
   }
 

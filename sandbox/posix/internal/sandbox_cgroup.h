@@ -44,6 +44,7 @@ class CgroupImpl final : public Cgroup {
   absl::Status Freeze() override;
   absl::Status Thaw() override;
   absl::Status KillAll() override;
+  absl::StatusOr<std::set<pid_t>> Tasks() const override { return ListTasks(); }
   absl::StatusOr<CgroupReadings> Read() const override;
   absl::StatusOr<uint64_t> CpuUsageNs() const override;
   absl::Status Remove() override;
