@@ -247,3 +247,53 @@ TEST(EffectLog, PastItsLimitItStopsAndRefusesToBeWrittenOut) {
 
 }  // namespace
 }  // namespace vault::agent
+
+namespace vault::agent {
+namespace {
+
+// A log rebased on an execution state (a wasm agent's snapshot) starts from it: its earlier calls
+// are gone, the snapshot is covered by the chain's start (so by the signature), and a later
+// migrate's extra call (with its own snapshot) rebases the copy written out for the hop.
+TEST(EffectLog, RebaseStartsTheLogFromASnapshot) {
+  const capability::PrivateKey key = Key();
+  EffectLog log(kOwner, std::string("spawned with this"));
+  log.Append("cas.get", "vault-a", RequestDigest(Get("one")), Answer("first"));
+  const std::string before = log.head();
+  log.Rebase("snapshot one");
+  EXPECT_EQ(log.size(), 0u);
+  EXPECT_TRUE(log.has_snapshot());
+  EXPECT_EQ(log.snapshot(), "snapshot one");
+  EXPECT_EQ(log.snapshot_sha256(), common::Sha256::Hash("snapshot one"));
+  EXPECT_NE(log.head(), before);
+  EXPECT_EQ(log.initial_state(), "spawned with this");  // still what get_state answers
+  log.Append("cas.get", "vault-a", RequestDigest(Get("two")), Answer("second"));
+  absl::StatusOr<std::string> object = log.WriteOut(key, "vault-a");
+  ASSERT_TRUE(object.ok()) << object.status();
+  absl::StatusOr<EffectLog> back = EffectLog::Read(*object, kOwner, Trusting(key));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->snapshot(), "snapshot one");
+  EXPECT_EQ(back->snapshot_sha256(), log.snapshot_sha256());
+  ASSERT_EQ(back->size(), 1u);
+  EXPECT_EQ(back->head(), log.head());
+  // Another snapshot in its place: the chain no longer starts where its nodes say.
+  vault::v1::EffectLog in = Parse(*object);
+  in.set_snapshot("snapshot two");
+  absl::StatusOr<EffectLog> changed = EffectLog::Read(Object(in), kOwner, Trusting(key));
+  EXPECT_EQ(changed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(changed.status().message(),
+              HasSubstr("effect 0 (cas.get) does not follow the log's start"));
+  // A snapshot dropped (has_snapshot false): likewise.
+  in = Parse(*object);
+  in.set_has_snapshot(false);
+  in.clear_snapshot();
+  EXPECT_EQ(EffectLog::Read(Object(in), kOwner, Trusting(key)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // The snapshot does not count towards the effects' size limit.
+  EffectLog big(kOwner, std::nullopt);
+  big.Rebase(std::string(kMaxEffectLogBytes + 10, 'x'));
+  EXPECT_FALSE(big.overflowed());
+  EXPECT_LT(big.bytes(), size_t{1024});
+}
+
+}  // namespace
+}  // namespace vault::agent

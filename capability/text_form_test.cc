@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "capability/grant.h"
+#include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -17,6 +18,8 @@ namespace vault::capability {
 namespace {
 
 using google::protobuf::util::MessageDifferencer;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using vault::v1::AgentSpec;
 using vault::v1::Constraints;
 using vault::v1::Grant;
@@ -157,6 +160,31 @@ TEST(ParseAgentSpec, FullSpecFromSexpr) {
   EXPECT_EQ(spec->sandbox(), "posix");
   EXPECT_TRUE(ValidateGrants(spec->grants()).ok());
   ExpectRoundTrip(*spec);
+}
+
+// A program's args and env: for posix and wasm agents, printed back the same, and checked.
+TEST(ParseAgentSpec, ArgsAndEnv) {
+  absl::StatusOr<ParsedSpec> p = ParseAgentSpecWithOptions(
+      "(agent (purpose \"p\") (sandbox wasm) (args \"--n\" \"3\" x 7)\n"
+      "  (env (\"LANG\" \"C\") \"TZ=UTC\"))",
+      "spec.scm", {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_THAT(p->spec.args(), ElementsAre("--n", "3", "x", "7"));
+  EXPECT_THAT(p->spec.env(), ElementsAre("LANG=C", "TZ=UTC"));
+  ExpectRoundTrip(p->spec);
+  auto refused = [](const std::string& text) {
+    absl::StatusOr<ParsedSpec> r = ParseAgentSpecWithOptions(text, "s.scm", {});
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    return std::string(r.status().message());
+  };
+  EXPECT_EQ(refused("(agent (purpose \"p\") (sandbox scheme) (args \"a\"))"),
+            "s.scm: args and env are given to a program: a posix or wasm agent's, not a scheme "
+            "agent's");
+  EXPECT_EQ(refused("(agent (purpose \"p\") (env (\"VAULT_AGENT_ID\" \"x\")))"),
+            "s.scm: env entry \"VAULT_AGENT_ID=x\" is not KEY=VALUE with a key of "
+            "[A-Za-z_][A-Za-z0-9_]* (VAULT_* is the vault's)");
+  EXPECT_THAT(refused("(agent (purpose \"p\") (env (\"1A\" \"x\")))"), HasSubstr("1A=x"));
+  EXPECT_THAT(refused("(agent (purpose \"p\") (env (\"A-B\" \"x\")))"), HasSubstr("A-B=x"));
 }
 
 TEST(ParseAgentSpec, ThreeFormatsGiveTheSameMessage) {
@@ -316,7 +344,10 @@ TEST(ParseAgentSpec, SexprErrors) {
       {"(agent\n  (colour blue))",
        "spec.scm:2:3: unknown form (colour ...) in (agent ...); the forms are purpose, "
        "instructions, code, code-file, capabilities, constraints, sandbox, id, name, groups, "
-       "spawned-by, status"},
+       "spawned-by, status, args, env"},
+      {"(agent (env (\"A\" \"b\" \"c\")))",
+       "spec.scm:1:13: (env ...) takes (\"KEY\" \"VALUE\") pairs or \"KEY=VALUE\""},
+      {"(agent (args (\"a\")))", "spec.scm:1:14: (args ...) takes strings: (args \"--n\" \"3\")"},
       {"(agnet)", "spec.scm:1:1: expected (agent ...) or (spawn-agent ...), found (agnet ...)"},
       {"agent", "spec.scm:1:1: expected (agent ...) or (spawn-agent ...), found the symbol agent"},
       {"(agent (purpose \"abc))", "spec.scm:1:17: unterminated string"},

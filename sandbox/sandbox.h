@@ -11,8 +11,9 @@
 //     so that every posix fence holds around it, and speaks the host-call protocol on fd 3 for
 //     the code it interprets;
 //   - a container type runs an OCI runtime as its process.
-// A type that can capture a running program's whole execution state says so
-// (Sandbox::can_snapshot) and offers SandboxHandle::Snapshot and SandboxSpec::restore; the
+// A type whose runner can capture a running program's whole execution state says so
+// (Sandbox::can_snapshot): the runner hands the snapshot to the vault over its host-call channel,
+// at a checkpoint or migrate, or when SandboxHandle::Interrupt asks (wasm: docs/wasm.md); the
 // others (posix) move an agent by the state it hands over and start it again.
 //
 //   ASSIGN_OR_RETURN(auto sandbox, LinuxSandbox::Create(options));
@@ -87,10 +88,6 @@ struct SandboxSpec {
   // watches every sandbox: it must return quickly (queue work elsewhere) and must not destroy
   // the handle. Optional.
   std::function<void(const ExitInfo&)> on_exit;
-  // An execution state made by SandboxHandle::Snapshot of a sandbox of the same type, to resume
-  // from instead of starting the program afresh. Empty: a fresh start. A type that cannot
-  // restore refuses a non-empty one (FAILED_PRECONDITION).
-  std::string restore;
 };
 
 // An agent's code object as laid out on the host for a sandbox (agent/code_cache.h): its folder,
@@ -189,11 +186,6 @@ class SandboxHandle {
   virtual absl::Status Interrupt() {
     return absl::UnimplementedError("this sandbox cannot interrupt its program");
   }
-  // The program's whole execution state, to restore elsewhere (SandboxSpec::restore), taken
-  // while it is paused. UNIMPLEMENTED for a type that cannot (Sandbox::can_snapshot is false).
-  virtual absl::StatusOr<std::string> Snapshot() {
-    return absl::UnimplementedError("this sandbox type cannot capture a program's state");
-  }
 };
 
 class Sandbox {
@@ -201,7 +193,8 @@ class Sandbox {
   virtual ~Sandbox() = default;
   // The sandbox type: "posix", later "container", "scheme", "wasm" (registry.h).
   virtual const char* type() const = 0;
-  // Whether its handles can Snapshot a running program and its specs restore one.
+  // Whether its runner captures a running program's execution state (and restores it, from the
+  // snapshot its effect log starts from).
   virtual bool can_snapshot() const { return false; }
   // Whether the programs it runs are deterministic given their host calls' answers (an
   // interpreter whose clock and randomness come only through the host), so that the runtime may

@@ -216,11 +216,6 @@ absl::StatusOr<std::unique_ptr<LinuxSandbox>> LinuxSandbox::Create(
 }
 
 absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Spawn(const SandboxSpec& spec) {
-  if (!spec.restore.empty()) {
-    return absl::FailedPreconditionError(
-        "the posix sandbox cannot restore a program's execution state: it starts the program "
-        "afresh, with the state the agent handed over");
-  }
   return impl_->Spawn(spec);
 }
 

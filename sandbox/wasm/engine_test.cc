@@ -1,5 +1,7 @@
 #include "sandbox/wasm/engine.h"
 
+#include <csignal>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -181,6 +183,42 @@ TEST(WasmEngine, SnapshotBetweenSlicesRestoresMidLoop) {
   ASSERT_TRUE(c->Restore(*snap).ok());
   ASSERT_EQ(c->Run().kind, Engine::Outcome::kReturned);
   EXPECT_EQ(rest.reported, whole.reported);
+}
+
+TEST(WasmEngine, AnInterruptCapturesAtTheNextSliceAndTheRunGoesOnFromThere) {
+  constexpr absl::string_view kCount = R"(
+(module
+  (import "test" "report" (func $report (param i64)))
+  (func (export "_start")
+    (local $i i64)
+    (loop $next
+      (local.set $i (i64.add (local.get $i) (i64.const 1)))
+      (br_if $next (i64.lt_u (local.get $i) (i64.const 30000))))
+    (call $report (local.get $i))))
+)";
+  TestHost host;
+  std::unique_ptr<Engine> e = LoadOrDie(kCount, host);
+  ASSERT_TRUE(e->Start("_start").ok());
+  volatile sig_atomic_t flag = 1;  // asked before the run: taken at the first slice's end
+  std::optional<vault::v1::WasmSnapshot> taken;
+  e->SetInterrupt(&flag, [&taken](Engine& engine) -> absl::Status {
+    absl::StatusOr<vault::v1::WasmSnapshot> s = engine.Capture();
+    if (!s.ok()) return s.status();
+    taken = *s;
+    return absl::OkStatus();
+  });
+  ASSERT_EQ(e->Run().kind, Engine::Outcome::kReturned);
+  EXPECT_EQ(flag, 0);
+  EXPECT_EQ(host.reported, (std::vector<uint64_t>{30000}));
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_FALSE(taken->has_pending());
+  EXPECT_EQ(taken->fuel_used(), 10000u);  // one slice
+  TestHost again;
+  std::unique_ptr<Engine> r = LoadOrDie(kCount, again);
+  ASSERT_TRUE(r->Restore(*taken).ok());
+  ASSERT_EQ(r->Run().kind, Engine::Outcome::kReturned);
+  EXPECT_EQ(again.reported, (std::vector<uint64_t>{30000}));
+  EXPECT_LT(r->fuel_used(), e->fuel_used() + 10000);
 }
 
 TEST(WasmEngine, InfiniteLoopEndsWithFuelExhausted) {
