@@ -247,6 +247,41 @@ TEST_F(WasmTest, TheOperatorMovesAPlainWasiProgramMidRun) {
   EXPECT_THAT(moved.out, HasSubstr("state: a fresh checkpoint"));
 }
 
+// What the runner cannot load ends the agent at once, with the reason; the vault never parses a
+// module itself.
+TEST_F(WasmTest, ModulesTheRunnerCannotLoadAreRefusedWithTheReason) {
+  struct Case {
+    std::string name, bytes, reason;
+  };
+  const std::string header("\0asm\x01\0\0\0", 8);
+  const std::vector<Case> cases = {
+      {"garbage", "not a module at all", "module refused: not a valid WebAssembly module: "},
+      {"truncated", header + std::string("\x01\x04\x01\x60", 4),
+       "module refused: not a valid WebAssembly module: "},
+      // (module (import "library" "nope" (func)))
+      {"nope",
+       header + std::string("\x01\x04\x01\x60\x00\x00"
+                            "\x02\x10\x01\x07library\x04nope\x00\x00",
+                            24),
+       "module refused: the module imports library.nope, which this vault does not offer: "
+       "library.nope is not a host call"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string module = absl::StrCat(root(), "/", c.name, ".wasm");
+    ASSERT_TRUE(WriteFile(module, c.bytes).ok());
+    const std::string file = absl::StrCat(root(), "/", c.name, ".scm");
+    ASSERT_TRUE(WriteFile(file, absl::StrCat("(spawn-agent (purpose \"refused\") (sandbox wasm)"
+                                             " (code-file \"", module, "\"))"))
+                    .ok());
+    std::string id = MigrationTest::Spawn(kA, file, owner_key_);
+    ASSERT_FALSE(id.empty());
+    vault::v1::AgentRecord r = WaitEnded(kA, id);
+    EXPECT_EQ(r.state(), vault::v1::FAILED) << r.reason();
+    EXPECT_THAT(r.reason(), HasSubstr(c.reason));
+  }
+}
+
 TEST_F(WasmTest, HostileModulesEndWithTheirOwnReasons) {
   struct Case {
     std::string mode, constraints, state, reason;
@@ -256,6 +291,10 @@ TEST_F(WasmTest, HostileModulesEndWithTheirOwnReasons) {
        "fuel exhausted (2000000 instructions)"},
       {"recurse", "(max-runtime 60)", "failed", "stack exhausted"},
       {"divide", "(max-runtime 60)", "failed", "trap: integer divide by zero"},
+      {"grow", "(max-runtime 60) (max-allocation (* 1024 1024))", "failed",
+       "(memory limit: the memory is at this agent's 16 pages, so a memory.grow was refused)"},
+      {"malloc", "(max-runtime 60) (max-allocation (* 4 1024 1024))", "failed",
+       "trap: unreachable executed (near the memory limit: "},
       {"badpointer", "(max-runtime 60)", "completed", ""},
       {"nocas", "(max-runtime 60)", "completed", ""},
   };

@@ -9,6 +9,7 @@
 #include "vault_agent.h"
 
 static volatile int sink;
+static char* volatile kept; /* so that the allocations are not optimized away */
 
 static int recurse(int n) {
   volatile char pad[64];
@@ -30,7 +31,7 @@ int main(void) {
   } else if (strcmp(mode, "grow") == 0) {
     /* memory.grow until it fails, then touch past the end */
     long pages = 0;
-    while (__builtin_wasm_memory_grow(0, 16) != (size_t)-1) pages += 16;
+    while (__builtin_wasm_memory_grow(0, 1) != (size_t)-1) ++pages;
     printf("grew %ld pages\n", pages);
     fflush(stdout);
     volatile uint8_t* end = (volatile uint8_t*)(__builtin_wasm_memory_size(0) * 65536);
@@ -40,6 +41,7 @@ int main(void) {
       char* p = malloc(1 << 20);
       if (p == NULL) abort();
       memset(p, 1, 1 << 20);
+      kept = p;
     }
   } else if (strcmp(mode, "divide") == 0) {
     volatile int num = 7, zero = 0;

@@ -25,7 +25,6 @@ namespace {
 namespace wi = wabt::interp;
 
 constexpr absl::string_view kExitPayload = "vault.wasm/exit";
-constexpr uint64_t kPageBytes = 65536;
 constexpr uint64_t kChunkBytes = 4096;
 
 absl::StatusOr<ValType> ToValType(wabt::Type t) {
@@ -485,10 +484,18 @@ Engine::Outcome Engine::Run() {
               out.message.substr(6), ")");
         }
       }
-      if (m != nullptr && m->type().limits.has_max && m->PageSize() >= m->type().limits.max &&
-          m->type().limits.max == s.limits.max_memory_pages) {
-        absl::StrAppend(&out.message, " (memory limit: the memory is at this agent's ",
-                        s.limits.max_memory_pages, " pages, so a memory.grow was refused)");
+      // A program whose memory.grow failed (it sees -1, as the specification says) often ends
+      // with a trap of its own (abort, or a NULL from malloc used): its memory is then at or
+      // near the limit, which the reason says.
+      if (m != nullptr && m->type().limits.max == s.limits.max_memory_pages) {
+        const uint64_t pages = m->PageSize();
+        if (pages >= s.limits.max_memory_pages) {
+          absl::StrAppend(&out.message, " (memory limit: the memory is at this agent's ",
+                          s.limits.max_memory_pages, " pages, so a memory.grow was refused)");
+        } else if (2 * pages >= s.limits.max_memory_pages) {
+          absl::StrAppend(&out.message, " (near the memory limit: ", pages, " of this agent's ",
+                          s.limits.max_memory_pages, " pages in use; a memory.grow past it fails)");
+        }
       }
     }
     return out;
