@@ -9,12 +9,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <set>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -151,6 +156,82 @@ TEST_F(WasmTest, MovesMidComputationAcrossThreeVaultsToTheSameResult) {
   }
   std::sort(expected.begin(), expected.end());
   EXPECT_EQ(progress, expected);
+}
+
+// Hops at random points (a recorded seed: VAULT_TEST_SEED=N repeats a run), each followed by a
+// wait on the destination during which a vault is SIGKILLed and started again (the one the agent
+// is on, or the one it left): every run ends with the uninterrupted run's result, and every
+// progress line of the uninterrupted run is logged somewhere (a restart on the vault the agent
+// is on makes again what it did since its hop, so a line may be there twice, never missing).
+TEST_F(WasmTest, RandomHopsWithSigkillsEndAsIfItNeverMoved) {
+  Run whole = Uninterrupted();
+  uint64_t seed = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  if (const char* fixed = getenv("VAULT_TEST_SEED"); fixed != nullptr) {
+    ASSERT_TRUE(absl::SimpleAtoi(fixed, &seed));
+  }
+  std::cout << "VAULT_TEST_SEED=" << seed << "\n";
+  RecordProperty("seed", std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const std::vector<std::string> vaults = {kA, kB, kC};
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(absl::StrCat("seed ", seed, " round ", round));
+    // Two hops: to vaults other than the one before, at increasing steps.
+    std::string at = kA, plan;
+    std::vector<std::pair<std::string, long>> hops;
+    long step = 0;
+    for (int h = 0; h < 2; ++h) {
+      std::string to;
+      do {
+        to = vaults[rng() % 3];
+      } while (to == at);
+      step += 1000 + static_cast<long>(rng() % 80000);
+      hops.emplace_back(to, step);
+      absl::StrAppend(&plan, to, "@", step, " wait@", step + 1, " ");
+      at = to;
+    }
+    std::string id = SpawnWasm(kA, "compute", "(cas-write) (migrate (vaults a b c))",
+                               "(max-runtime 120) (max-migrations 2)", plan);
+    ASSERT_FALSE(id.empty());
+    std::string from = kA;
+    for (const auto& [to, hop_step] : hops) {
+      // Waiting there (the wait's own line comes once the message does): the hop's line is
+      // logged on arrival; then a vault is killed.
+      const absl::Time deadline = absl::Now() + absl::Seconds(30);
+      bool arrived = false;
+      while (absl::Now() < deadline && !arrived) {
+        for (const std::string& line : Logs(to, id)) {
+          arrived = arrived || absl::StartsWith(line, absl::StrCat("step ", hop_step, ": ", to, " -> 0"));
+        }
+        if (!arrived) absl::SleepFor(absl::Milliseconds(20));
+      }
+      ASSERT_TRUE(arrived) << "the hop to " << to << " at " << hop_step;
+      const std::string victim = rng() % 2 == 0 ? to : from;
+      M(victim).vaultd->Kill();
+      ASSERT_NO_FATAL_FAILURE(Restart(victim));
+      WaitState(to, id, vault::v1::RUNNING);
+      const std::string file = root() + "/go";
+      ASSERT_TRUE(WriteFile(file, "go").ok());
+      RunResult sent;
+      for (int i = 0; i < 100; ++i) {
+        sent = Ctl(to, {"agent", "send", id, "--type", "go", "--data", file});
+        if (sent.exit_code == kExitOk) break;
+        absl::SleepFor(absl::Milliseconds(100));
+      }
+      ASSERT_EQ(sent.exit_code, kExitOk) << sent;
+      from = to;
+    }
+    vault::v1::AgentRecord end = WaitState(from, id, vault::v1::COMPLETED);
+    EXPECT_EQ(Result(from, end), whole.result);
+    std::set<std::string> seen;
+    for (const std::string& v : vaults) {
+      for (const std::string& line : Logs(v, id)) seen.insert(line);
+    }
+    for (const std::string& line : whole.logs) {
+      if (absl::StartsWith(line, "progress ")) {
+        EXPECT_TRUE(seen.contains(line)) << line;
+      }
+    }
+  }
 }
 
 // A checkpoint captures the run: the vault SIGKILLed after it and started again resumes the agent
