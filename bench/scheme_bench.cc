@@ -34,6 +34,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/agent_bench_ops.h"
 #include "bench/agent_bench_vault.h"
 #include "bench/bench_result.h"
 #include "bench/bench_util.h"
@@ -61,69 +62,6 @@ struct Flags {
   int loop = 30000000;
 };
 
-std::unique_ptr<vault::v1::Agents::Stub> Stub(const std::string& socket) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return vault::v1::Agents::NewStub(grpc::CreateCustomChannel(
-      absl::StrCat("unix:", socket), grpc::InsecureChannelCredentials(), args));
-}
-
-// The agent's status; an empty one while the vault does not know it yet (an arrival).
-AgentStatus MustGet(vault::v1::Agents::Stub& stub, const std::string& id) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-  vault::v1::GetAgentRequest req;
-  req.set_id(id);
-  AgentStatus out;
-  grpc::Status s = stub.Get(&ctx, req, &out);
-  if (s.error_code() == grpc::StatusCode::NOT_FOUND) return AgentStatus();
-  if (!s.ok()) Die(absl::StrCat("Agents.Get ", id, ": ", s.error_message()));
-  return out;
-}
-
-// Polls `stub` every 0.2 ms until `done` holds for the agent; returns when (Die after 120 s).
-template <typename Pred>
-absl::Time PollUntil(vault::v1::Agents::Stub& stub, const std::string& id, Pred done) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(120);
-  for (;;) {
-    AgentStatus st = MustGet(stub, id);
-    if (!st.record().id().empty() && done(st)) return absl::Now();
-    if (absl::Now() > deadline) Die(absl::StrCat(id, " stuck: ", st.record().ShortDebugString()));
-    absl::SleepFor(absl::Microseconds(200));
-  }
-}
-
-std::string SpawnNow(Vault& v, vault::v1::Agents::Stub& stub, const std::string& state) {
-  absl::StatusOr<vault::v1::SpawnRequest> req = v.SpawnRequest(state);
-  if (!req.ok()) Die(req.status().ToString());
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-  vault::v1::SpawnResponse out;
-  grpc::Status s = stub.Spawn(&ctx, *req, &out);
-  if (!s.ok()) Die(absl::StrCat("Agents.Spawn: ", s.error_message()));
-  return out.agent_id();
-}
-
-void Terminate(Vault& v, vault::v1::Agents::Stub& stub, const std::string& id) {
-  absl::StatusOr<vault::v1::ControlRequest> req = v.TerminateRequest(id);
-  if (!req.ok()) Die(req.status().ToString());
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-  vault::v1::ControlResponse out;
-  (void)stub.Control(&ctx, *req, &out);
-}
-
-// The code file `path` as the spec's, learnt by a first spawn through vaultctl (which uploads
-// it); that agent is ended after its first call.
-void UseFile(Vault& v, vault::v1::Agents::Stub& stub, const std::string& spec,
-             const std::string& path, const std::string& state) {
-  if (absl::Status s = v.SetSpec(spec); !s.ok()) Die(s.ToString());
-  absl::StatusOr<std::string> id = v.SpawnWithVaultctl(path, state);
-  if (!id.ok()) Die(id.status().ToString());
-  PollUntil(stub, *id, [](const AgentStatus& s) { return s.record().counters().host_calls() > 0; });
-  Terminate(v, stub, *id);
-  (void)v.WaitEnded(*id, absl::Seconds(30));
-}
 // The same with Scheme source `code`, written to a file under `tmp`.
 void UseCode(Vault& v, vault::v1::Agents::Stub& stub, const std::string& tmp,
              const std::string& spec, const std::string& code, const std::string& state) {
@@ -131,22 +69,6 @@ void UseCode(Vault& v, vault::v1::Agents::Stub& stub, const std::string& tmp,
   const std::string path = absl::StrCat(tmp, "/code", n++, ".scm");
   WriteAll(path, code);
   UseFile(v, stub, spec, path, state);
-}
-
-// Spawn -> first host call, `runs` times; each agent is terminated before the next.
-std::vector<double> FirstCall(Vault& v, vault::v1::Agents::Stub& stub, const std::string& state,
-                              int runs) {
-  std::vector<double> ms;
-  for (int i = 0; i < runs; ++i) {
-    const absl::Time t0 = absl::Now();
-    const std::string id = SpawnNow(v, stub, state);
-    const absl::Time t1 = PollUntil(
-        stub, id, [](const AgentStatus& s) { return s.record().counters().host_calls() > 0; });
-    ms.push_back(absl::ToDoubleMilliseconds(t1 - t0));
-    Terminate(v, stub, id);
-    (void)v.WaitEnded(id, absl::Seconds(30));
-  }
-  return ms;
 }
 
 int Main(int argc, char** argv) {

@@ -109,8 +109,11 @@ wi::Value FromBits(uint64_t bits, ValType t) {
   return wi::Value::Make(0u);
 }
 
+// `n` little-endian bytes of `v` (zeros past its eighth).
 void PutLe(std::string* out, uint64_t v, size_t n) {
-  for (size_t i = 0; i < n; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  for (size_t i = 0; i < n; ++i) {
+    out->push_back(i < 8 ? static_cast<char>((v >> (8 * i)) & 0xff) : '\0');
+  }
 }
 uint64_t GetLe(absl::string_view in, size_t n) {
   uint64_t v = 0;

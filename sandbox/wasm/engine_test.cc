@@ -382,5 +382,31 @@ TEST(WasmEngine, StartFunctionRunsFirstUnderFuel) {
   EXPECT_EQ(host.reported, (std::vector<uint64_t>{1, 2}));
 }
 
+// Found by engine_fuzz: a function reference on the value stack at a capture was written with a
+// 64-bit shift past its width (undefined behaviour). The module: a loop of call_indirect and
+// table.get (a funcref pushed), stopped for fuel mid-loop, captured, restored, run on.
+TEST(WasmEngine, RegressionFunctionRefOnTheStackAtACapture) {
+  const std::string module("\x00\x61\x73\x6d\x01\x00\x00\x00\x01\x08\x02\x60\x00\x01\x7f\x60\x00\x00\x03\x04\x03\x00\x00\x01\x04\x04\x01\x70\x00\x24\x05\x04\x01\x01\x01\x04\x06\x06\x01\x7f\x01\x41\x05\x0b\x07\x0a\x01\x06\x5f\x73\x74\x61\x72\x74\x00\x02\x09\x08\x01\x00\x41\x00\x0b\x02\x00\x01\x0a\x41\x03\x04\x00\x41\x2f\x0b\x04\x00\x23\x00\x0b\x35\x01\x01\x7f\x03\x40\x20\x00\x20\x00\x41\x02\x70\x11\x00\x00\x70\x21\x00\x20\x00\x41\xe0\xd4\x03\x70\x20\x00\x36\x02\x00\x41\x01\x25\x00\x1a\x23\x00\x41\x00\x6a\x24\x00\x20\x00\x41\xa0\x8d\x26\x49\x0d\x00\x0b\x0b", 133);
+  EngineLimits limits;
+  limits.fuel = 20000;
+  limits.slice = 1000;
+  TestHost host;
+  absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Load(module, limits, host.Resolver());
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_TRUE((*e)->Start("_start").ok());
+  ASSERT_EQ((*e)->Run().kind, Engine::Outcome::kFuelExhausted);
+  absl::StatusOr<vault::v1::WasmSnapshot> snap = (*e)->Capture();
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  ASSERT_GT(snap->function_refs_size(), 0);
+  const std::string& raw = snap->values();
+  const size_t slot = snap->function_refs(0);
+  EXPECT_EQ(raw.substr(slot * 16 + 4, 12), std::string(12, '\0'));
+  limits.fuel = 40000;
+  absl::StatusOr<std::unique_ptr<Engine>> again = Engine::Load(module, limits, host.Resolver());
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE((*again)->Restore(*snap).ok());
+  EXPECT_EQ((*again)->Run().kind, Engine::Outcome::kFuelExhausted);
+}
+
 }  // namespace
 }  // namespace vault::sandbox::wasm

@@ -1,0 +1,70 @@
+#include "bench/agent_bench_ops.h"
+
+#include <grpcpp/grpcpp.h>
+
+namespace vault::bench {
+
+std::unique_ptr<vault::v1::Agents::Stub> Stub(const std::string& socket) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return vault::v1::Agents::NewStub(grpc::CreateCustomChannel(
+      absl::StrCat("unix:", socket), grpc::InsecureChannelCredentials(), args));
+}
+
+vault::v1::AgentStatus MustGet(vault::v1::Agents::Stub& stub, const std::string& id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  vault::v1::GetAgentRequest req;
+  req.set_id(id);
+  vault::v1::AgentStatus out;
+  grpc::Status s = stub.Get(&ctx, req, &out);
+  if (s.error_code() == grpc::StatusCode::NOT_FOUND) return vault::v1::AgentStatus();
+  if (!s.ok()) Die(absl::StrCat("Agents.Get ", id, ": ", s.error_message()));
+  return out;
+}
+
+std::string SpawnNow(Vault& v, vault::v1::Agents::Stub& stub, const std::string& state) {
+  absl::StatusOr<vault::v1::SpawnRequest> req = v.SpawnRequest(state);
+  if (!req.ok()) Die(req.status().ToString());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  vault::v1::SpawnResponse out;
+  grpc::Status s = stub.Spawn(&ctx, *req, &out);
+  if (!s.ok()) Die(absl::StrCat("Agents.Spawn: ", s.error_message()));
+  return out.agent_id();
+}
+
+void Terminate(Vault& v, vault::v1::Agents::Stub& stub, const std::string& id) {
+  absl::StatusOr<vault::v1::ControlRequest> req = v.TerminateRequest(id);
+  if (!req.ok()) Die(req.status().ToString());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  vault::v1::ControlResponse out;
+  (void)stub.Control(&ctx, *req, &out);
+}
+
+void UseFile(Vault& v, vault::v1::Agents::Stub& stub, const std::string& spec,
+             const std::string& path, const std::string& state) {
+  if (absl::Status s = v.SetSpec(spec); !s.ok()) Die(s.ToString());
+  absl::StatusOr<std::string> id = v.SpawnWithVaultctl(path, state);
+  if (!id.ok()) Die(id.status().ToString());
+  PollUntil(stub, *id, [](const vault::v1::AgentStatus& s) { return s.record().counters().host_calls() > 0; });
+  Terminate(v, stub, *id);
+  (void)v.WaitEnded(*id, absl::Seconds(30));
+}
+std::vector<double> FirstCall(Vault& v, vault::v1::Agents::Stub& stub, const std::string& state,
+                              int runs) {
+  std::vector<double> ms;
+  for (int i = 0; i < runs; ++i) {
+    const absl::Time t0 = absl::Now();
+    const std::string id = SpawnNow(v, stub, state);
+    const absl::Time t1 = PollUntil(
+        stub, id, [](const vault::v1::AgentStatus& s) { return s.record().counters().host_calls() > 0; });
+    ms.push_back(absl::ToDoubleMilliseconds(t1 - t0));
+    Terminate(v, stub, id);
+    (void)v.WaitEnded(id, absl::Seconds(30));
+  }
+  return ms;
+}
+
+}  // namespace vault::bench
