@@ -48,7 +48,8 @@ void UseFile(Vault& v, vault::v1::Agents::Stub& stub, const std::string& spec,
   if (absl::Status s = v.SetSpec(spec); !s.ok()) Die(s.ToString());
   absl::StatusOr<std::string> id = v.SpawnWithVaultctl(path, state);
   if (!id.ok()) Die(id.status().ToString());
-  PollUntil(stub, *id, [](const vault::v1::AgentStatus& s) { return s.record().counters().host_calls() > 0; });
+  PollUntil(stub, *id,
+            [](const vault::v1::AgentStatus& s) { return s.record().counters().host_calls() > 0; });
   Terminate(v, stub, *id);
   (void)v.WaitEnded(*id, absl::Seconds(30));
 }
@@ -58,8 +59,9 @@ std::vector<double> FirstCall(Vault& v, vault::v1::Agents::Stub& stub, const std
   for (int i = 0; i < runs; ++i) {
     const absl::Time t0 = absl::Now();
     const std::string id = SpawnNow(v, stub, state);
-    const absl::Time t1 = PollUntil(
-        stub, id, [](const vault::v1::AgentStatus& s) { return s.record().counters().host_calls() > 0; });
+    const absl::Time t1 = PollUntil(stub, id, [](const vault::v1::AgentStatus& s) {
+      return s.record().counters().host_calls() > 0;
+    });
     ms.push_back(absl::ToDoubleMilliseconds(t1 - t0));
     Terminate(v, stub, id);
     (void)v.WaitEnded(id, absl::Seconds(30));

@@ -160,8 +160,8 @@ int Main(int argc, char** argv) {
     std::printf(
         "kernel (%d steps): interpreter %.1f ms, native %.2f ms (x%.0f); fuel counted %.1f ms "
         "vs one slice %.1f ms (x%.3f); asyncified %.1f ms (x%.2f), %zu bytes vs %zu (x%.2f)\n",
-        WASM_BENCH_KERNEL_STEPS, s.p50, native_ms, s.p50 / native_ms, fu.p50, o.p50,
-        fu.p50 / o.p50, as.p50, as.p50 / s.p50, asyncified.size(), plain.size(),
+        WASM_BENCH_KERNEL_STEPS, s.p50, native_ms, s.p50 / native_ms, fu.p50, o.p50, fu.p50 / o.p50,
+        as.p50, as.p50 / s.p50, asyncified.size(), plain.size(),
         static_cast<double>(asyncified.size()) / plain.size());
     emit("wasm.interpreter_ms", "wasm kernel in the interpreter (2^23 steps)", s.p50, "ms",
          native_ms, "the same C compiled natively", std::nullopt,
@@ -278,7 +278,9 @@ int Main(int argc, char** argv) {
     std::unique_ptr<vault::v1::Agents::Stub> b = Stub(fed.Socket("b"));
     const std::string spec = root + "/hop.scm";
     WriteAll(spec, absl::StrCat("(spawn-agent (purpose \"wasm_bench hop\") (sandbox wasm)\n"
-                                "  (code-file \"", WASM_BENCH_AGENT, "\")\n"
+                                "  (code-file \"",
+                                WASM_BENCH_AGENT,
+                                "\")\n"
                                 "  (capabilities (receive (from \"*\")) (migrate (vaults a b)))\n"
                                 "  (constraints (max-runtime 3600)))\n"));
     auto hop = [&](int kib) {
@@ -289,7 +291,8 @@ int Main(int argc, char** argv) {
         RunResult spawned = MustRun({ctl, "--vault", fed.Socket("a"), "agent", "spawn", spec,
                                      "--as", fed.AdminKey("a"), "--state", state});
         const std::string id(absl::StripAsciiWhitespace(spawned.out));
-        PollUntil(*a, id, [](const AgentStatus& s) { return s.record().counters().log_lines() > 0; });
+        PollUntil(*a, id,
+                  [](const AgentStatus& s) { return s.record().counters().log_lines() > 0; });
         const std::string go = root + "/go";
         WriteAll(go, "go");
         const absl::Time t0 = absl::Now();

@@ -23,6 +23,10 @@ PACKAGES=(
   # Scheme agents: Guile 3.0 embedded in vault-scheme-runner (sandbox/scheme/), not an interpreter
   # of our own.
   guile-3.0-dev
+  # wasm agents: wabt's interpreter (its libwabt.a and headers) in vault-wasm-runner (sandbox/wasm/),
+  # not an interpreter of our own; lld, wasi-libc and clang's wasm32 runtime build the wasm test
+  # agents and examples; binaryen's wasm-opt only bench/wasm_bench (the Asyncify comparison).
+  wabt lld wasi-libc libclang-rt-dev-wasm32 binaryen
   # The http_get host call: the vault fetches URLs for agents (replaces a hand-written HTTP client).
   libcurl4-openssl-dev
   # Tests only: the independent Python gRPC client of CAS and Audit, and the deploy/ YAML checks.

@@ -11,9 +11,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <set>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,8 +51,9 @@ class WasmTest : public MigrationTest {
     if (IsSkipped()) return;
     owner_key_ = NewKey("owner", &owner_);
     for (const char* name : {kA, kB, kC}) {
-      ASSERT_NO_FATAL_FAILURE(
-          Trust(name, owner_key_, {"read:/vault/pub", "cas-write", "migrate:a,b,c"}));
+      ASSERT_NO_FATAL_FAILURE(Trust(
+          name, owner_key_,
+          {"read:/vault/pub", "cas-read", "cas-write", "migrate:a,b,c", "send:*", "receive:*"}));
     }
   }
 
@@ -200,7 +201,8 @@ TEST_F(WasmTest, RandomHopsWithSigkillsEndAsIfItNeverMoved) {
       bool arrived = false;
       while (absl::Now() < deadline && !arrived) {
         for (const std::string& line : Logs(to, id)) {
-          arrived = arrived || absl::StartsWith(line, absl::StrCat("step ", hop_step, ": ", to, " -> 0"));
+          arrived =
+              arrived || absl::StartsWith(line, absl::StrCat("step ", hop_step, ": ", to, " -> 0"));
         }
         if (!arrived) absl::SleepFor(absl::Milliseconds(20));
       }
@@ -288,15 +290,16 @@ TEST_F(WasmTest, TheOperatorMovesAPlainWasiProgramMidRun) {
   const std::string spec_extra = "(max-runtime 120) (max-migrations 1)";
   auto spawn_plain = [&](const std::string& vault) {
     const std::string file = absl::StrCat(root(), "/plain-", ++specs_, ".scm");
-    EXPECT_TRUE(WriteFile(file, absl::StrCat("(spawn-agent (purpose \"plain\") (sandbox wasm)\n"
-                                             "  (code-file \"",
-                                             Module("plain"),
-                                             "\")\n"
-                                             "  (args \"12000000\") (env (\"LABEL\" \"fib\"))\n"
-                                             "  (capabilities (migrate (vaults a b c)))\n"
-                                             "  (constraints ",
-                                             spec_extra, "))\n"))
-                    .ok());
+    EXPECT_TRUE(
+        WriteFile(file, absl::StrCat("(spawn-agent (purpose \"plain\") (sandbox wasm)\n"
+                                     "  (code-file \"",
+                                     Module("plain"),
+                                     "\")\n"
+                                     "  (args \"12000000\") (env (\"LABEL\" \"fib\"))\n"
+                                     "  (capabilities (cas-write) (migrate (vaults a b c)))\n"
+                                     "  (constraints ",
+                                     spec_extra, "))\n"))
+            .ok());
     return MigrationTest::Spawn(vault, file, owner_key_);
   };
   // Unmoved, on c: the output to expect.
@@ -328,6 +331,62 @@ TEST_F(WasmTest, TheOperatorMovesAPlainWasiProgramMidRun) {
   EXPECT_THAT(moved.out, HasSubstr("state: a fresh checkpoint"));
 }
 
+// The RFC's patterns 2-4 as the wasm examples ship them (sdk/wasm/examples), on the federation.
+TEST_F(WasmTest, TheExamplesRunAsShipped) {
+  auto example = [](const std::string& name) {
+    return absl::StrCat(VAULT_IT_WASM_EXAMPLES, "/vault_wasm_example_", name, ".wasm");
+  };
+  auto spec = [](const std::string& name) {
+    return absl::StrCat(VAULT_IT_SDK_DIR, "/wasm/examples/", name, ".scm");
+  };
+  // One-shot: CAS in, CAS out.
+  const std::string input = root() + "/input.txt";
+  ASSERT_TRUE(WriteFile(input, "the quick brown\nfox  jumps").ok());
+  RunResult put = Ctl(kA, {"cas", "put", input});
+  ASSERT_EQ(put.exit_code, kExitOk) << put;
+  const std::string state = root() + "/input-digest";
+  ASSERT_TRUE(WriteFile(state, put.out.substr(0, put.out.find_first_of(" \t\n"))).ok());
+  RunResult one = Ctl(kA, {"agent", "spawn", spec("one_shot"), "--code", example("one_shot"),
+                           "--as", owner_key_, "--state", state});
+  ASSERT_EQ(one.exit_code, kExitOk) << one;
+  const std::string one_id(absl::StripAsciiWhitespace(one.out));
+  vault::v1::AgentRecord counted = WaitState(kA, one_id, vault::v1::COMPLETED);
+  EXPECT_EQ(Result(kA, counted), "5 words\n");
+  // Reactive: a query answered upper-cased, then stopped.
+  RunResult re = Ctl(
+      kA, {"agent", "spawn", spec("reactive"), "--code", example("reactive"), "--as", owner_key_});
+  ASSERT_EQ(re.exit_code, kExitOk) << re;
+  const std::string re_id(absl::StripAsciiWhitespace(re.out));
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < deadline && Logs(kA, re_id).empty()) absl::SleepFor(absl::Milliseconds(20));
+  RunResult q = Ctl(kA, {"agent", "query", re_id, "hello, wasm"});
+  EXPECT_EQ(q.exit_code, kExitOk) << q;
+  EXPECT_EQ(q.out, "HELLO, WASM");
+  RunResult stop = Ctl(kA, {"agent", "send", re_id, "--type", "stop"});
+  EXPECT_EQ(stop.exit_code, kExitOk) << stop;
+  WaitState(kA, re_id, vault::v1::COMPLETED);
+  // Mobile: b, then c, then home, what it saw gathered in a local array that moved with it
+  // (its spec names this federation's vaults).
+  const std::string mobile = root() + "/mobile.scm";
+  ASSERT_TRUE(WriteFile(mobile,
+                        "(spawn-agent (purpose \"tour\") (sandbox wasm)\n"
+                        "  (capabilities (cas-write) (migrate (vaults a b c)))\n"
+                        "  (constraints (max-runtime 60) (max-migrations 3)))\n")
+                  .ok());
+  const std::string route = root() + "/route";
+  ASSERT_TRUE(WriteFile(route, "b c").ok());
+  RunResult mo = Ctl(kA, {"agent", "spawn", mobile, "--code", example("mobile"), "--as", owner_key_,
+                          "--state", route});
+  ASSERT_EQ(mo.exit_code, kExitOk) << mo;
+  const std::string mo_id(absl::StripAsciiWhitespace(mo.out));
+  vault::v1::AgentRecord home = WaitState(kA, mo_id, vault::v1::COMPLETED);
+  EXPECT_EQ(home.hop(), 3u);
+  EXPECT_EQ(Result(kA, home), "b,c");
+  EXPECT_THAT(Logs(kB, mo_id), ElementsAre("at b (migrate -> 0)"));
+  EXPECT_THAT(Logs(kC, mo_id), ElementsAre("at c (migrate -> 0)"));
+  EXPECT_THAT(Logs(kA, mo_id), ElementsAre("start at a", "home at a having seen b,c"));
+}
+
 // What the runner cannot load ends the agent at once, with the reason; the vault never parses a
 // module itself.
 TEST_F(WasmTest, ModulesTheRunnerCannotLoadAreRefusedWithTheReason) {
@@ -353,7 +412,8 @@ TEST_F(WasmTest, ModulesTheRunnerCannotLoadAreRefusedWithTheReason) {
     ASSERT_TRUE(WriteFile(module, c.bytes).ok());
     const std::string file = absl::StrCat(root(), "/", c.name, ".scm");
     ASSERT_TRUE(WriteFile(file, absl::StrCat("(spawn-agent (purpose \"refused\") (sandbox wasm)"
-                                             " (code-file \"", module, "\"))"))
+                                             " (code-file \"",
+                                             module, "\"))"))
                     .ok());
     std::string id = MigrationTest::Spawn(kA, file, owner_key_);
     ASSERT_FALSE(id.empty());

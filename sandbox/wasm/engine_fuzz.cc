@@ -43,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!snap.ok()) return 0;  // (a reference the snapshot cannot name: refused, not crashed)
   limits.fuel = 40000;
   absl::StatusOr<std::unique_ptr<Engine>> again = Engine::Load(bytes, limits, &NoImports);
-  if (!again.ok()) abort();  // it loaded once
+  if (!again.ok()) abort();                     // it loaded once
   if (!(*again)->Restore(*snap).ok()) abort();  // a snapshot of this very module
   (void)(*again)->Run();
   return 0;

@@ -149,13 +149,13 @@ absl::StatusOr<HostFunction> LibraryImport(RunnerHost& host, absl::string_view n
     });
   }
   if (name == "send") {
-    // send(to, tlen, type, tylen, data, dlen, out_id: u64*)
-    return Coded({I, I, I, I, I, I, I}, [&agent](HostCall& c, Mem& m) -> absl::Status {
+    // send(to, tlen, type, tylen, data, dlen, reply_to: i64, out_id: u64*)
+    return Coded({I, I, I, I, I, I, L, I}, [&agent](HostCall& c, Mem& m) -> absl::Status {
       VAULT_ASSIGN_OR_RETURN(std::string to, m.Bytes(c.args[0], c.args[1]));
       VAULT_ASSIGN_OR_RETURN(std::string type, m.Bytes(c.args[2], c.args[3]));
       VAULT_ASSIGN_OR_RETURN(std::string data, m.Bytes(c.args[4], c.args[5]));
-      VAULT_ASSIGN_OR_RETURN(uint64_t id, agent.Send(to, type, data));
-      return m.U64(c.args[6], id);
+      VAULT_ASSIGN_OR_RETURN(uint64_t id, agent.Send(to, type, data, c.args[6]));
+      return m.U64(c.args[7], id);
     });
   }
   if (name == "receive") {
