@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <random>
@@ -51,9 +52,9 @@ class WasmTest : public MigrationTest {
     if (IsSkipped()) return;
     owner_key_ = NewKey("owner", &owner_);
     for (const char* name : {kA, kB, kC}) {
-      ASSERT_NO_FATAL_FAILURE(Trust(
-          name, owner_key_,
-          {"read:/vault/pub", "cas-read", "cas-write", "migrate:a,b,c", "send:*", "receive:*"}));
+      ASSERT_NO_FATAL_FAILURE(Trust(name, owner_key_,
+                                    {"read:/vault/pub", "write:/vault/pub", "cas-read", "cas-write",
+                                     "migrate:a,b,c", "send:*", "receive:*"}));
     }
   }
 
@@ -385,6 +386,36 @@ TEST_F(WasmTest, TheExamplesRunAsShipped) {
   EXPECT_THAT(Logs(kB, mo_id), ElementsAre("at b (migrate -> 0)"));
   EXPECT_THAT(Logs(kC, mo_id), ElementsAre("at c (migrate -> 0)"));
   EXPECT_THAT(Logs(kA, mo_id), ElementsAre("start at a", "home at a having seen b,c"));
+}
+
+// WASI files: the path grants are the preopened directories; reads, writes and listings are host
+// calls the vault checks; a ".." above a preopen, a path under none and a symlink planted in the
+// granted tree are each refused (ENOTCAPABLE), and nothing outside the grant is read.
+TEST_F(WasmTest, WasiFilesStayUnderTheGrantedPaths) {
+  const std::string pub = V(kA).data_dir + "/files/pub/wasm";
+  const std::string secret = V(kA).data_dir + "/files/secret";
+  std::filesystem::create_directories(pub);
+  std::filesystem::create_directories(secret);
+  ASSERT_TRUE(WriteFile(pub + "/in.txt", "hello from the tree").ok());
+  ASSERT_TRUE(WriteFile(secret + "/s.txt", "secret").ok());
+  std::filesystem::create_symlink("../../secret/s.txt", pub + "/link.txt");
+  std::string id =
+      SpawnWasm(kA, "files", "(read (path \"/vault/pub\")) (write (path \"/vault/pub\"))",
+                "(max-runtime 60)", std::nullopt);
+  ASSERT_FALSE(id.empty());
+  vault::v1::AgentRecord r = WaitEnded(kA, id);
+  EXPECT_EQ(r.state(), vault::v1::COMPLETED) << r.reason();
+  EXPECT_THAT(
+      Logs(kA, id),
+      ElementsAre("read in.txt: hello from the tree", "out.txt: written by wasm, in two writes",
+                  "dir: in.txt out.txt",  // (the vault's listing shows no symlink)
+                  "/vault/pub/../secret/s.txt: refused (errno 76)",
+                  "/vault/pub/wasm/../../secret/s.txt: refused (errno 76)",
+                  "/etc/passwd: refused (errno 76)",
+                  "/vault/pub/wasm/link.txt: refused (errno 76)"));
+  absl::StatusOr<std::string> written = ReadFile(pub + "/out.txt");
+  ASSERT_TRUE(written.ok());
+  EXPECT_EQ(*written, "written by wasm, in two writes");
 }
 
 // What the runner cannot load ends the agent at once, with the reason; the vault never parses a

@@ -56,6 +56,9 @@ class RunnerHost {
   const std::string& restored_from() const { return restored_from_; }
   // Appends `bytes` written to fd 1 or 2; each whole line is a log line.
   absl::Status Output(int fd, absl::string_view bytes);
+  // The size of a regular file of the vault's tree (read_file); FAILED_PRECONDITION for a
+  // directory.
+  absl::StatusOr<uint64_t> FileSizeOf(const std::string& path);
 
  private:
   vault::sdk::Agent* const agent_;

@@ -1,11 +1,12 @@
 // A WASI preview1 subset, made of host calls (docs/wasm.md, "WASI"): fd_write to stdout and
 // stderr becomes log lines; args and environ are the spec's; clock_time_get and random_get ask
 // the vault (so the answers are in the agent's effect log and a replay sees the same); proc_exit
-// ends the program. No descriptor but 0, 1 and 2 exists (no preopens): path calls answer EBADF.
+// ends the program; files under the directories preopened from the path grants (wasi_files.cc).
 // Every other preview1 function is offered with its signature and answers ENOSYS, so that any
 // wasi-libc program loads.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "sandbox/wasm/runner_host.h"
+#include "sandbox/wasm/wasi.h"
 
 namespace vault::sandbox::wasm {
 namespace {
@@ -20,9 +22,8 @@ namespace {
 constexpr ValType I = ValType::kI32;
 constexpr ValType L = ValType::kI64;
 
-// WASI errno values.
-constexpr uint32_t kSuccess = 0, kBadf = 8, kFault = 21, kInval = 28, kIo = 29, kNosys = 52,
-                   kSpipe = 70;
+constexpr uint32_t kSuccess = kWasiSuccess, kBadf = kWasiBadf, kFault = kWasiFault,
+                   kInval = kWasiInval, kIo = kWasiIo, kNosys = kWasiNosys, kSpipe = kWasiSpipe;
 
 // Each preview1 function's parameters ("i" i32, "l" i64); all return an i32 errno but proc_exit.
 struct Signature {
@@ -226,9 +227,25 @@ absl::StatusOr<HostFunction> WasiImport(RunnerHost& host, absl::string_view name
       return kSuccess;
     });
   }
+  // The calls on files and preopened directories.
+  for (const char* file_call : {"fd_prestat_get", "fd_prestat_dir_name", "path_open",
+                                "path_filestat_get", "fd_filestat_get", "fd_readdir"}) {
+    if (name == file_call) {
+      return Wasi(*sig, [&host, file_call](HostCall& c) -> absl::StatusOr<uint32_t> {
+        return WasiFileCall(host, file_call, c);
+      });
+    }
+  }
+  // And the descriptor calls on a descriptor above 2 (0, 1 and 2 are below).
+  auto on_file =
+      [&host, name = std::string(name)](HostCall& c) -> std::optional<absl::StatusOr<uint32_t>> {
+    if (c.args.empty() || c.args[0] <= 2) return std::nullopt;
+    return WasiFileCall(host, name, c);
+  };
   if (name == "fd_write") {
     // fd_write(fd, iovs, iovs_len, nwritten): stdout and stderr, as log lines
-    return Wasi(*sig, [&host](HostCall& c) -> absl::StatusOr<uint32_t> {
+    return Wasi(*sig, [&host, on_file](HostCall& c) -> absl::StatusOr<uint32_t> {
+      if (auto f = on_file(c)) return *f;
       const uint64_t fd = c.args[0];
       if (fd != 1 && fd != 2) return kBadf;
       std::string bytes;
@@ -247,15 +264,16 @@ absl::StatusOr<HostFunction> WasiImport(RunnerHost& host, absl::string_view name
   }
   if (name == "fd_read") {
     // stdin is empty
-    return Wasi(*sig, [](HostCall& c) -> absl::StatusOr<uint32_t> {
+    return Wasi(*sig, [on_file](HostCall& c) -> absl::StatusOr<uint32_t> {
+      if (auto f = on_file(c)) return *f;
       if (c.args[0] != 0) return kBadf;
       return PutU32(c.engine, c.args[3], 0).ok() ? kSuccess : kFault;
     });
   }
   if (name == "fd_fdstat_get") {
     // 0, 1, 2: character devices (so wasi-libc buffers stdout by line) that read or write
-    return Wasi(*sig, [](HostCall& c) -> absl::StatusOr<uint32_t> {
-      if (c.args[0] > 2) return kBadf;
+    return Wasi(*sig, [on_file](HostCall& c) -> absl::StatusOr<uint32_t> {
+      if (auto f = on_file(c)) return *f;
       std::string stat(24, '\0');
       stat[0] = 2;  // __WASI_FILETYPE_CHARACTER_DEVICE
       const uint64_t rights = c.args[0] == 0 ? (1u << 1) : (1u << 6);  // fd_read, fd_write
@@ -263,23 +281,15 @@ absl::StatusOr<HostFunction> WasiImport(RunnerHost& host, absl::string_view name
       return c.engine.Write(c.args[1], stat).ok() ? kSuccess : kFault;
     });
   }
-  if (name == "fd_close" || name == "fd_sync" || name == "fd_datasync") {
-    return Wasi(*sig, [](HostCall& c) -> absl::StatusOr<uint32_t> {
-      return c.args[0] <= 2 ? kSuccess : kBadf;
-    });
+  if (name == "fd_close" || name == "fd_seek" || name == "fd_tell") {
+    return Wasi(*sig,
+                [on_file, close = name == "fd_close"](HostCall& c) -> absl::StatusOr<uint32_t> {
+                  if (auto f = on_file(c)) return *f;
+                  return close ? kSuccess : kSpipe;
+                });
   }
-  if (name == "fd_seek" || name == "fd_tell") {
-    return Wasi(*sig, [](HostCall& c) -> absl::StatusOr<uint32_t> {
-      return c.args[0] <= 2 ? kSpipe : kBadf;
-    });
-  }
-  if (name == "fd_prestat_get" || name == "fd_prestat_dir_name" || name == "fd_readdir" ||
-      name == "fd_filestat_get" || name == "fd_pread" || name == "fd_pwrite" ||
-      absl::StartsWith(name, "path_")) {
-    // No preopened directory: nothing to name a path under.
-    return Wasi(*sig, [](HostCall& c) -> absl::StatusOr<uint32_t> {
-      return c.args.empty() || c.args[0] > 2 ? kBadf : kInval;
-    });
+  if (name == "fd_sync" || name == "fd_datasync") {
+    return Wasi(*sig, [](HostCall&) -> absl::StatusOr<uint32_t> { return kSuccess; });
   }
   if (name == "sched_yield") {
     return Wasi(*sig, [](HostCall&) -> absl::StatusOr<uint32_t> { return kSuccess; });

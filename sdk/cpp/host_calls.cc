@@ -222,6 +222,13 @@ absl::StatusOr<vault::v1::Digest> Agent::CasPut(absl::string_view data) {
 
 absl::StatusOr<std::string> Agent::ReadFile(absl::string_view path, uint64_t offset,
                                             uint64_t limit) {
+  absl::StatusOr<vault::v1::ReadFileResult> r = ReadFileRange(path, offset, limit);
+  if (!r.ok()) return r.status();
+  return std::move(*r->mutable_data());
+}
+
+absl::StatusOr<vault::v1::ReadFileResult> Agent::ReadFileRange(absl::string_view path,
+                                                               uint64_t offset, uint64_t limit) {
   HostRequest request;
   vault::v1::ReadFileRequest* read = request.mutable_read_file();
   read->set_path(std::string(path));
@@ -229,7 +236,7 @@ absl::StatusOr<std::string> Agent::ReadFile(absl::string_view path, uint64_t off
   read->set_limit(limit);
   absl::StatusOr<HostResponse> response = Call(request, HostResponse::kReadFile);
   if (!response.ok()) return response.status();
-  return std::move(*response->mutable_read_file()->mutable_data());
+  return std::move(*response->mutable_read_file());
 }
 
 absl::StatusOr<uint64_t> Agent::WriteFile(absl::string_view path, absl::string_view data,

@@ -198,6 +198,9 @@ class Agent {
   // A file of the vault's tree ("/vault/pub/prices.csv"), as CasGet.
   absl::StatusOr<std::string> ReadFile(absl::string_view path, uint64_t offset = 0,
                                        uint64_t limit = 0);
+  // The same with the whole file's size.
+  absl::StatusOr<vault::v1::ReadFileResult> ReadFileRange(absl::string_view path, uint64_t offset,
+                                                          uint64_t limit);
   // Replaces the file atomically, or appends to it. Returns the file's size after the write.
   absl::StatusOr<uint64_t> WriteFile(absl::string_view path, absl::string_view data,
                                      bool append = false);
