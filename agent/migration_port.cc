@@ -123,7 +123,9 @@ bool AgentRuntime::Impl::AskCheckpoint(const AgentRef& agent, absl::Duration wai
     // An agent whose runner snapshots (wasm) is interrupted: its runner captures the run at its
     // next fuel slice and checkpoints it, so the hop's log starts there. Another agent that
     // replays is not asked: it goes with its effect log (ReplayState).
-    interrupt = agent->snapshots && agent->effects != nullptr && agent->handle != nullptr;
+    // (Not while it replays: its calls must be the log's, and a capture would not be.)
+    interrupt = agent->snapshots && agent->effects != nullptr && agent->handle != nullptr &&
+                agent->replay_next >= agent->replay_end;
     if (agent->effects != nullptr && !interrupt) return false;
     before = agent->record.counters().checkpoints();
     if (interrupt) {

@@ -50,7 +50,7 @@ absl::Status AgentRuntime::Impl::LoadEffectLog(LiveAgent& live) {
   std::optional<std::string> state;
   if (r.has_state()) {
     VAULT_ASSIGN_OR_RETURN(cas::Digest d, ToDigest(r.state_digest()));
-    if (d.size() > kMaxEffectLogBytes + kMaxSnapshotBytes + (1u << 20)) {
+    if (d.size() > kMaxEffectLogBytes + (live.snapshots ? kMaxSnapshotBytes : 0) + (1u << 20)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the state is ", d.size(), " bytes; an agent that replays (", r.spec().sandbox(),
           ") keeps its state in its effect log, at most ", kMaxEffectLogBytes >> 20,
@@ -83,7 +83,7 @@ absl::Status AgentRuntime::Impl::LoadEffectLog(LiveAgent& live) {
     live.effects->DropLast();
   }
   // Its snapshot, which its runner names again (a checkpoint made again after a restart).
-  if (live.effects->has_snapshot()) live.shared.insert(live.effects->snapshot_sha256());
+  if (live.effects->has_snapshot()) live.snapshot_objects.insert(live.effects->snapshot_sha256());
   // What it put, it may read back (as it could when it put it).
   for (size_t i = 0; i < live.effects->size(); ++i) {
     const vault::v1::EffectNode& n = live.effects->node(i);
@@ -217,13 +217,13 @@ void AgentRuntime::Impl::LogAnswer(const std::shared_ptr<LiveAgent>& live,
 }
 
 absl::StatusOr<std::optional<cas::Digest>> AgentRuntime::Impl::StoreEffectLog(
-    const std::shared_ptr<LiveAgent>& live, bool with_migrate) {
+    const std::shared_ptr<LiveAgent>& live, bool with_migrate, const EffectLog* instead) {
   std::optional<EffectLog> copy;
   std::optional<EffectLog::Extra> extra;
   {
     absl::MutexLock lock(&live->mu);
     if (live->effects == nullptr) return std::nullopt;
-    copy.emplace(*live->effects);  // written out without the agent's lock
+    copy.emplace(instead != nullptr ? *instead : *live->effects);  // written out without the lock
     if (with_migrate) extra = live->migrate_extra;
   }
   if (extra.has_value() && extra->snapshot.has_value()) copy->Rebase(*std::move(extra->snapshot));

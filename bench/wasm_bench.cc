@@ -301,8 +301,14 @@ int Main(int argc, char** argv) {
         const absl::Time t1 = PollUntil(
             *b, id, [](const AgentStatus& s) { return s.record().counters().log_lines() > 0; });
         ms.push_back(absl::ToDoubleMilliseconds(t1 - t0));
-        MustRun(
+        RunResult ended = Run(
             {ctl, "--vault", fed.Socket("b"), "agent", "terminate", id, "--as", fed.AdminKey("b")});
+        if (ended.code != 0) {
+          RunResult st = Run({ctl, "--vault", fed.Socket("b"), "agent", "status", id});
+          RunResult logs = Run({ctl, "--vault", fed.Socket("b"), "agent", "logs", id});
+          Die(absl::StrCat("terminate ", id, " on b: ", ended.err, "\nstatus: ", st.out, st.err,
+                           "\nlogs: ", logs.out, logs.err));
+        }
       }
       return Summarize(ms);
     };

@@ -469,6 +469,7 @@ TEST_F(WasmTest, HostileModulesEndWithTheirOwnReasons) {
        "trap: unreachable executed (near the memory limit: "},
       {"badpointer", "(max-runtime 60)", "completed", ""},
       {"nocas", "(max-runtime 60)", "completed", ""},
+      {"badtext", "(max-runtime 60)", "completed", ""},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.mode);

@@ -42,8 +42,10 @@ struct HostUpload {
 bool IsStateUpload(LiveAgent& live, const HostRequest& request) {
   uint64_t id;
   switch (request.call_case()) {
-    case HostRequest::kCasUploadStart:
-      return request.cas_upload_start().state();
+    case HostRequest::kCasUploadStart: {
+      absl::MutexLock lock(&live.mu);
+      return request.cas_upload_start().state() && live.snapshots;
+    }
     case HostRequest::kCasUploadAppend:
       id = request.cas_upload_append().upload_id();
       break;
@@ -100,7 +102,8 @@ void AuthorizeCasWrite(HostCallContext& ctx) {
   const HostRequest& request = ctx.request;
   HostCall& c = ctx.call;
   c.grant = MakeGrant(Grant::CAS_WRITE);
-  // An upload of the agent's own state needs no grant (the quota still counts it).
+  // A runner's upload of its agent's snapshot (an agent whose sandbox snapshots) needs no grant:
+  // the quota still counts it, and only a checkpoint or migrate may name what it stores.
   auto state_upload = [&](uint64_t id) {
     absl::MutexLock lock(&ctx.live->mu);
     auto it = ctx.live->uploads.find(id);
@@ -109,7 +112,10 @@ void AuthorizeCasWrite(HostCallContext& ctx) {
   switch (request.call_case()) {
     case HostRequest::kCasUploadStart:
       c.subject = DigestText(request.cas_upload_start().digest());
-      c.allowed_without_grant = request.cas_upload_start().state();
+      {
+        absl::MutexLock lock(&ctx.live->mu);
+        c.allowed_without_grant = request.cas_upload_start().state() && ctx.live->snapshots;
+      }
       break;
     case HostRequest::kCasUploadAppend:
       c.subject = absl::StrCat("upload ", request.cas_upload_append().upload_id());
@@ -224,7 +230,12 @@ void CasUploadStart(HostCallContext& ctx) {
     c.status = present.status();
     return;
   }
-  auto up = std::make_shared<HostUpload>(*d, request.cas_upload_start().state());
+  bool state_upload;
+  {
+    absl::MutexLock lock(&live->mu);
+    state_upload = request.cas_upload_start().state() && live->snapshots;
+  }
+  auto up = std::make_shared<HostUpload>(*d, state_upload);
   if (!*present) {
     if (c.status = s.ChargeStorage(live->principal, d->size()); !c.status.ok()) return;
     absl::StatusOr<std::unique_ptr<cas::Upload>> started = s.cas().StartUpload(*d, 0);
@@ -373,7 +384,13 @@ void CasUploadFinish(HostCallContext& ctx) {
       live->record.mutable_counters()->set_bytes_written(live->record.counters().bytes_written() +
                                                          up->digest.size());
     }
-    live->shared.insert(up->digest.sha256());  // it may read back (and name) what it put
+    // It may read back (and name) what it put; a runner's snapshot only its checkpoint or
+    // migrate may name.
+    if (up->state) {
+      live->snapshot_objects.insert(up->digest.sha256());
+    } else {
+      live->shared.insert(up->digest.sha256());
+    }
   }
   *resp.mutable_cas_upload_finish()->mutable_digest() = FromDigest(up->digest);
   resp.mutable_cas_upload_finish()->set_already_present(out->already_present);

@@ -250,7 +250,8 @@ void Migrate(HostCallContext& ctx) {
     if (snapshots) {
       if (request.migrate().has_state_digest()) {
         absl::MutexLock lock(&live->mu);
-        if (!MayReadLocked(*live, request.migrate().state_digest().sha256())) {
+        const std::string& sha = request.migrate().state_digest().sha256();
+        if (!MayReadLocked(*live, sha) && !live->snapshot_objects.contains(sha)) {
           c.status = absl::PermissionDeniedError(
               "denied: migrate names a state this agent may not read (it did not put it)");
           return;

@@ -48,7 +48,8 @@ void AuthorizeCheckpoint(HostCallContext& ctx) {
   g.set_hash(d.sha256());
   c.grant = g;
   absl::MutexLock lock(&ctx.live->mu);
-  c.allowed_without_grant = MayReadLocked(*ctx.live, d.sha256());
+  c.allowed_without_grant =
+      MayReadLocked(*ctx.live, d.sha256()) || ctx.live->snapshot_objects.contains(d.sha256());
 }
 
 void GetState(HostCallContext& ctx) {
@@ -163,12 +164,14 @@ void Checkpoint(HostCallContext& ctx) {
   c.subject = d.ToString();
   // An agent whose sandbox snapshots (wasm): the state is its execution state, taken in this
   // call; its log starts again from it (this call, which its next start makes again, first).
-  bool snapshots;
+  // It becomes the agent's log only once it is stored, so a checkpoint that fails leaves the log
+  // as it was.
+  std::optional<EffectLog> rebased;
   {
     absl::MutexLock lock(&live->mu);
-    snapshots = live->snapshots && live->effects != nullptr;
+    if (live->snapshots && live->effects != nullptr) rebased.emplace(*live->effects);
   }
-  if (snapshots) {
+  if (rebased.has_value()) {
     absl::StatusOr<std::string> snap = SnapshotBytes(
         s, request.checkpoint().state(),
         request.checkpoint().has_state_digest() ? &request.checkpoint().state_digest() : nullptr);
@@ -176,17 +179,20 @@ void Checkpoint(HostCallContext& ctx) {
       c.status = snap.status();
       return;
     }
-    absl::MutexLock lock(&live->mu);
-    live->effects->Rebase(*std::move(snap));
+    rebased->Rebase(*std::move(snap));
   }
   // An agent that replays resumes from its effect log (up to this call, which its next start
   // makes again: a checkpoint is the same whenever it is made).
-  absl::StatusOr<std::optional<cas::Digest>> log = s.StoreEffectLog(live, /*with_migrate=*/false);
+  absl::StatusOr<std::optional<cas::Digest>> log =
+      s.StoreEffectLog(live, /*with_migrate=*/false, rebased.has_value() ? &*rebased : nullptr);
   if (!log.ok()) {
     c.status = log.status();
     return;
   }
   absl::MutexLock lock(&live->mu);
+  if (rebased.has_value() && live->effects != nullptr) {
+    live->effects = std::make_unique<EffectLog>(*std::move(rebased));
+  }
   *live->record.mutable_state_digest() = FromDigest(log->value_or(d));
   live->record.set_has_state(true);
   live->record.mutable_counters()->set_checkpoints(live->record.counters().checkpoints() + 1);

@@ -81,8 +81,11 @@ class HostCallServices {
   // For an agent that replays: its effect log (ending with its pending migrate when
   // `with_migrate`), written out, signed and stored in the CAS (charged to its principal's
   // storage) as the state it resumes from. Null when the agent does not replay.
+  // `instead`: write out this log rather than the agent's own (a rebased copy, made the agent's
+  // only once it is stored).
   virtual absl::StatusOr<std::optional<cas::Digest>> StoreEffectLog(
-      const std::shared_ptr<LiveAgent>& live, bool with_migrate) = 0;
+      const std::shared_ptr<LiveAgent>& live, bool with_migrate,
+      const EffectLog* instead = nullptr) = 0;
 };
 
 // One host call on its way through the proxy.

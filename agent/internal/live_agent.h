@@ -74,6 +74,9 @@ struct LiveAgent {
   };
   std::optional<PendingReceive> pending_receive ABSL_GUARDED_BY(mu);
   absl::flat_hash_set<std::string> shared ABSL_GUARDED_BY(mu);  // sha256 of objects shared with it
+  // sha256 of the snapshots its runner uploaded (state uploads) and the one its log starts from:
+  // what its checkpoint and migrate may name, nothing else (not readable, not shareable).
+  absl::flat_hash_set<std::string> snapshot_objects ABSL_GUARDED_BY(mu);
   EndCause end_cause ABSL_GUARDED_BY(mu) = EndCause::kNone;
   std::string end_reason ABSL_GUARDED_BY(mu);
   bool exit_requested ABSL_GUARDED_BY(mu) = false;

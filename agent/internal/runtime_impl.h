@@ -191,8 +191,9 @@ class AgentRuntime::Impl : public HostCallServices,
                               const std::optional<cas::Digest>& state_digest) override;
 
   // ---- replay.cc: effect logs of agents that replay (docs/replay.md) ----
-  absl::StatusOr<std::optional<cas::Digest>> StoreEffectLog(const std::shared_ptr<LiveAgent>& live,
-                                                            bool with_migrate) override;
+  absl::StatusOr<std::optional<cas::Digest>> StoreEffectLog(
+      const std::shared_ptr<LiveAgent>& live, bool with_migrate,
+      const EffectLog* instead = nullptr) override;
   // Before its process talks: the agent's log, from its state (a log written out: verified, then
   // replayed) or new (the state it was spawned with, if any, kept in it).
   absl::Status LoadEffectLog(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);

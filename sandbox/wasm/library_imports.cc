@@ -25,6 +25,12 @@ struct Mem {
     VAULT_ASSIGN_OR_RETURN(absl::string_view b, engine.Read(ptr, len));
     return std::string(b);
   }
+  // Text for a host call's string field: INVALID_ARGUMENT unless it is UTF-8.
+  absl::StatusOr<std::string> Text(uint64_t ptr, uint64_t len) {
+    VAULT_ASSIGN_OR_RETURN(std::string t, Bytes(ptr, len));
+    if (!IsUtf8(t)) return absl::InvalidArgumentError("the text is not UTF-8");
+    return t;
+  }
   absl::Status U32(uint64_t ptr, uint32_t v) {
     char b[4];
     for (int i = 0; i < 4; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
@@ -88,7 +94,7 @@ absl::StatusOr<HostFunction> LibraryImport(RunnerHost& host, absl::string_view n
     return Coded({I, I, I}, [&agent](HostCall& c, Mem& m) -> absl::Status {
       VAULT_ASSIGN_OR_RETURN(std::string text, m.Bytes(c.args[1], c.args[2]));
       const uint64_t level = c.args[0] <= 3 ? c.args[0] : 0;
-      return agent.Log(static_cast<vault::sdk::LogLevel>(level), text);
+      return agent.Log(static_cast<vault::sdk::LogLevel>(level), Utf8Line(text));
     });
   }
   if (name == "heartbeat") {
@@ -119,7 +125,7 @@ absl::StatusOr<HostFunction> LibraryImport(RunnerHost& host, absl::string_view n
   if (name == "migrate") {
     // migrate(vault, len): returns 0 on the destination, where the run goes on
     return Coded({I, I}, [&host](HostCall& c, Mem& m) -> absl::Status {
-      VAULT_ASSIGN_OR_RETURN(std::string to, m.Bytes(c.args[0], c.args[1]));
+      VAULT_ASSIGN_OR_RETURN(std::string to, m.Text(c.args[0], c.args[1]));
       if (c.resumed) return host.MigrateWith(to, host.restored_from(), /*resumed=*/true);
       VAULT_ASSIGN_OR_RETURN(std::string snapshot, host.CaptureHere(c.engine));
       return host.MigrateWith(to, snapshot, /*resumed=*/false);
@@ -136,7 +142,7 @@ absl::StatusOr<HostFunction> LibraryImport(RunnerHost& host, absl::string_view n
   if (name == "cas_get") {
     // cas_get(digest, dlen, offset: i64, buf, cap, out_len: u32*)
     return Coded({I, I, L, I, I, I}, [&agent](HostCall& c, Mem& m) -> absl::Status {
-      VAULT_ASSIGN_OR_RETURN(std::string text, m.Bytes(c.args[0], c.args[1]));
+      VAULT_ASSIGN_OR_RETURN(std::string text, m.Text(c.args[0], c.args[1]));
       VAULT_ASSIGN_OR_RETURN(vault::v1::Digest d, vault::sdk::ParseDigest(text));
       const uint64_t cap = std::min<uint64_t>(c.args[4], agent.max_piece_bytes());
       const uint64_t offset = std::min<uint64_t>(c.args[2], d.size());
@@ -151,8 +157,8 @@ absl::StatusOr<HostFunction> LibraryImport(RunnerHost& host, absl::string_view n
   if (name == "send") {
     // send(to, tlen, type, tylen, data, dlen, reply_to: i64, out_id: u64*)
     return Coded({I, I, I, I, I, I, L, I}, [&agent](HostCall& c, Mem& m) -> absl::Status {
-      VAULT_ASSIGN_OR_RETURN(std::string to, m.Bytes(c.args[0], c.args[1]));
-      VAULT_ASSIGN_OR_RETURN(std::string type, m.Bytes(c.args[2], c.args[3]));
+      VAULT_ASSIGN_OR_RETURN(std::string to, m.Text(c.args[0], c.args[1]));
+      VAULT_ASSIGN_OR_RETURN(std::string type, m.Text(c.args[2], c.args[3]));
       VAULT_ASSIGN_OR_RETURN(std::string data, m.Bytes(c.args[4], c.args[5]));
       VAULT_ASSIGN_OR_RETURN(uint64_t id, agent.Send(to, type, data, c.args[6]));
       return m.U64(c.args[7], id);
@@ -163,6 +169,9 @@ absl::StatusOr<HostFunction> LibraryImport(RunnerHost& host, absl::string_view n
     // came; RESOURCE_EXHAUSTED (data_len set, the message kept for the next receive) when its
     // data does not fit.
     return Coded({L, I, I, I}, [&host, &agent](HostCall& c, Mem& m) -> absl::Status {
+      // Where it goes is checked first: a bad pointer must not cost the agent its message.
+      VAULT_RETURN_IF_ERROR(c.engine.Read(c.args[1], kMsgType + kMsgText).status());
+      VAULT_RETURN_IF_ERROR(c.engine.Read(c.args[2], c.args[3]).status());
       vault::v1::Message msg;
       vault::v1::WasmHostState& st = host.state();
       if (!st.held_message().empty()) {
@@ -196,17 +205,17 @@ absl::StatusOr<HostFunction> LibraryImport(RunnerHost& host, absl::string_view n
     // self_inspect(buf, cap, out_len: u32*): JSON
     return Coded({I, I, I}, [&agent](HostCall& c, Mem& m) -> absl::Status {
       VAULT_ASSIGN_OR_RETURN(vault::v1::SelfInspectResult r, agent.SelfInspect());
-      const std::string json = absl::StrCat(
-          "{\"agent_id\":", Json(r.agent_id()), ",\"vault\":", Json(r.vault()),
-          ",\"principal\":", Json(r.principal()), ",\"home_vault\":", Json(r.home_vault()),
-          ",\"hop\":", r.hop(), ",\"fuel_used\":", c.engine.fuel_used(), "}");
+      const std::string json =
+          absl::StrCat("{\"agent_id\":", Json(r.agent_id()), ",\"vault\":", Json(r.vault()),
+                       ",\"principal\":", Json(r.principal()),
+                       ",\"home_vault\":", Json(r.home_vault()), ",\"hop\":", r.hop(), "}");
       return m.Out(c.args[0], c.args[1], c.args[2], json);
     });
   }
   if (name == "http_get") {
     // http_get(url, ulen, buf, cap, out_len: u32*, out_status: u32*)
     return Coded({I, I, I, I, I, I}, [&agent](HostCall& c, Mem& m) -> absl::Status {
-      VAULT_ASSIGN_OR_RETURN(std::string url, m.Bytes(c.args[0], c.args[1]));
+      VAULT_ASSIGN_OR_RETURN(std::string url, m.Text(c.args[0], c.args[1]));
       VAULT_ASSIGN_OR_RETURN(vault::v1::HttpGetResult r, agent.HttpGet(url));
       VAULT_RETURN_IF_ERROR(m.U32(c.args[5], r.status()));
       return m.Out(c.args[2], c.args[3], c.args[4], r.body());
@@ -215,7 +224,7 @@ absl::StatusOr<HostFunction> LibraryImport(RunnerHost& host, absl::string_view n
   if (name == "spawn_child") {
     // spawn_child(spec, slen, state, stlen (-1: none), out_id, cap, out_len: u32*)
     return Coded({I, I, I, I, I, I, I}, [&agent](HostCall& c, Mem& m) -> absl::Status {
-      VAULT_ASSIGN_OR_RETURN(std::string spec, m.Bytes(c.args[0], c.args[1]));
+      VAULT_ASSIGN_OR_RETURN(std::string spec, m.Text(c.args[0], c.args[1]));
       std::optional<std::string> state;
       if (static_cast<int32_t>(c.args[3]) >= 0) {
         VAULT_ASSIGN_OR_RETURN(state, m.Bytes(c.args[2], c.args[3]));
@@ -227,8 +236,8 @@ absl::StatusOr<HostFunction> LibraryImport(RunnerHost& host, absl::string_view n
   if (name == "share") {
     // share(digest, dlen, agent, alen)
     return Coded({I, I, I, I}, [&agent](HostCall& c, Mem& m) -> absl::Status {
-      VAULT_ASSIGN_OR_RETURN(std::string text, m.Bytes(c.args[0], c.args[1]));
-      VAULT_ASSIGN_OR_RETURN(std::string to, m.Bytes(c.args[2], c.args[3]));
+      VAULT_ASSIGN_OR_RETURN(std::string text, m.Text(c.args[0], c.args[1]));
+      VAULT_ASSIGN_OR_RETURN(std::string to, m.Text(c.args[2], c.args[3]));
       VAULT_ASSIGN_OR_RETURN(vault::v1::Digest d, vault::sdk::ParseDigest(text));
       std::vector<std::string> agents{to};
       return agent.Share(d, agents);
@@ -237,7 +246,7 @@ absl::StatusOr<HostFunction> LibraryImport(RunnerHost& host, absl::string_view n
   if (name == "exit") {
     // exit(code, msg, mlen, result, rlen (-1: none)): returns only when the exit was refused
     return Coded({I, I, I, I, I}, [&host, &agent](HostCall& c, Mem& m) -> absl::Status {
-      VAULT_ASSIGN_OR_RETURN(std::string message, m.Bytes(c.args[1], c.args[2]));
+      VAULT_ASSIGN_OR_RETURN(std::string message, m.Text(c.args[1], c.args[2]));
       std::optional<vault::v1::Digest> result;
       if (static_cast<int32_t>(c.args[4]) >= 0) {
         VAULT_ASSIGN_OR_RETURN(std::string bytes, m.Bytes(c.args[3], c.args[4]));

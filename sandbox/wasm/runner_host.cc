@@ -8,39 +8,52 @@
 namespace vault::sandbox::wasm {
 namespace {
 
-// `bytes` as valid UTF-8 (a log line is a protobuf string): each byte that does not begin a valid
-// sequence is written as \xNN.
+// The length of the valid UTF-8 sequence at bytes[i], or 0.
+size_t Utf8At(absl::string_view bytes, size_t i) {
+  const unsigned char c = static_cast<unsigned char>(bytes[i]);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+  bool ok = n > 0 && i + n <= bytes.size();
+  for (size_t k = 1; ok && k < n; ++k) {
+    ok = (static_cast<unsigned char>(bytes[i + k]) & 0xc0) == 0x80;
+  }
+  if (ok && n > 1) {
+    // No overlong forms, surrogates or code points past U+10FFFF.
+    uint32_t cp = c & (0x7f >> n);
+    for (size_t k = 1; k < n; ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(bytes[i + k]) & 0x3f);
+    ok = (n == 2 && cp >= 0x80) || (n == 3 && cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff)) ||
+         (n == 4 && cp >= 0x10000 && cp <= 0x10ffff);
+  }
+  return ok ? n : 0;
+}
+
+}  // namespace
+
+bool IsUtf8(absl::string_view bytes) {
+  for (size_t i = 0; i < bytes.size();) {
+    const size_t n = Utf8At(bytes, i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
 std::string Utf8Line(absl::string_view bytes) {
   std::string out;
   out.reserve(bytes.size());
-  size_t i = 0;
-  while (i < bytes.size()) {
-    const unsigned char c = static_cast<unsigned char>(bytes[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    bool ok = n > 0 && i + n <= bytes.size();
-    for (size_t k = 1; ok && k < n; ++k) {
-      ok = (static_cast<unsigned char>(bytes[i + k]) & 0xc0) == 0x80;
-    }
-    if (ok && n > 1) {
-      // No overlong forms, surrogates or code points past U+10FFFF.
-      uint32_t cp = c & (0x7f >> n);
-      for (size_t k = 1; k < n; ++k)
-        cp = (cp << 6) | (static_cast<unsigned char>(bytes[i + k]) & 0x3f);
-      ok = (n == 2 && cp >= 0x80) || (n == 3 && cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff)) ||
-           (n == 4 && cp >= 0x10000 && cp <= 0x10ffff);
-    }
-    if (ok) {
+  for (size_t i = 0; i < bytes.size();) {
+    const size_t n = Utf8At(bytes, i);
+    if (n > 0) {
       out.append(bytes.data() + i, n);
       i += n;
     } else {
-      absl::StrAppend(&out, "\\x", absl::Hex(c, absl::kZeroPad2));
+      absl::StrAppend(&out, "\\x",
+                      absl::Hex(static_cast<unsigned char>(bytes[i]), absl::kZeroPad2));
       ++i;
     }
   }
   return out;
 }
-
-}  // namespace
 
 uint32_t CodeOf(const absl::Status& status) { return static_cast<uint32_t>(status.code()); }
 

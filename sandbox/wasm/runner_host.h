@@ -70,6 +70,10 @@ class RunnerHost {
 
 // The google.rpc code of a status, as a library import returns it (0: OK).
 uint32_t CodeOf(const absl::Status& status);
+// Whether `bytes` are UTF-8 (a host call's string fields must be); and `bytes` made so, each byte
+// that does not begin a valid sequence written as \xNN (for log lines).
+bool IsUtf8(absl::string_view bytes);
+std::string Utf8Line(absl::string_view bytes);
 
 // The host functions of each module (library_imports.cc, wasi_imports.cc).
 absl::StatusOr<HostFunction> LibraryImport(RunnerHost& host, absl::string_view name);

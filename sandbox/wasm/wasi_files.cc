@@ -103,6 +103,7 @@ absl::StatusOr<std::string> Resolve(const std::string& dir, absl::string_view re
 
 absl::StatusOr<std::string> PathArg(HostCall& c, uint64_t ptr, uint64_t len) {
   VAULT_ASSIGN_OR_RETURN(absl::string_view p, c.engine.Read(ptr, len));
+  if (!IsUtf8(p)) return absl::InvalidArgumentError("a path that is not UTF-8");
   return std::string(p);
 }
 
@@ -138,7 +139,10 @@ absl::StatusOr<uint32_t> WasiFileCall(RunnerHost& host, absl::string_view name, 
     if (dir == nullptr) return kWasiBadf;
     if (!dir->directory()) return kWasiNotdir;
     absl::StatusOr<std::string> rel = PathArg(c, c.args[2], c.args[3]);
-    if (!rel.ok()) return kWasiFault;
+    if (!rel.ok())
+      return absl::IsInvalidArgument(rel.status()) && c.engine.Read(c.args[2], c.args[3]).ok()
+                 ? kWasiInval
+                 : kWasiFault;
     absl::StatusOr<std::string> path = Resolve(dir->path(), *rel);
     if (!path.ok()) return absl::IsPermissionDenied(path.status()) ? kWasiNotcapable : kWasiInval;
     const uint32_t oflags = static_cast<uint32_t>(c.args[4]);
@@ -278,8 +282,9 @@ absl::StatusOr<uint32_t> WasiFileCall(RunnerHost& host, absl::string_view name, 
       } else if (whence != 0) {
         return kWasiInval;
       }
-      if (base + delta < 0) return kWasiInval;
-      to = static_cast<uint64_t>(base + delta);
+      int64_t target;
+      if (__builtin_add_overflow(base, delta, &target) || target < 0) return kWasiInval;
+      to = static_cast<uint64_t>(target);
       fd->set_offset(to);
     }
     return ok_or_fault(Put(e, c.args[name == "fd_seek" ? 3 : 1], to, 8));
@@ -299,7 +304,10 @@ absl::StatusOr<uint32_t> WasiFileCall(RunnerHost& host, absl::string_view name, 
     // path_filestat_get(dirfd, flags, path, len, out)
     if (!fd->directory()) return kWasiNotdir;
     absl::StatusOr<std::string> rel = PathArg(c, c.args[2], c.args[3]);
-    if (!rel.ok()) return kWasiFault;
+    if (!rel.ok())
+      return absl::IsInvalidArgument(rel.status()) && c.engine.Read(c.args[2], c.args[3]).ok()
+                 ? kWasiInval
+                 : kWasiFault;
     absl::StatusOr<std::string> path = Resolve(fd->path(), *rel);
     if (!path.ok()) return absl::IsPermissionDenied(path.status()) ? kWasiNotcapable : kWasiInval;
     std::string stat(64, '\0');

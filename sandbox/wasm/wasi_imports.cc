@@ -191,23 +191,17 @@ absl::StatusOr<HostFunction> WasiImport(RunnerHost& host, absl::string_view name
     });
   }
   if (name == "clock_time_get") {
-    // Realtime and monotonic from the vault's clock (monotonic never goes back, hops included);
-    // the CPU-time clocks count the instructions run (one nanosecond each).
+    // Every clock from the vault's (logged, so a replay reads the same): realtime as it is; the
+    // monotonic and CPU-time clocks never go back, hops included.
     return Wasi(*sig, [&host, &agent](HostCall& c) -> absl::StatusOr<uint32_t> {
-      uint64_t t;
-      if (c.args[0] == 0 || c.args[0] == 1) {
-        VAULT_ASSIGN_OR_RETURN(vault::v1::ClockResult now, agent.Clock());
-        int64_t ns = now.unix_nanos();
-        if (c.args[0] == 1) {
-          ns = std::max(ns, host.state().monotonic_floor_ns());
-          host.state().set_monotonic_floor_ns(ns);
-        }
-        t = static_cast<uint64_t>(ns);
-      } else if (c.args[0] == 2 || c.args[0] == 3) {
-        t = c.engine.fuel_used();
-      } else {
-        return kInval;
+      if (c.args[0] > 3) return kInval;
+      VAULT_ASSIGN_OR_RETURN(vault::v1::ClockResult now, agent.Clock());
+      int64_t ns = now.unix_nanos();
+      if (c.args[0] != 0) {
+        ns = std::max(ns, host.state().monotonic_floor_ns());
+        host.state().set_monotonic_floor_ns(ns);
       }
+      const uint64_t t = static_cast<uint64_t>(ns);
       return PutU64(c.engine, c.args[2], t).ok() ? kSuccess : kFault;
     });
   }

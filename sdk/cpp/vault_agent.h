@@ -165,9 +165,10 @@ class Agent {
   absl::StatusOr<vault::v1::ClockResult> Clock();
   absl::StatusOr<std::string> Random(uint32_t bytes);
   // Stores `state` durably: what GetState returns after a restart. Returns its CAS digest.
-  // Any size: a state larger than max_piece_bytes is put in pieces (the cas_upload_* calls as a
-  // state upload, which needs no cas-write grant and counts against the storage quota) and then
-  // named by its digest (CheckpointDigest); a smaller one travels in one frame, as always.
+  // Any size: a state larger than max_piece_bytes is put in pieces (the cas_upload_* calls, as a
+  // state upload: they need the cas-write grant, but for a wasm runner's snapshot, and count
+  // against the storage quota) and then named by its digest (CheckpointDigest); a smaller one
+  // travels in one frame, as always.
   // `requested`: made because the vault asked (CheckpointRequest.requested), not at a point of
   // the program's own (a runner's capture for an operator's hop).
   absl::StatusOr<vault::v1::Digest> Checkpoint(absl::string_view state, bool requested = false);

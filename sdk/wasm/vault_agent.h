@@ -90,7 +90,7 @@ int32_t vault_send(const char* to, int32_t tlen, const char* type, int32_t tylen
  * message is kept: receive again with a larger buffer). */
 VAULT_IMPORT("receive")
 int32_t vault_receive(int64_t timeout_ms, vault_message* msg, char* data, int32_t cap);
-/* {"agent_id":..., "vault":..., "principal":..., "home_vault":..., "hop":N, "fuel_used":N} */
+/* {"agent_id":..., "vault":..., "principal":..., "home_vault":..., "hop":N} */
 VAULT_IMPORT("self_inspect") int32_t vault_self_inspect(char* buf, int32_t cap, uint32_t* out_len);
 /* GET a URL under a url grant; the body to buf, the HTTP status to *out_status. */
 VAULT_IMPORT("http_get")
