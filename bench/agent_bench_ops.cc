@@ -2,6 +2,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
 namespace vault::bench {
 
 std::unique_ptr<vault::v1::Agents::Stub> Stub(const std::string& socket) {
@@ -67,6 +72,21 @@ std::vector<double> FirstCall(Vault& v, vault::v1::Agents::Stub& stub, const std
     (void)v.WaitEnded(id, absl::Seconds(30));
   }
   return ms;
+}
+
+double NativeSelfInspectUs(Vault& v, vault::v1::Agents::Stub& stub, int calls) {
+  const std::string id = SpawnNow(v, stub, absl::StrCat("mode=rtt calls=", calls, " warmup=1000"));
+  (void)v.WaitEnded(id, absl::Seconds(120));
+  absl::StatusOr<std::vector<std::string>> logs = v.Logs(id);
+  if (!logs.ok()) Die(logs.status().ToString());
+  for (const std::string& line : *logs) {
+    if (!absl::StrContains(line, "kind=self_inspect")) continue;
+    for (absl::string_view w : absl::StrSplit(line, ' ')) {
+      double ns = 0;
+      if (absl::ConsumePrefix(&w, "p50=") && absl::SimpleAtod(w, &ns)) return ns / 1e3;
+    }
+  }
+  Die("the native guest logged no self_inspect p50");
 }
 
 }  // namespace vault::bench

@@ -49,6 +49,10 @@ void UseFile(Vault& v, vault::v1::Agents::Stub& stub, const std::string& spec,
 std::vector<double> FirstCall(Vault& v, vault::v1::Agents::Stub& stub, const std::string& state,
                               int runs);
 
+// The native C++ guest's SelfInspect round trip, p50 in us, as it measures and logs it (spawned
+// with the vault's current spec, which must name agent_bench_guest, for `calls` calls).
+double NativeSelfInspectUs(Vault& v, vault::v1::Agents::Stub& stub, int calls);
+
 }  // namespace vault::bench
 
 #endif  // VAULT_BENCH_AGENT_BENCH_OPS_H_

@@ -239,24 +239,7 @@ int Main(int argc, char** argv) {
       per_call.push_back(absl::ToDoubleMicroseconds(end - first) / f.calls);
     }
     UseFile(v, *stub, kNativeSpec, WASM_BENCH_GUEST, "mode=idle");
-    double native_us = 0;
-    {
-      const std::string id =
-          SpawnNow(v, *stub, absl::StrCat("mode=rtt calls=", f.calls, " warmup=1000"));
-      (void)v.WaitEnded(id, absl::Seconds(120));
-      absl::StatusOr<std::vector<std::string>> logs = v.Logs(id);
-      if (!logs.ok()) Die(logs.status().ToString());
-      for (const std::string& line : *logs) {
-        if (!absl::StrContains(line, "kind=self_inspect")) continue;
-        for (absl::string_view w : absl::StrSplit(line, ' ')) {
-          if (absl::ConsumePrefix(&w, "p50=")) {
-            double ns = 0;
-            if (absl::SimpleAtod(w, &ns)) native_us = ns / 1e3;
-          }
-        }
-      }
-      if (native_us == 0) Die("the native guest logged no self_inspect p50");
-    }
+    const double native_us = NativeSelfInspectUs(v, *stub, f.calls);
     Summary s2 = Summarize(per_call);
     std::printf("host call round trip: wasm %.1f us per self_inspect, native p50 %.1f us\n", s2.p50,
                 native_us);

@@ -1,5 +1,6 @@
-// sandbox/runner_files: where an interpreting sandbox type (scheme, wasm) finds its runner's
-// files, and the copy of them its sandboxes see. The build tree may live under /work, which a
+// sandbox/runner_files: the interpreting sandbox types (scheme, wasm): RunnerSandbox, which runs a
+// runner as the program of a posix sandbox; where a type finds its runner's files, and the copy
+// of them its sandboxes see. The build tree may live under /work, which a
 // sandbox keeps for itself, and a sandbox's host ids must reach the files: so they are copied into
 // a staging folder (made anew, 0711, the files world-readable, executables 0755).
 //
@@ -11,10 +12,13 @@
 #ifndef VAULT_SANDBOX_RUNNER_FILES_H_
 #define VAULT_SANDBOX_RUNNER_FILES_H_
 
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "sandbox/sandbox.h"
 
 namespace vault::sandbox {
 
@@ -32,6 +36,23 @@ struct RunnerFiles {
 // `stage_dir` and returns it. NOT_FOUND naming the places looked at.
 absl::StatusOr<std::string> StageRunner(const RunnerFiles& runner, const std::string& runner_dir,
                                         const std::string& stage_dir);
+
+// A sandbox type whose program is an interpreter's runner (scheme, wasm), run as the program of a
+// posix sandbox: every posix fence holds around the interpreter.
+class RunnerSandbox : public Sandbox {
+ public:
+  absl::StatusOr<std::unique_ptr<SandboxHandle>> Spawn(const SandboxSpec& spec) override {
+    return posix_->Spawn(spec);
+  }
+  // Where the runner's staged files are (what its sandboxes see).
+  const std::string& runner_dir() const { return runner_dir_; }
+
+ protected:
+  RunnerSandbox(Sandbox* posix, std::string runner_dir)
+      : posix_(posix), runner_dir_(std::move(runner_dir)) {}
+  Sandbox* const posix_;  // not owned; it outlives this
+  const std::string runner_dir_;
+};
 
 }  // namespace vault::sandbox
 

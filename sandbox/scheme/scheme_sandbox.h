@@ -14,11 +14,12 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "sandbox/runner_files.h"
 #include "sandbox/sandbox.h"
 
 namespace vault::sandbox {
 
-class SchemeSandbox : public Sandbox {
+class SchemeSandbox : public RunnerSandbox {
  public:
   // `posix` runs the runner (not owned; it outlives this). `runner_dir` holds vault-scheme-runner
   // and runner.scm; "" looks in $VAULT_SCHEME_RUNNER_DIR, then beside the executable
@@ -39,16 +40,10 @@ class SchemeSandbox : public Sandbox {
   // A Scheme agent's procedure takes no arguments: args and env are refused.
   absl::Status SetArguments(const std::vector<std::string>& args,
                             const std::vector<std::string>& env, SandboxSpec* spec) const override;
-  absl::StatusOr<std::unique_ptr<SandboxHandle>> Spawn(const SandboxSpec& spec) override {
-    return posix_->Spawn(spec);
-  }
-  const std::string& runner_dir() const { return runner_dir_; }
 
  private:
   SchemeSandbox(Sandbox* posix, std::string runner_dir)
-      : posix_(posix), runner_dir_(std::move(runner_dir)) {}
-  Sandbox* const posix_;
-  const std::string runner_dir_;
+      : RunnerSandbox(posix, std::move(runner_dir)) {}
 };
 
 }  // namespace vault::sandbox

@@ -107,6 +107,18 @@ absl::StatusOr<std::string> PathArg(HostCall& c, uint64_t ptr, uint64_t len) {
   return std::string(p);
 }
 
+// The path argument of a path call (args 2 and 3) under `dir`, in *out; else its errno: FAULT
+// for memory outside the module's, INVAL for one that is not UTF-8, NOTCAPABLE for one that is
+// absolute or leaves `dir`.
+uint32_t ResolvePathArg(HostCall& c, const Fd& dir, std::string* out) {
+  absl::StatusOr<std::string> rel = PathArg(c, c.args[2], c.args[3]);
+  if (!rel.ok()) return c.engine.Read(c.args[2], c.args[3]).ok() ? kWasiInval : kWasiFault;
+  absl::StatusOr<std::string> path = Resolve(dir.path(), *rel);
+  if (!path.ok()) return absl::IsPermissionDenied(path.status()) ? kWasiNotcapable : kWasiInval;
+  *out = *std::move(path);
+  return kWasiSuccess;
+}
+
 absl::Status Put(Engine& e, uint64_t at, uint64_t v, size_t n) {
   std::string b;
   for (size_t i = 0; i < n; ++i) b.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -138,13 +150,9 @@ absl::StatusOr<uint32_t> WasiFileCall(RunnerHost& host, absl::string_view name, 
     Fd* dir = FindFd(host, c.args[0]);
     if (dir == nullptr) return kWasiBadf;
     if (!dir->directory()) return kWasiNotdir;
-    absl::StatusOr<std::string> rel = PathArg(c, c.args[2], c.args[3]);
-    if (!rel.ok())
-      return absl::IsInvalidArgument(rel.status()) && c.engine.Read(c.args[2], c.args[3]).ok()
-                 ? kWasiInval
-                 : kWasiFault;
-    absl::StatusOr<std::string> path = Resolve(dir->path(), *rel);
-    if (!path.ok()) return absl::IsPermissionDenied(path.status()) ? kWasiNotcapable : kWasiInval;
+    std::string resolved;
+    if (uint32_t err = ResolvePathArg(c, *dir, &resolved); err != kWasiSuccess) return err;
+    const std::string* path = &resolved;
     const uint32_t oflags = static_cast<uint32_t>(c.args[4]);
     const bool read = (c.args[5] & kRightRead) != 0, write = (c.args[5] & kRightWrite) != 0;
     Fd opened;
@@ -303,13 +311,9 @@ absl::StatusOr<uint32_t> WasiFileCall(RunnerHost& host, absl::string_view name, 
   if (name == "path_filestat_get") {
     // path_filestat_get(dirfd, flags, path, len, out)
     if (!fd->directory()) return kWasiNotdir;
-    absl::StatusOr<std::string> rel = PathArg(c, c.args[2], c.args[3]);
-    if (!rel.ok())
-      return absl::IsInvalidArgument(rel.status()) && c.engine.Read(c.args[2], c.args[3]).ok()
-                 ? kWasiInval
-                 : kWasiFault;
-    absl::StatusOr<std::string> path = Resolve(fd->path(), *rel);
-    if (!path.ok()) return absl::IsPermissionDenied(path.status()) ? kWasiNotcapable : kWasiInval;
+    std::string resolved;
+    if (uint32_t err = ResolvePathArg(c, *fd, &resolved); err != kWasiSuccess) return err;
+    const std::string* path = &resolved;
     std::string stat(64, '\0');
     stat[24] = 1;
     absl::StatusOr<uint64_t> size = host.FileSizeOf(*path);

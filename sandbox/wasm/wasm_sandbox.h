@@ -19,11 +19,12 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "sandbox/runner_files.h"
 #include "sandbox/sandbox.h"
 
 namespace vault::sandbox {
 
-class WasmSandbox : public Sandbox {
+class WasmSandbox : public RunnerSandbox {
  public:
   // `posix` runs the runner (not owned; it outlives this). `runner_dir` holds vault-wasm-runner;
   // "" looks in $VAULT_WASM_RUNNER_DIR, then beside the executable (runner_files.h). The runner
@@ -40,16 +41,10 @@ class WasmSandbox : public Sandbox {
   // The module's WASI args and environ (not the runner's own environment).
   absl::Status SetArguments(const std::vector<std::string>& args,
                             const std::vector<std::string>& env, SandboxSpec* spec) const override;
-  absl::StatusOr<std::unique_ptr<SandboxHandle>> Spawn(const SandboxSpec& spec) override {
-    return posix_->Spawn(spec);
-  }
-  const std::string& runner_dir() const { return runner_dir_; }
 
  private:
   WasmSandbox(Sandbox* posix, std::string runner_dir)
-      : posix_(posix), runner_dir_(std::move(runner_dir)) {}
-  Sandbox* const posix_;
-  const std::string runner_dir_;
+      : RunnerSandbox(posix, std::move(runner_dir)) {}
 };
 
 }  // namespace vault::sandbox
