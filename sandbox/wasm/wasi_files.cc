@@ -127,6 +127,29 @@ absl::Status Put(Engine& e, uint64_t at, uint64_t v, size_t n) {
 
 }  // namespace
 
+absl::StatusOr<std::vector<Iovec>> Iovecs(Engine& e, uint64_t at, uint64_t count) {
+  std::vector<Iovec> out;
+  for (uint64_t i = 0; i < count; ++i) {
+    VAULT_ASSIGN_OR_RETURN(absl::string_view iov, e.Read(at + 8 * i, 8));
+    Iovec v;
+    for (int k = 0; k < 4; ++k) v.base |= uint64_t{static_cast<unsigned char>(iov[k])} << (8 * k);
+    for (int k = 0; k < 4; ++k)
+      v.len |= uint64_t{static_cast<unsigned char>(iov[4 + k])} << (8 * k);
+    out.push_back(v);
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> Gather(Engine& e, uint64_t at, uint64_t count) {
+  VAULT_ASSIGN_OR_RETURN(std::vector<Iovec> iovs, Iovecs(e, at, count));
+  std::string bytes;
+  for (const Iovec& v : iovs) {
+    VAULT_ASSIGN_OR_RETURN(absl::string_view b, e.Read(v.base, v.len));
+    bytes.append(b.data(), b.size());
+  }
+  return bytes;
+}
+
 absl::StatusOr<uint32_t> WasiFileCall(RunnerHost& host, absl::string_view name, HostCall& c) {
   VAULT_RETURN_IF_ERROR(EnsurePreopens(host));
   Engine& e = c.engine;
@@ -222,19 +245,10 @@ absl::StatusOr<uint32_t> WasiFileCall(RunnerHost& host, absl::string_view name, 
   if (name == "fd_read") {
     if (fd->directory()) return kWasiIsdir;
     if (!fd->readable()) return kWasiBadf;
+    absl::StatusOr<std::vector<Iovec>> iovs = Iovecs(e, c.args[1], c.args[2]);
+    if (!iovs.ok()) return kWasiFault;
     uint64_t want = 0;
-    std::vector<std::pair<uint64_t, uint64_t>> iovs;
-    for (uint64_t i = 0; i < c.args[2]; ++i) {
-      absl::StatusOr<absl::string_view> iov = e.Read(c.args[1] + 8 * i, 8);
-      if (!iov.ok()) return kWasiFault;
-      uint64_t base = 0, len = 0;
-      for (int k = 0; k < 4; ++k)
-        base |= uint64_t{static_cast<unsigned char>((*iov)[k])} << (8 * k);
-      for (int k = 0; k < 4; ++k)
-        len |= uint64_t{static_cast<unsigned char>((*iov)[4 + k])} << (8 * k);
-      iovs.emplace_back(base, len);
-      want += len;
-    }
+    for (const Iovec& v : *iovs) want += v.len;
     want = std::min<uint64_t>(want, host.agent().max_piece_bytes());
     std::string data;
     if (want > 0) {
@@ -243,10 +257,10 @@ absl::StatusOr<uint32_t> WasiFileCall(RunnerHost& host, absl::string_view name, 
       if (got.ok()) data = *std::move(got);
     }
     size_t at = 0;
-    for (const auto& [base, len] : iovs) {
-      const size_t n = std::min<size_t>(len, data.size() - at);
+    for (const Iovec& v : *iovs) {
+      const size_t n = std::min<size_t>(v.len, data.size() - at);
       if (n == 0) break;
-      if (!e.Write(base, absl::string_view(data).substr(at, n)).ok()) return kWasiFault;
+      if (!e.Write(v.base, absl::string_view(data).substr(at, n)).ok()) return kWasiFault;
       at += n;
     }
     fd->set_offset(fd->offset() + at);
@@ -255,19 +269,9 @@ absl::StatusOr<uint32_t> WasiFileCall(RunnerHost& host, absl::string_view name, 
   if (name == "fd_write") {
     if (fd->directory()) return kWasiIsdir;
     if (!fd->writable()) return kWasiBadf;
-    std::string bytes;
-    for (uint64_t i = 0; i < c.args[2]; ++i) {
-      absl::StatusOr<absl::string_view> iov = e.Read(c.args[1] + 8 * i, 8);
-      if (!iov.ok()) return kWasiFault;
-      uint64_t base = 0, len = 0;
-      for (int k = 0; k < 4; ++k)
-        base |= uint64_t{static_cast<unsigned char>((*iov)[k])} << (8 * k);
-      for (int k = 0; k < 4; ++k)
-        len |= uint64_t{static_cast<unsigned char>((*iov)[4 + k])} << (8 * k);
-      absl::StatusOr<absl::string_view> b = e.Read(base, len);
-      if (!b.ok()) return kWasiFault;
-      bytes.append(b->data(), b->size());
-    }
+    absl::StatusOr<std::string> gathered = Gather(e, c.args[1], c.args[2]);
+    if (!gathered.ok()) return kWasiFault;
+    std::string bytes = *std::move(gathered);
     if (bytes.size() > host.agent().max_piece_bytes()) bytes.resize(host.agent().max_piece_bytes());
     absl::StatusOr<uint64_t> size = host.agent().WriteFile(fd->path(), bytes, /*append=*/true);
     if (!size.ok()) return FileErrno(size.status());

@@ -96,14 +96,6 @@ absl::Status PutU64(Engine& e, uint64_t at, uint64_t v) {
   for (int i = 0; i < 8; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
   return e.Write(at, absl::string_view(b, 8));
 }
-absl::StatusOr<uint32_t> GetU32(Engine& e, uint64_t at) {
-  VAULT_ASSIGN_OR_RETURN(absl::string_view b, e.Read(at, 4));
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i)
-    v |= static_cast<uint32_t>(static_cast<unsigned char>(b[i])) << (8 * i);
-  return v;
-}
-
 // args_sizes_get / environ_sizes_get, and args_get / environ_get, over `list`.
 uint32_t Sizes(Engine& e, const std::vector<std::string>& list, uint64_t count_at,
                uint64_t size_at) {
@@ -242,15 +234,9 @@ absl::StatusOr<HostFunction> WasiImport(RunnerHost& host, absl::string_view name
       if (auto f = on_file(c)) return *f;
       const uint64_t fd = c.args[0];
       if (fd != 1 && fd != 2) return kBadf;
-      std::string bytes;
-      for (uint64_t i = 0; i < c.args[2]; ++i) {
-        absl::StatusOr<uint32_t> base = GetU32(c.engine, c.args[1] + 8 * i);
-        absl::StatusOr<uint32_t> len = GetU32(c.engine, c.args[1] + 8 * i + 4);
-        if (!base.ok() || !len.ok()) return kFault;
-        absl::StatusOr<absl::string_view> b = c.engine.Read(*base, *len);
-        if (!b.ok()) return kFault;
-        bytes.append(b->data(), b->size());
-      }
+      absl::StatusOr<std::string> gathered = Gather(c.engine, c.args[1], c.args[2]);
+      if (!gathered.ok()) return kFault;
+      const std::string& bytes = *gathered;
       VAULT_RETURN_IF_ERROR(host.Output(static_cast<int>(fd), bytes));
       return PutU32(c.engine, c.args[3], static_cast<uint32_t>(bytes.size())).ok() ? kSuccess
                                                                                    : kFault;

@@ -83,8 +83,8 @@ int32_t vault_cas_get(const char* digest, int32_t dlen, uint64_t offset, char* b
 /* Sends a message to an agent (an id or a name), or to "operator" answering a query (reply_to:
  * the query's message id; 0 otherwise); its id goes to *out_id. */
 VAULT_IMPORT("send")
-int32_t vault_send(const char* to, int32_t tlen, const char* type, int32_t tylen,
-                   const char* data, int32_t dlen, uint64_t reply_to, uint64_t* out_id);
+int32_t vault_send(const char* to, int32_t tlen, const char* type, int32_t tylen, const char* data,
+                   int32_t dlen, uint64_t reply_to, uint64_t* out_id);
 /* The next message, waiting up to timeout_ms: VAULT_DEADLINE_EXCEEDED when none came;
  * VAULT_RESOURCE_EXHAUSTED when its data (msg->data_len bytes) does not fit in `cap` (the
  * message is kept: receive again with a larger buffer). */
