@@ -40,17 +40,31 @@ bool IsPythonScript(absl::string_view code) {
 absl::StatusOr<std::unique_ptr<CodeCache>> CodeCache::Open(const CodeCacheOptions& options,
                                                            cas::Store* cas) {
   std::string root = options.root;
+  std::string shared_parent;  // a folder of every vault's code folders, when root is there
+  std::string own;           // root's name in it
   if (root.empty()) {
     if (geteuid() == 0) {
-      root = absl::StrCat("/var/lib/vault-sandbox/code/", options.vault_name, "-",
-                          absl::BytesToHexString(cas::Sha256::Hash(options.data_dir)).substr(0, 8));
+      shared_parent = "/var/lib/vault-sandbox/code";
+      own = absl::StrCat(options.vault_name, "-",
+                         absl::BytesToHexString(cas::Sha256::Hash(options.data_dir)).substr(0, 8));
+      root = absl::StrCat(shared_parent, "/", own);
     } else {
       root = options.data_dir + "/agent-code";
     }
   }
   std::error_code ec;
-  std::filesystem::remove_all(root, ec);  // code of a previous run
-  VAULT_RETURN_IF_ERROR(common::MakeDirs(root, 0711));
+  absl::StatusOr<common::FolderLease> lease = absl::UnavailableError("not tried");
+  for (int attempt = 0; attempt < 8 && !lease.ok(); ++attempt) {
+    std::filesystem::remove_all(root, ec);  // code of a previous run
+    VAULT_RETURN_IF_ERROR(common::MakeDirs(root, 0711));
+    // Held for the vault's life: another vault's sweep leaves this folder alone, and removes it
+    // once this vault is gone, however it ended. Retried when such a sweep raced the mkdir.
+    lease = common::FolderLease::Take(root, /*exclusive=*/true);
+  }
+  if (!lease.ok()) return lease.status();
+  if (!shared_parent.empty()) {
+    common::RemoveUnleased(shared_parent, [&](absl::string_view name) { return name != own; });
+  }
   // The Python SDK, copied beside the code so that its path inside the sandbox is neutral (the
   // build tree may live under /work, which the sandbox uses for itself).
   std::string sdk = PythonSdkDir(options.python_sdk_dir);
@@ -77,7 +91,8 @@ absl::StatusOr<std::unique_ptr<CodeCache>> CodeCache::Open(const CodeCacheOption
     if (dir == "/run/vault-sandbox") break;
   }
   common::Env* env = options.env != nullptr ? options.env : common::Env::Default();
-  return std::unique_ptr<CodeCache>(new CodeCache(cas, env, std::move(root), std::move(sdk)));
+  return std::unique_ptr<CodeCache>(
+      new CodeCache(cas, env, std::move(root), std::move(sdk), *std::move(lease)));
 }
 
 // Written once, without a sync: the folder is rebuilt from the CAS after a restart.

@@ -25,6 +25,7 @@
 #include "cas/digest.h"
 #include "cas/store.h"
 #include "common/env.h"
+#include "common/folder_lease.h"
 #include "sandbox/sandbox.h"
 
 namespace vault::agent {
@@ -32,7 +33,9 @@ namespace vault::agent {
 struct CodeCacheOptions {
   // The root of the folders. Empty: /var/lib/vault-sandbox/code/<vault>-<hash of data_dir> as
   // root (where each sandbox's own host id can reach it: the data directory is 0700), else
-  // <data_dir>/agent-code. Whatever it holds is removed at Open (code of a previous run).
+  // <data_dir>/agent-code. Whatever it holds is removed at Open (code of a previous run); under
+  // /var/lib/vault-sandbox/code, so are the folders of vaults that ended without removing theirs
+  // (each vault holds a lease on its own: common/folder_lease.h).
   std::string root;
   std::string vault_name;
   std::string data_dir;
@@ -67,8 +70,13 @@ class CodeCache {
   void RemoveAll();
 
  private:
-  CodeCache(cas::Store* cas, common::Env* env, std::string root, std::string python_sdk_dir)
-      : cas_(cas), env_(env), root_(std::move(root)), python_sdk_dir_(std::move(python_sdk_dir)) {}
+  CodeCache(cas::Store* cas, common::Env* env, std::string root, std::string python_sdk_dir,
+            common::FolderLease lease)
+      : cas_(cas),
+        env_(env),
+        root_(std::move(root)),
+        python_sdk_dir_(std::move(python_sdk_dir)),
+        lease_(std::move(lease)) {}
 
   struct Entry {
     sandbox::CodeObject layout;
@@ -81,6 +89,7 @@ class CodeCache {
   common::Env* const env_;
   const std::string root_;
   const std::string python_sdk_dir_;
+  const common::FolderLease lease_;  // on root_, for the vault's life
 
   absl::Mutex exec_mu_;
   // Taken before exec_mu_ (Acquire writes a file under both).

@@ -1,4 +1,5 @@
 #include <sys/stat.h>
+#include <unistd.h>
 // vaultd's life: config validation, one vaultd per data directory, clean SIGTERM shutdown and
 // restart with the same objects.
 #include <algorithm>
@@ -6,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "integration-tests/harness.h"
@@ -221,6 +223,43 @@ TEST_F(VaultdLifecycleTest, SigtermExitsCleanlyAndARestartServesTheSameObjects) 
   RunResult ls = Vaultctl({"--vault", vault_.socket, "cas", "ls"});
   EXPECT_EQ(ls.exit_code, kExitOk) << ls;
   EXPECT_EQ(std::count(ls.out.begin(), ls.out.end(), '\n'), 3) << ls.out;
+}
+
+// Files a vault keeps outside its data directory for its sandboxes (its code folder, the staged
+// interpreter runners) do not pile up when vaults are killed: the next vault removes them.
+TEST_F(VaultdLifecycleTest, AVaultKilledBySigkillLeavesNothingBehindOnceAnotherStarts) {
+  if (geteuid() != 0) GTEST_SKIP() << "only a vault run as root keeps files in /var/lib";
+  const std::string code = absl::StrCat("/var/lib/vault-sandbox/code/a-",
+                                        Hex(Sha256(vault_.data_dir)).substr(0, 8));
+  const std::string runners = "/var/lib/vault-sandbox/runners";
+  auto staged = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(runners)) {
+      names.push_back(e.path().filename().string());
+    }
+    return names;
+  };
+  absl::StatusOr<Vaultd*> a = StartVaultd(vault_, {"--listen", "127.0.0.1:0"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(std::filesystem::is_directory(code)) << code;
+  const std::vector<std::string> runners_of_a = staged();
+  for (const char* type : {"scheme-", "wasm-"}) {
+    EXPECT_EQ(std::count_if(runners_of_a.begin(), runners_of_a.end(),
+                            [&](const std::string& n) { return absl::StartsWith(n, type); }),
+              1)
+        << type << " in " << absl::StrJoin(runners_of_a, " ");
+  }
+  (*a)->Kill();
+  EXPECT_TRUE(std::filesystem::is_directory(code)) << "SIGKILL removes nothing by itself";
+
+  absl::StatusOr<VaultDir> b_dir = InitVault("b", /*ca_dir=*/"");
+  ASSERT_TRUE(b_dir.ok()) << b_dir.status();
+  absl::StatusOr<Vaultd*> b = StartVaultd(*b_dir, {"--listen", "127.0.0.1:0"});
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_FALSE(std::filesystem::exists(code)) << "the killed vault's code folder is left";
+  for (const std::string& name : runners_of_a) {  // the same build: b uses the same copies
+    EXPECT_TRUE(std::filesystem::is_directory(absl::StrCat(runners, "/", name))) << name;
+  }
 }
 
 TEST_F(VaultdLifecycleTest, SigtermWithAStreamOpenExitsWithinTheDrainTime) {

@@ -254,16 +254,12 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
     node->counted_sandbox_ = node->metrics_->CountSpawns(node->sandbox_.get());
     if (node->counted_sandbox_ != nullptr && node->sandbox_state_.agents_enabled) {
       node->sandbox_types_.Add(node->counted_sandbox_.get());
-      // An interpreter's runner is staged where every sandbox's host id reaches it.
-      auto stage = [&](absl::string_view type) {
-        return geteuid() == 0
-                   ? absl::StrCat("/var/lib/vault-sandbox/", type, "/", config.name(), "-",
-                                  absl::BytesToHexString(common::Sha256::Hash(config.data_dir()))
-                                      .substr(0, 8))
-                   : absl::StrCat(config.data_dir(), "/", type, "-runner");
-      };
+      // An interpreter's runner is staged where every sandbox's host id reaches it, one copy per
+      // build shared by the machine's vaults (runner_files.h).
+      const std::string stage_root = geteuid() == 0 ? "/var/lib/vault-sandbox/runners"
+                                                    : absl::StrCat(config.data_dir(), "/runners");
       absl::StatusOr<std::unique_ptr<sandbox::SchemeSandbox>> scheme =
-          sandbox::SchemeSandbox::Create(node->counted_sandbox_.get(), "", stage("scheme"));
+          sandbox::SchemeSandbox::Create(node->counted_sandbox_.get(), "", stage_root);
       if (scheme.ok()) {
         node->scheme_sandbox_ = *std::move(scheme);
         node->sandbox_types_.Add(node->scheme_sandbox_.get());
@@ -271,7 +267,7 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
         node->sandbox_types_.AddUnavailable("scheme", std::string(scheme.status().message()));
       }
       absl::StatusOr<std::unique_ptr<sandbox::WasmSandbox>> wasm =
-          sandbox::WasmSandbox::Create(node->counted_sandbox_.get(), "", stage("wasm"));
+          sandbox::WasmSandbox::Create(node->counted_sandbox_.get(), "", stage_root);
       if (wasm.ok()) {
         node->wasm_sandbox_ = *std::move(wasm);
         node->sandbox_types_.Add(node->wasm_sandbox_.get());

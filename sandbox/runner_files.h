@@ -1,14 +1,18 @@
 // sandbox/runner_files: the interpreting sandbox types (scheme, wasm): RunnerSandbox, which runs a
 // runner as the program of a posix sandbox; where a type finds its runner's files, and the copy
-// of them its sandboxes see. The build tree may live under /work, which a
-// sandbox keeps for itself, and a sandbox's host ids must reach the files: so they are copied into
-// a staging folder (made anew, 0711, the files world-readable, executables 0755).
+// of them its sandboxes see. The build tree may live under /work, which a sandbox keeps for
+// itself, and a sandbox's host ids must reach the files: so they are copied into a folder under a
+// staging root, named by their content (`wasm-<16 hex digits of SHA-256>`, 0711, the files
+// world-readable, executables 0755), shared by every vault of the machine that runs the same
+// build. Each vault holds a lease on the folder it uses (common/folder_lease.h); staging removes
+// the folders of other builds that no vault leases, so restarts, upgrades and vaults killed with
+// SIGKILL leave nothing behind.
 //
-//   ASSIGN_OR_RETURN(std::string dir, StageRunner({.files = {"vault-wasm-runner"},
-//                                                  .env = "VAULT_WASM_RUNNER_DIR",
-//                                                  .folder = "wasm"}, "", stage_dir));
+//   ASSIGN_OR_RETURN(StagedRunner staged, StageRunner({.files = {"vault-wasm-runner"},
+//                                                      .env = "VAULT_WASM_RUNNER_DIR",
+//                                                      .folder = "wasm"}, "", stage_root));
 //
-// Thread safety: a plain function; concurrent calls must use different stage folders.
+// Thread safety: a plain function; concurrent calls (from any process) may share a staging root.
 #ifndef VAULT_SANDBOX_RUNNER_FILES_H_
 #define VAULT_SANDBOX_RUNNER_FILES_H_
 
@@ -18,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/folder_lease.h"
 #include "sandbox/sandbox.h"
 
 namespace vault::sandbox {
@@ -33,9 +38,14 @@ struct RunnerFiles {
 
 // Looks in `runner_dir` when given; else in $env; else beside the executable
 // (../sandbox/FOLDER, ../../sandbox/FOLDER, ../libexec/vault/FOLDER). Copies the files into
-// `stage_dir` and returns it. NOT_FOUND naming the places looked at.
-absl::StatusOr<std::string> StageRunner(const RunnerFiles& runner, const std::string& runner_dir,
-                                        const std::string& stage_dir);
+// `stage_root`/FOLDER-HASH (unless that folder is there already) and returns it with a lease on
+// it. NOT_FOUND naming the places looked at.
+struct StagedRunner {
+  std::string dir;
+  common::FolderLease lease;  // held for as long as sandboxes may run the files
+};
+absl::StatusOr<StagedRunner> StageRunner(const RunnerFiles& runner, const std::string& runner_dir,
+                                         const std::string& stage_root);
 
 // A sandbox type whose program is an interpreter's runner (scheme, wasm), run as the program of a
 // posix sandbox: every posix fence holds around the interpreter.
@@ -48,10 +58,13 @@ class RunnerSandbox : public Sandbox {
   const std::string& runner_dir() const { return runner_dir_; }
 
  protected:
-  RunnerSandbox(Sandbox* posix, std::string runner_dir)
-      : posix_(posix), runner_dir_(std::move(runner_dir)) {}
+  RunnerSandbox(Sandbox* posix, StagedRunner staged)
+      : posix_(posix), runner_dir_(std::move(staged.dir)), lease_(std::move(staged.lease)) {}
   Sandbox* const posix_;  // not owned; it outlives this
   const std::string runner_dir_;
+
+ private:
+  common::FolderLease lease_;
 };
 
 }  // namespace vault::sandbox

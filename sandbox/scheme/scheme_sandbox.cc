@@ -10,12 +10,12 @@ namespace vault::sandbox {
 
 absl::StatusOr<std::unique_ptr<SchemeSandbox>> SchemeSandbox::Create(Sandbox* posix,
                                                                      const std::string& runner_dir,
-                                                                     const std::string& stage_dir) {
-  VAULT_ASSIGN_OR_RETURN(std::string staged,
+                                                                     const std::string& stage_root) {
+  VAULT_ASSIGN_OR_RETURN(StagedRunner staged,
                          StageRunner({.files = {"vault-scheme-runner", "runner.scm"},
                                       .env = "VAULT_SCHEME_RUNNER_DIR",
                                       .folder = "scheme"},
-                                     runner_dir, stage_dir));
+                                     runner_dir, stage_root));
   return std::unique_ptr<SchemeSandbox>(new SchemeSandbox(posix, std::move(staged)));
 }
 

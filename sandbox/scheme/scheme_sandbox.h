@@ -24,12 +24,11 @@ class SchemeSandbox : public RunnerSandbox {
   // `posix` runs the runner (not owned; it outlives this). `runner_dir` holds vault-scheme-runner
   // and runner.scm; "" looks in $VAULT_SCHEME_RUNNER_DIR, then beside the executable
   // (../sandbox/scheme, ../../sandbox/scheme, ../libexec/vault/scheme). NOT_FOUND naming the
-  // places looked at. Both files are copied into `stage_dir` (made anew, 0711, the files
-  // world-readable), whose path is what the sandboxes see: the build tree may live under /work,
-  // which a sandbox keeps for itself, and the sandboxes' host ids must reach it.
+  // places looked at. Both files are staged under `stage_root` (runner_files.h), whose path is
+  // what the sandboxes see.
   static absl::StatusOr<std::unique_ptr<SchemeSandbox>> Create(Sandbox* posix,
                                                                const std::string& runner_dir,
-                                                               const std::string& stage_dir);
+                                                               const std::string& stage_root);
 
   const char* type() const override { return "scheme"; }
   // Guile here has no clock, randomness or input but the host calls: an agent re-run with its
@@ -42,8 +41,7 @@ class SchemeSandbox : public RunnerSandbox {
                             const std::vector<std::string>& env, SandboxSpec* spec) const override;
 
  private:
-  SchemeSandbox(Sandbox* posix, std::string runner_dir)
-      : RunnerSandbox(posix, std::move(runner_dir)) {}
+  SchemeSandbox(Sandbox* posix, StagedRunner staged) : RunnerSandbox(posix, std::move(staged)) {}
 };
 
 }  // namespace vault::sandbox

@@ -10,11 +10,11 @@ namespace vault::sandbox {
 
 absl::StatusOr<std::unique_ptr<WasmSandbox>> WasmSandbox::Create(Sandbox* posix,
                                                                  const std::string& runner_dir,
-                                                                 const std::string& stage_dir) {
-  VAULT_ASSIGN_OR_RETURN(std::string staged, StageRunner({.files = {"vault-wasm-runner"},
+                                                                 const std::string& stage_root) {
+  VAULT_ASSIGN_OR_RETURN(StagedRunner staged, StageRunner({.files = {"vault-wasm-runner"},
                                                           .env = "VAULT_WASM_RUNNER_DIR",
                                                           .folder = "wasm"},
-                                                         runner_dir, stage_dir));
+                                                         runner_dir, stage_root));
   return std::unique_ptr<WasmSandbox>(new WasmSandbox(posix, std::move(staged)));
 }
 

@@ -8,7 +8,7 @@
 // state at a checkpoint or migrate, so its log starts again from that snapshot each time: it goes
 // on at the next instruction wherever it is restored (strong mobility).
 //
-//   ASSIGN_OR_RETURN(auto wasm, WasmSandbox::Create(posix_sandbox, "", stage_dir));
+//   ASSIGN_OR_RETURN(auto wasm, WasmSandbox::Create(posix_sandbox, "", stage_root));
 //   types.Add(wasm.get());
 //
 // Thread safety: as the posix sandbox it wraps.
@@ -28,10 +28,10 @@ class WasmSandbox : public RunnerSandbox {
  public:
   // `posix` runs the runner (not owned; it outlives this). `runner_dir` holds vault-wasm-runner;
   // "" looks in $VAULT_WASM_RUNNER_DIR, then beside the executable (runner_files.h). The runner
-  // is copied into `stage_dir`.
+  // is staged under `stage_root` (runner_files.h).
   static absl::StatusOr<std::unique_ptr<WasmSandbox>> Create(Sandbox* posix,
                                                              const std::string& runner_dir,
-                                                             const std::string& stage_dir);
+                                                             const std::string& stage_root);
 
   const char* type() const override { return "wasm"; }
   bool can_snapshot() const override { return true; }
@@ -43,8 +43,7 @@ class WasmSandbox : public RunnerSandbox {
                             const std::vector<std::string>& env, SandboxSpec* spec) const override;
 
  private:
-  WasmSandbox(Sandbox* posix, std::string runner_dir)
-      : RunnerSandbox(posix, std::move(runner_dir)) {}
+  WasmSandbox(Sandbox* posix, StagedRunner staged) : RunnerSandbox(posix, std::move(staged)) {}
 };
 
 }  // namespace vault::sandbox
