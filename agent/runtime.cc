@@ -156,6 +156,7 @@ absl::Status AgentRuntime::Impl::Init() {
                                           .data_dir = options_.data_dir,
                                           .python_sdk_dir = options_.config.python_sdk_dir()},
                                          deps_.cas));
+  SetCloneLocks(&code_->exec_mu());
 
   VAULT_ASSIGN_OR_RETURN(std::vector<AgentRecord> records, store_->LoadAll());
   // Lock order: an agent's mu before the runtime's mu_, never the other way.
@@ -321,7 +322,17 @@ void AgentRuntime::Impl::Stop() {
   if (lifecycle_ != nullptr) lifecycle_->Shutdown();
   if (audit_writer_ != nullptr) audit_writer_->Stop();
   if (store_ != nullptr) store_->WakeAll();
+  SetCloneLocks(nullptr);  // no clone of a type's own outlives the code cache's lock
   if (code_ != nullptr) code_->RemoveAll();
+}
+
+void AgentRuntime::Impl::SetCloneLocks(absl::Mutex* mu) {
+  if (deps_.sandboxes == nullptr) return;
+  for (const std::string& type : deps_.sandboxes->Available()) {
+    if (absl::StatusOr<sandbox::Sandbox*> box = deps_.sandboxes->Find(type); box.ok()) {
+      (*box)->SetCloneLock(mu);
+    }
+  }
 }
 
 }  // namespace vault::agent

@@ -269,6 +269,71 @@ TEST_F(MetricsTest, CountsAnAgentsSpawnCallsAndDenialsAndLogsItsLinesAsJson) {
   EXPECT_EQ(completed_lines, 1) << *log;
 }
 
+// Wasm sandboxes started ahead (agents.wasm_warm_pool, default 2): the first wasm agent starts
+// cold and the pool fills in its limits; the next takes a warm sandbox and runs exactly as a
+// cold one (its arguments, environment, output and module are its own); one with other limits
+// starts cold and the pool takes its shape.
+TEST_F(MetricsTest, WasmAgentsStartWarmOnceThePoolHasTheirLimits) {
+  ASSERT_NO_FATAL_FAILURE(StartVault());
+  RunResult status = Vaultctl({"--vault", vaultd_->socket(), "-o", "json", "status"});
+  ASSERT_EQ(status.exit_code, kExitOk) << status;
+  if (!absl::StrContains(status.out, "\"agents_enabled\":true")) {
+    GTEST_SKIP() << "agents are disabled on this machine: " << status.out;
+  }
+  const std::string module = absl::StrCat(VAULT_IT_WASM_DIR, "/vault_wasm_plain.wasm");
+  auto run = [&](const std::string& label, const std::string& constraints) {
+    const std::string spec = absl::StrCat(root(), "/", label, ".scm");
+    EXPECT_TRUE(WriteFile(spec, absl::StrCat("(spawn-agent (purpose \"warm\") (sandbox wasm) "
+                                             "(code-file \"",
+                                             module, "\") (args \"4000\") (env \"LABEL=", label,
+                                             "\") (constraints ", constraints, "))\n"))
+                    .ok());
+    RunResult spawned = Vaultctl({"--vault", vaultd_->socket(), "agent", "spawn", spec, "--as",
+                                  vault_.dir + "/admin.key"});
+    EXPECT_EQ(spawned.exit_code, kExitOk) << spawned;
+    const std::string id(absl::StripAsciiWhitespace(spawned.out));
+    RunResult logs;
+    for (const absl::Time deadline = absl::Now() + absl::Seconds(60); absl::Now() < deadline;
+         absl::SleepFor(absl::Milliseconds(50))) {
+      logs = Vaultctl({"--vault", vaultd_->socket(), "agent", "logs", id});
+      if (absl::StrContains(logs.out, " answer ")) break;
+    }
+    return logs.out;
+  };
+  // What plain.c prints for 4000 steps, wherever it runs.
+  auto expected = [](const std::string& label) {
+    return std::vector<std::string>{absl::StrCat(label, ": 2 args, 4000 steps"),
+                                    absl::StrCat(label, " answer ")};
+  };
+  auto check = [](const std::string& logs, const std::vector<std::string>& want) {
+    EXPECT_THAT(logs, HasSubstr(want[0])) << logs;
+    EXPECT_THAT(logs, HasSubstr(want[1])) << logs;
+  };
+  const std::string cold_logs = run("first", "(max-runtime 60)");
+  check(cold_logs, expected("first"));
+  Samples s = ScrapeUntil("vault_wasm_warm_sandboxes", 2);
+  EXPECT_EQ(Value(s, R"(vault_wasm_starts_total{start="cold"})"), 1);
+  EXPECT_EQ(Value(s, R"(vault_wasm_starts_total{start="warm"})"), 0);
+
+  const std::string warm_logs = run("second", "(max-runtime 60)");
+  check(warm_logs, expected("second"));
+  // The same computation: the same answer line but for its label.
+  const size_t a = cold_logs.find(" answer "), b = warm_logs.find(" answer ");
+  ASSERT_NE(a, std::string::npos);
+  ASSERT_NE(b, std::string::npos);
+  EXPECT_EQ(cold_logs.substr(a, 25), warm_logs.substr(b, 25));
+  s = ScrapeUntil(R"(vault_wasm_starts_total{start="warm"})", 1);
+  EXPECT_EQ(Value(s, R"(vault_wasm_starts_total{start="cold"})"), 1);
+
+  // Other limits: cold, and the pool is refilled in them.
+  check(run("third", "(max-runtime 60) (max-memory 134217728)"), expected("third"));
+  s = ScrapeUntil(R"(vault_wasm_starts_total{start="cold"})", 2);
+  EXPECT_EQ(Value(s, R"(vault_wasm_starts_total{start="warm"})"), 1);
+  ScrapeUntil("vault_wasm_warm_sandboxes", 2);
+  check(run("fourth", "(max-runtime 60) (max-memory 134217728)"), expected("fourth"));
+  ScrapeUntil(R"(vault_wasm_starts_total{start="warm"})", 2);
+}
+
 TEST_F(MetricsTest, ReportsReplicationAndMirrorLagPerMember) {
   // Two members over mutual TLS; b follows a's change feed and mirrors a's audit log.
   const std::string ca = CreateCa();

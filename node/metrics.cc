@@ -279,6 +279,21 @@ class Metrics::StateCollector : public prometheus::Collectable {
     }
     if (s.mirrors) CollectMirrors(s.mirrors(), &out);
     if (s.agents) CollectAgents(s.agents(), &out);
+    if (s.wasm_starts) {
+      const MetricsSources::WarmStarts w = s.wasm_starts();
+      MetricFamily ready = Family("vault_wasm_warm_sandboxes",
+                                  "Wasm sandboxes started ahead of their agents, waiting.",
+                                  MetricType::Gauge);
+      AddSample(&ready, {}, static_cast<double>(w.ready));
+      MetricFamily starts = Family("vault_wasm_starts_total",
+                                   "Wasm agents' sandbox starts since vaultd started: warm (one "
+                                   "started ahead) or cold.",
+                                   MetricType::Counter);
+      AddSample(&starts, {{"start", "warm"}}, static_cast<double>(w.warm));
+      AddSample(&starts, {{"start", "cold"}}, static_cast<double>(w.cold));
+      out.push_back(std::move(ready));
+      out.push_back(std::move(starts));
+    }
     if (s.audit_log != nullptr) CollectEvents(&out);
     return out;
   }

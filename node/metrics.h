@@ -4,7 +4,7 @@
 // - gRPC calls, counted and timed by a server interceptor on both listeners (per method and
 //   status code);
 // - gauges read at scrape time from the components' own state (CAS totals, audit log size,
-//   mirrors, follow cursors, agent records by state);
+//   mirrors, follow cursors, agent records by state, the wasm type's warm sandboxes);
 // - event counters read at scrape time from the vault's own audit log, which witnesses every
 //   spawn, host call, denial and migration: the entries appended since the metrics were created
 //   are counted by action (a scrape reads only the entries appended since the last one).
@@ -56,6 +56,13 @@ struct MetricsSources {
   std::function<std::vector<replication::FollowStatus>()> follows;
   // Every agent record this vault holds (ended ones included).
   std::function<absl::StatusOr<std::vector<vault::v1::AgentRecord>>()> agents;
+  // The wasm type's starts: warm sandboxes ready, and starts warm and cold since vaultd started.
+  struct WarmStarts {
+    uint64_t ready = 0;
+    uint64_t warm = 0;
+    uint64_t cold = 0;
+  };
+  std::function<WarmStarts()> wasm_starts;
 };
 
 class Metrics {

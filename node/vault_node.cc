@@ -202,6 +202,11 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
          .agents = [n]() -> absl::StatusOr<std::vector<vault::v1::AgentRecord>> {
            if (n->agents_ == nullptr) return std::vector<vault::v1::AgentRecord>();
            return n->agents_->store()->LoadAll();
+         },
+         .wasm_starts = [n]() -> MetricsSources::WarmStarts {
+           if (n->wasm_sandbox_ == nullptr) return {};
+           const sandbox::WasmSandbox::Starts starts = n->wasm_sandbox_->starts();
+           return {.ready = starts.ready, .warm = starts.warm, .cold = starts.cold};
          }});
   }
   // The agents' sandbox: probe the kernel once and say plainly what is active. A missing fence
@@ -267,7 +272,11 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
         node->sandbox_types_.AddUnavailable("scheme", std::string(scheme.status().message()));
       }
       absl::StatusOr<std::unique_ptr<sandbox::WasmSandbox>> wasm =
-          sandbox::WasmSandbox::Create(node->counted_sandbox_.get(), "", stage_root);
+          sandbox::WasmSandbox::Create(
+          node->counted_sandbox_.get(), "", stage_root,
+          config.agents().wasm_warm_pool() == 0
+              ? 2
+              : static_cast<size_t>(std::max(config.agents().wasm_warm_pool(), 0)));
       if (wasm.ok()) {
         node->wasm_sandbox_ = *std::move(wasm);
         node->sandbox_types_.Add(node->wasm_sandbox_.get());

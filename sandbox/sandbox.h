@@ -39,6 +39,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace vault::sandbox {
@@ -54,6 +55,8 @@ struct Limits {
   absl::Duration wall_time = absl::Minutes(10);
   uint64_t storage_bytes = 64ull << 20;  // work directory + /tmp (one tmpfs)
   uint64_t storage_inodes = 4096;        // files in the work directory + /tmp
+
+  bool operator==(const Limits&) const = default;
 };
 
 // Checks that every limit is finite and non-zero and below sane ceilings.
@@ -209,6 +212,11 @@ class Sandbox {
   // refuses them (INVALID_ARGUMENT).
   virtual absl::Status SetArguments(const std::vector<std::string>& args,
                                     const std::vector<std::string>& env, SandboxSpec* spec) const;
+  // The lock to hold shared around every clone the type makes on its own, outside Spawn (a pool
+  // of sandboxes started ahead: sandbox/wasm/warm_pool.h): the runtime's, which keeps code files
+  // from being open for writing while a sandbox is cloned (agent/code_cache.h). It makes none
+  // before this is set; nullptr (the runtime stopping) ends them and waits for one in progress.
+  virtual void SetCloneLock(absl::Mutex* mu) {}
   // Starts the program. Returns once the program has been executed inside every fence (or
   // with a status saying which setup step failed: InvalidArgument for a bad spec, NotFound
   // for a missing program or directory, Internal/FailedPrecondition for a kernel refusal).

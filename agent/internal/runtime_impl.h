@@ -59,6 +59,8 @@ class AgentRuntime::Impl : public HostCallServices,
   // ---- runtime.cc: lifecycle ----
   absl::Status ResumeAgents();
   void Stop();
+  // Gives every sandbox type the lock around clones it makes on its own (Sandbox::SetCloneLock).
+  void SetCloneLocks(absl::Mutex* mu);
   absl::StatusOr<vault::v1::SpawnResponse> Spawn(const vault::v1::SpawnRequest& request);
   vault::v1::ListAgentsResponse List(const vault::v1::ListAgentsRequest& request);
   absl::StatusOr<vault::v1::AgentStatus> Get(const std::string& id);

@@ -3,6 +3,12 @@
 // module (engine.h) with the vault's host imports (runner_host.h) over the C++ SDK's channel.
 //
 //   vault-wasm-runner MODULE [--env KEY=VALUE]... [-- ARG...]
+//   vault-wasm-runner --warm
+//
+// With --warm it was started ahead of its agent (warm_pool.h) and waits on its channel (fd 3) for
+// the start packet that makes it one: the agent's channel, stdout, stderr and module descriptors,
+// and the argv and environment entries it would have been started with (vault.v1.WasmStart). It
+// ends quietly when the vault closes the channel instead.
 //
 // It first asks the vault for the execution state to resume from (the snapshot its effect log
 // starts from): with one, the run goes on where it was captured; without, the module's _start
@@ -15,7 +21,13 @@
 // exhausted", 1 for a trap ("trap: integer divide by zero") or a module the vault refuses.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <optional>
 
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +38,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "vault/v1/wasm.pb.h"
 #include "sandbox/wasm/engine.h"
 #include "sandbox/wasm/runner_host.h"
 #include "sdk/cpp/vault_agent.h"
@@ -47,22 +60,74 @@ uint64_t EnvNumber(const char* name, uint64_t fallback) {
   return n;
 }
 
-bool ReadModule(const char* path, size_t limit, std::string* out) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+bool ReadModule(int fd, size_t limit, std::string* out) {
   char buf[65536];
   while (true) {
     ssize_t n = read(fd, buf, sizeof(buf));
-    if (n < 0) {
-      close(fd);
-      return false;
-    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
     if (n == 0) break;
     out->append(buf, static_cast<size_t>(n));
     if (out->size() > limit) break;  // refused by Load, with the size
   }
-  close(fd);
   return true;
+}
+
+// A warm runner's start packet (warm_pool.h): installs the channel and output descriptors, sets
+// the environment entries and returns the argv, with the module's descriptor in `module_fd`.
+// nullopt when the vault closed the channel (`closed`: the runner is not needed) or sent something
+// else.
+std::optional<std::vector<std::string>> ReceiveStart(int* module_fd, bool* closed) {
+  constexpr int kFds = 4;  // channel, stdout, stderr, module
+  constexpr int kChannel = 3;
+  unsigned char head[4];
+  size_t got = 0;
+  int fds[kFds];
+  bool have_fds = false;
+  while (got < sizeof head) {
+    iovec iov{head + got, sizeof head - got};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t n = recvmsg(kChannel, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    *closed = n == 0 && got == 0;
+    if (n <= 0 || (msg.msg_flags & MSG_CTRUNC) != 0) return std::nullopt;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+          c->cmsg_len == CMSG_LEN(sizeof fds) && !have_fds) {
+        std::memcpy(fds, CMSG_DATA(c), sizeof fds);
+        have_fds = true;
+      }
+    }
+    got += static_cast<size_t>(n);
+  }
+  const uint32_t size = head[0] | (head[1] << 8) | (head[2] << 16) | (uint32_t{head[3]} << 24);
+  if (!have_fds || size > (1u << 20)) return std::nullopt;
+  std::string body(size, '\0');
+  for (size_t at = 0; at < size;) {
+    const ssize_t n = read(kChannel, body.data() + at, size - at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::nullopt;
+    at += static_cast<size_t>(n);
+  }
+  vault::v1::WasmStart start;
+  if (!start.ParseFromString(body)) return std::nullopt;
+  if (dup2(fds[0], kChannel) < 0 || dup2(fds[1], STDOUT_FILENO) < 0 ||
+      dup2(fds[2], STDERR_FILENO) < 0) {
+    return std::nullopt;
+  }
+  for (int i = 0; i < 3; ++i) close(fds[i]);
+  *module_fd = fds[3];
+  for (const std::string& entry : start.env()) {
+    const size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    setenv(entry.substr(0, eq).c_str(), entry.c_str() + eq + 1, 1);
+  }
+  return std::vector<std::string>(start.argv().begin(), start.argv().end());
 }
 
 // Ends the agent with `reason` (the vault records it), or exits if even that fails.
@@ -82,18 +147,34 @@ int main(int argc, char** argv) {
   action.sa_flags = SA_RESTART;
   sigemptyset(&action.sa_mask);
   sigaction(SIGUSR1, &action, nullptr);
-  if (argc < 2) {
-    fprintf(stderr, "usage: vault-wasm-runner MODULE [--env KEY=VALUE]... [-- ARG...]\n");
+  std::vector<std::string> argv_list(argv, argv + argc);
+  int module_fd = -1;
+  if (argc == 2 && argv_list[1] == "--warm") {
+    bool closed = false;
+    std::optional<std::vector<std::string>> start = ReceiveStart(&module_fd, &closed);
+    if (!start.has_value()) {
+      if (closed) return 0;  // let go before it was needed
+      fprintf(stderr, "vault-wasm-runner: the start packet is not one\n");
+      return 1;
+    }
+    argv_list = *std::move(start);
+  }
+  if (argv_list.size() < 2) {
+    fprintf(stderr,
+            "usage: vault-wasm-runner MODULE [--env KEY=VALUE]... [-- ARG...]\n"
+            "       vault-wasm-runner --warm\n");
     return 2;
   }
   std::vector<std::string> args = {"agent"};
   std::vector<std::string> env;
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--env" && i + 1 < argc) {
-      env.push_back(argv[++i]);
+  for (size_t i = 2; i < argv_list.size(); ++i) {
+    const std::string& a = argv_list[i];
+    if (a == "--env" && i + 1 < argv_list.size()) {
+      env.push_back(argv_list[++i]);
     } else if (a == "--") {
-      for (++i; i < argc; ++i) args.push_back(argv[i]);
+      args.insert(args.end(), argv_list.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                  argv_list.end());
+      break;
     } else {
       fprintf(stderr, "vault-wasm-runner: unexpected argument %s\n", a.c_str());
       return 2;
@@ -118,9 +199,10 @@ int main(int argc, char** argv) {
       static_cast<uint32_t>(EnvNumber("VAULT_MAX_CALL_DEPTH", limits.max_call_depth));
 
   std::string module;
-  if (!ReadModule(argv[1], limits.max_module_bytes, &module)) {
-    End(agent, 1, absl::StrCat("cannot read the module ", argv[1]));
-  }
+  if (module_fd < 0) module_fd = open(argv_list[1].c_str(), O_RDONLY | O_CLOEXEC);
+  const bool read = module_fd >= 0 && ReadModule(module_fd, limits.max_module_bytes, &module);
+  if (module_fd >= 0) close(module_fd);
+  if (!read) End(agent, 1, absl::StrCat("cannot read the module ", argv_list[1]));
   RunnerHost host(&agent, std::move(args), std::move(env));
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Load(module, limits, host.Resolver());
   if (!engine.ok()) End(agent, 1, absl::StrCat("module refused: ", engine.status().message()));
