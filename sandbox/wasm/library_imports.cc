@@ -88,27 +88,26 @@ constexpr uint64_t kMsgId = 0, kMsgReplyTo = 8, kMsgDataLen = 16, kMsgFromLen = 
 }  // namespace
 
 absl::StatusOr<HostFunction> LibraryImport(RunnerHost& host, absl::string_view name) {
-  vault::sdk::Agent& agent = host.agent();
   if (name == "log") {
     // log(level, ptr, len)
-    return Coded({I, I, I}, [&agent](HostCall& c, Mem& m) -> absl::Status {
+    return Coded({I, I, I}, [&host](HostCall& c, Mem& m) -> absl::Status {
       VAULT_ASSIGN_OR_RETURN(std::string text, m.Bytes(c.args[1], c.args[2]));
       const uint64_t level = c.args[0] <= 3 ? c.args[0] : 0;
-      return agent.Log(static_cast<vault::sdk::LogLevel>(level), Utf8Line(text));
+      return host.agent().Log(static_cast<vault::sdk::LogLevel>(level), Utf8Line(text));
     });
   }
   if (name == "heartbeat") {
     // heartbeat(out_checkpoint_wanted: u32*)
-    return Coded({I}, [&agent](HostCall& c, Mem& m) -> absl::Status {
-      VAULT_ASSIGN_OR_RETURN(bool wanted, agent.Heartbeat());
+    return Coded({I}, [&host](HostCall& c, Mem& m) -> absl::Status {
+      VAULT_ASSIGN_OR_RETURN(bool wanted, host.agent().Heartbeat());
       return m.U32(c.args[0], wanted ? 1 : 0);
     });
   }
   if (name == "get_state") {
     // get_state(offset: i64, buf, cap, out_len: u32*, out_total: u64*): NOT_FOUND without one
-    return Coded({L, I, I, I, I}, [&agent](HostCall& c, Mem& m) -> absl::Status {
-      const uint64_t cap = std::min<uint64_t>(c.args[2], agent.max_piece_bytes());
-      VAULT_ASSIGN_OR_RETURN(vault::v1::StateResult r, agent.GetStateRange(c.args[0], cap));
+    return Coded({L, I, I, I, I}, [&host](HostCall& c, Mem& m) -> absl::Status {
+      const uint64_t cap = std::min<uint64_t>(c.args[2], host.agent().max_piece_bytes());
+      VAULT_ASSIGN_OR_RETURN(vault::v1::StateResult r, host.agent().GetStateRange(c.args[0], cap));
       if (!r.present()) return absl::NotFoundError("the agent has no state");
       VAULT_RETURN_IF_ERROR(m.U64(c.args[4], r.size()));
       return m.Out(c.args[1], c.args[2], c.args[3], r.state());
@@ -133,34 +132,34 @@ absl::StatusOr<HostFunction> LibraryImport(RunnerHost& host, absl::string_view n
   }
   if (name == "cas_put") {
     // cas_put(data, len, out_digest, cap, out_len: u32*): the digest as text
-    return Coded({I, I, I, I, I}, [&agent](HostCall& c, Mem& m) -> absl::Status {
+    return Coded({I, I, I, I, I}, [&host](HostCall& c, Mem& m) -> absl::Status {
       VAULT_ASSIGN_OR_RETURN(std::string data, m.Bytes(c.args[0], c.args[1]));
-      VAULT_ASSIGN_OR_RETURN(vault::v1::Digest d, agent.CasPut(data));
+      VAULT_ASSIGN_OR_RETURN(vault::v1::Digest d, host.agent().CasPut(data));
       return m.Out(c.args[2], c.args[3], c.args[4], vault::sdk::DigestToText(d));
     });
   }
   if (name == "cas_get") {
     // cas_get(digest, dlen, offset: i64, buf, cap, out_len: u32*)
-    return Coded({I, I, L, I, I, I}, [&agent](HostCall& c, Mem& m) -> absl::Status {
+    return Coded({I, I, L, I, I, I}, [&host](HostCall& c, Mem& m) -> absl::Status {
       VAULT_ASSIGN_OR_RETURN(std::string text, m.Text(c.args[0], c.args[1]));
       VAULT_ASSIGN_OR_RETURN(vault::v1::Digest d, vault::sdk::ParseDigest(text));
-      const uint64_t cap = std::min<uint64_t>(c.args[4], agent.max_piece_bytes());
+      const uint64_t cap = std::min<uint64_t>(c.args[4], host.agent().max_piece_bytes());
       const uint64_t offset = std::min<uint64_t>(c.args[2], d.size());
       const uint64_t want = std::min<uint64_t>(cap, d.size() - offset);
       std::string data;
       if (want > 0) {
-        VAULT_ASSIGN_OR_RETURN(data, agent.CasGet(d, offset, want));
+        VAULT_ASSIGN_OR_RETURN(data, host.agent().CasGet(d, offset, want));
       }
       return m.Out(c.args[3], c.args[4], c.args[5], data);
     });
   }
   if (name == "send") {
     // send(to, tlen, type, tylen, data, dlen, reply_to: i64, out_id: u64*)
-    return Coded({I, I, I, I, I, I, L, I}, [&agent](HostCall& c, Mem& m) -> absl::Status {
+    return Coded({I, I, I, I, I, I, L, I}, [&host](HostCall& c, Mem& m) -> absl::Status {
       VAULT_ASSIGN_OR_RETURN(std::string to, m.Text(c.args[0], c.args[1]));
       VAULT_ASSIGN_OR_RETURN(std::string type, m.Text(c.args[2], c.args[3]));
       VAULT_ASSIGN_OR_RETURN(std::string data, m.Bytes(c.args[4], c.args[5]));
-      VAULT_ASSIGN_OR_RETURN(uint64_t id, agent.Send(to, type, data, c.args[6]));
+      VAULT_ASSIGN_OR_RETURN(uint64_t id, host.agent().Send(to, type, data, c.args[6]));
       return m.U64(c.args[7], id);
     });
   }
@@ -168,7 +167,7 @@ absl::StatusOr<HostFunction> LibraryImport(RunnerHost& host, absl::string_view n
     // receive(timeout_ms: i64, msg: vault_message*, data, cap): DEADLINE_EXCEEDED when none
     // came; RESOURCE_EXHAUSTED (data_len set, the message kept for the next receive) when its
     // data does not fit.
-    return Coded({L, I, I, I}, [&host, &agent](HostCall& c, Mem& m) -> absl::Status {
+    return Coded({L, I, I, I}, [&host](HostCall& c, Mem& m) -> absl::Status {
       // Where it goes is checked first: a bad pointer must not cost the agent its message.
       VAULT_RETURN_IF_ERROR(c.engine.Read(c.args[1], kMsgType + kMsgText).status());
       VAULT_RETURN_IF_ERROR(c.engine.Read(c.args[2], c.args[3]).status());
@@ -179,7 +178,7 @@ absl::StatusOr<HostFunction> LibraryImport(RunnerHost& host, absl::string_view n
       } else {
         const int64_t ms = static_cast<int64_t>(c.args[0]);
         VAULT_ASSIGN_OR_RETURN(std::optional<vault::v1::Message> got,
-                               agent.Receive(absl::Milliseconds(std::max<int64_t>(ms, 0))));
+                               host.agent().Receive(absl::Milliseconds(std::max<int64_t>(ms, 0))));
         if (!got.has_value()) return absl::DeadlineExceededError("no message came");
         msg = *std::move(got);
       }
@@ -203,8 +202,8 @@ absl::StatusOr<HostFunction> LibraryImport(RunnerHost& host, absl::string_view n
   }
   if (name == "self_inspect") {
     // self_inspect(buf, cap, out_len: u32*): JSON
-    return Coded({I, I, I}, [&agent](HostCall& c, Mem& m) -> absl::Status {
-      VAULT_ASSIGN_OR_RETURN(vault::v1::SelfInspectResult r, agent.SelfInspect());
+    return Coded({I, I, I}, [&host](HostCall& c, Mem& m) -> absl::Status {
+      VAULT_ASSIGN_OR_RETURN(vault::v1::SelfInspectResult r, host.agent().SelfInspect());
       const std::string json =
           absl::StrCat("{\"agent_id\":", Json(r.agent_id()), ",\"vault\":", Json(r.vault()),
                        ",\"principal\":", Json(r.principal()),
@@ -214,47 +213,47 @@ absl::StatusOr<HostFunction> LibraryImport(RunnerHost& host, absl::string_view n
   }
   if (name == "http_get") {
     // http_get(url, ulen, buf, cap, out_len: u32*, out_status: u32*)
-    return Coded({I, I, I, I, I, I}, [&agent](HostCall& c, Mem& m) -> absl::Status {
+    return Coded({I, I, I, I, I, I}, [&host](HostCall& c, Mem& m) -> absl::Status {
       VAULT_ASSIGN_OR_RETURN(std::string url, m.Text(c.args[0], c.args[1]));
-      VAULT_ASSIGN_OR_RETURN(vault::v1::HttpGetResult r, agent.HttpGet(url));
+      VAULT_ASSIGN_OR_RETURN(vault::v1::HttpGetResult r, host.agent().HttpGet(url));
       VAULT_RETURN_IF_ERROR(m.U32(c.args[5], r.status()));
       return m.Out(c.args[2], c.args[3], c.args[4], r.body());
     });
   }
   if (name == "spawn_child") {
     // spawn_child(spec, slen, state, stlen (-1: none), out_id, cap, out_len: u32*)
-    return Coded({I, I, I, I, I, I, I}, [&agent](HostCall& c, Mem& m) -> absl::Status {
+    return Coded({I, I, I, I, I, I, I}, [&host](HostCall& c, Mem& m) -> absl::Status {
       VAULT_ASSIGN_OR_RETURN(std::string spec, m.Text(c.args[0], c.args[1]));
       std::optional<std::string> state;
       if (static_cast<int32_t>(c.args[3]) >= 0) {
         VAULT_ASSIGN_OR_RETURN(state, m.Bytes(c.args[2], c.args[3]));
       }
-      VAULT_ASSIGN_OR_RETURN(vault::v1::SpawnChildResult r, agent.SpawnChildFromText(spec, state));
+      VAULT_ASSIGN_OR_RETURN(vault::v1::SpawnChildResult r, host.agent().SpawnChildFromText(spec, state));
       return m.Out(c.args[4], c.args[5], c.args[6], r.agent_id());
     });
   }
   if (name == "share") {
     // share(digest, dlen, agent, alen)
-    return Coded({I, I, I, I}, [&agent](HostCall& c, Mem& m) -> absl::Status {
+    return Coded({I, I, I, I}, [&host](HostCall& c, Mem& m) -> absl::Status {
       VAULT_ASSIGN_OR_RETURN(std::string text, m.Text(c.args[0], c.args[1]));
       VAULT_ASSIGN_OR_RETURN(std::string to, m.Text(c.args[2], c.args[3]));
       VAULT_ASSIGN_OR_RETURN(vault::v1::Digest d, vault::sdk::ParseDigest(text));
       std::vector<std::string> agents{to};
-      return agent.Share(d, agents);
+      return host.agent().Share(d, agents);
     });
   }
   if (name == "exit") {
     // exit(code, msg, mlen, result, rlen (-1: none)): returns only when the exit was refused
-    return Coded({I, I, I, I, I}, [&host, &agent](HostCall& c, Mem& m) -> absl::Status {
+    return Coded({I, I, I, I, I}, [&host](HostCall& c, Mem& m) -> absl::Status {
       VAULT_ASSIGN_OR_RETURN(std::string message, m.Text(c.args[1], c.args[2]));
       std::optional<vault::v1::Digest> result;
       if (static_cast<int32_t>(c.args[4]) >= 0) {
         VAULT_ASSIGN_OR_RETURN(std::string bytes, m.Bytes(c.args[3], c.args[4]));
-        VAULT_ASSIGN_OR_RETURN(result, agent.CasPut(bytes));
+        VAULT_ASSIGN_OR_RETURN(result, host.agent().CasPut(bytes));
       }
       host.FlushOutput();
       // On success the SDK ends the process; it returns only with the vault's refusal.
-      return agent.Exit(static_cast<int>(static_cast<int32_t>(c.args[0])), message, result);
+      return host.agent().Exit(static_cast<int>(static_cast<int32_t>(c.args[0])), message, result);
     });
   }
   return absl::NotFoundError(absl::StrCat("library.", name, " is not a host call"));

@@ -29,7 +29,9 @@ namespace vault::sandbox::wasm {
 
 class RunnerHost {
  public:
+  // `agent` may be given later (set_agent), before the module's first call.
   RunnerHost(vault::sdk::Agent* agent, std::vector<std::string> args, std::vector<std::string> env);
+  void set_agent(vault::sdk::Agent* agent) { agent_ = agent; }
 
   // The imports: module "library" and module "wasi_snapshot_preview1".
   ImportResolver Resolver();
@@ -61,7 +63,7 @@ class RunnerHost {
   absl::StatusOr<uint64_t> FileSizeOf(const std::string& path);
 
  private:
-  vault::sdk::Agent* const agent_;
+  vault::sdk::Agent* agent_;
   const std::vector<std::string> args_;
   const std::vector<std::string> env_;
   vault::v1::WasmHostState state_;

@@ -149,7 +149,6 @@ absl::StatusOr<HostFunction> WasiImport(RunnerHost& host, absl::string_view name
     return absl::NotFoundError(
         absl::StrCat("wasi_snapshot_preview1.", name, " is not a WASI preview1 function"));
   }
-  vault::sdk::Agent& agent = host.agent();
   if (name == "proc_exit") {
     return HostFunction{TypeOf(*sig), [&host](HostCall& c) {
                           host.FlushOutput();
@@ -185,9 +184,9 @@ absl::StatusOr<HostFunction> WasiImport(RunnerHost& host, absl::string_view name
   if (name == "clock_time_get") {
     // Every clock from the vault's (logged, so a replay reads the same): realtime as it is; the
     // monotonic and CPU-time clocks never go back, hops included.
-    return Wasi(*sig, [&host, &agent](HostCall& c) -> absl::StatusOr<uint32_t> {
+    return Wasi(*sig, [&host](HostCall& c) -> absl::StatusOr<uint32_t> {
       if (c.args[0] > 3) return kInval;
-      VAULT_ASSIGN_OR_RETURN(vault::v1::ClockResult now, agent.Clock());
+      VAULT_ASSIGN_OR_RETURN(vault::v1::ClockResult now, host.agent().Clock());
       int64_t ns = now.unix_nanos();
       if (c.args[0] != 0) {
         ns = std::max(ns, host.state().monotonic_floor_ns());
@@ -198,13 +197,13 @@ absl::StatusOr<HostFunction> WasiImport(RunnerHost& host, absl::string_view name
     });
   }
   if (name == "random_get") {
-    return Wasi(*sig, [&agent](HostCall& c) -> absl::StatusOr<uint32_t> {
+    return Wasi(*sig, [&host](HostCall& c) -> absl::StatusOr<uint32_t> {
       uint64_t at = c.args[0];
       uint64_t left = c.args[1];
       if (!c.engine.Read(at, left).ok()) return kFault;
       while (left > 0) {
         const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(left, 4096));
-        VAULT_ASSIGN_OR_RETURN(std::string bytes, agent.Random(n));
+        VAULT_ASSIGN_OR_RETURN(std::string bytes, host.agent().Random(n));
         if (bytes.size() != n) return kIo;
         if (!c.engine.Write(at, bytes).ok()) return kFault;
         at += n;
