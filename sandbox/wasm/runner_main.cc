@@ -38,6 +38,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "vault/v1/hostcall.pb.h"
 #include "vault/v1/wasm.pb.h"
 #include "sandbox/wasm/engine.h"
 #include "sandbox/wasm/runner_host.h"
@@ -150,6 +151,17 @@ void Prewarm() {
       absl::string_view(reinterpret_cast<const char*>(kPrewarmModule), sizeof kPrewarmModule),
       EngineLimits{}, host.Resolver());
   if (engine.ok() && (*engine)->Start("_start").ok()) (void)(*engine)->Run();
+  // And the protocol's messages, as the handshake and the first calls will write and read them.
+  vault::v1::GuestFrame hello;
+  hello.mutable_hello()->set_version(1);
+  hello.mutable_request()->mutable_get_state()->set_snapshot(true);
+  vault::v1::HostFrame answer;
+  answer.mutable_welcome();
+  answer.mutable_response()->mutable_get_state()->set_state("prewarm");
+  vault::v1::GuestFrame hello_back;
+  vault::v1::HostFrame answer_back;
+  (void)hello_back.ParseFromString(hello.SerializeAsString());
+  (void)answer_back.ParseFromString(answer.SerializeAsString());
 }
 
 // Ends the agent with `reason` (the vault records it), or exits if even that fails.
