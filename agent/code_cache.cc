@@ -41,7 +41,7 @@ absl::StatusOr<std::unique_ptr<CodeCache>> CodeCache::Open(const CodeCacheOption
                                                            cas::Store* cas) {
   std::string root = options.root;
   std::string shared_parent;  // a folder of every vault's code folders, when root is there
-  std::string own;           // root's name in it
+  std::string own;            // root's name in it
   if (root.empty()) {
     if (geteuid() == 0) {
       shared_parent = "/var/lib/vault-sandbox/code";
@@ -62,6 +62,7 @@ absl::StatusOr<std::unique_ptr<CodeCache>> CodeCache::Open(const CodeCacheOption
     lease = common::FolderLease::Take(root, /*exclusive=*/true);
   }
   if (!lease.ok()) return lease.status();
+  VAULT_RETURN_IF_ERROR(common::MarkLeased(root));
   if (!shared_parent.empty()) {
     common::RemoveUnleased(shared_parent, [&](absl::string_view name) { return name != own; });
   }

@@ -92,6 +92,7 @@ class FakeHandle : public sandbox::SandboxHandle {
     return absl::OkStatus();
   }
   void RestartWallClock() override {}  // (no wall-time limit in this fake)
+  void SetWallTime(absl::Duration) override {}
   absl::Status Kill() override {
     absl::MutexLock lock(&mu_);
     if (ended_) return absl::OkStatus();

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <filesystem>
@@ -46,6 +47,13 @@ absl::StatusOr<FolderLease> FolderLease::Take(const std::string& dir, bool exclu
   return FolderLease(std::move(fd));
 }
 
+absl::Status MarkLeased(const std::string& dir) {
+  const std::string path = absl::StrCat(dir, "/", kLeaseMark);
+  UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!fd.valid()) return PosixError(errno, absl::StrCat("create ", path));
+  return absl::OkStatus();
+}
+
 int RemoveUnleased(const std::string& parent, absl::FunctionRef<bool(absl::string_view)> matches) {
   std::vector<std::string> names;
   if (DIR* d = opendir(parent.c_str()); d != nullptr) {
@@ -68,6 +76,8 @@ int RemoveUnleased(const std::string& parent, absl::FunctionRef<bool(absl::strin
       std::filesystem::remove_all(dir, ec);
       continue;
     }
+    // Only a folder whose users take leases: another build's may be in use without one.
+    if (faccessat(fd.get(), kLeaseMark, F_OK, AT_SYMLINK_NOFOLLOW) != 0) continue;
     // Renamed away under the lock: a Take waiting on the old path sees it gone and retries.
     const std::string doomed = absl::StrCat(parent, "/", kRemoving, name);
     if (rename(dir.c_str(), doomed.c_str()) != 0) continue;

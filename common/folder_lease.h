@@ -39,8 +39,15 @@ class FolderLease {
   UniqueFd fd_;  // O_CLOEXEC: a sandbox's program never holds it
 };
 
-// Removes every folder directly under `parent` whose name `matches` accepts and that no process
-// holds a lease on. Returns how many it removed; a folder it cannot remove stays for the next call.
+// Marks `dir` as one whose users take leases (an empty file, kLeaseMark): only such a folder is
+// ever removed by RemoveUnleased, so that folders of builds that take no leases, in use or not,
+// are left alone.
+inline constexpr char kLeaseMark[] = ".vault-lease";
+absl::Status MarkLeased(const std::string& dir);
+
+// Removes every folder directly under `parent` that is marked (MarkLeased), whose name `matches`
+// accepts and that no process holds a lease on. Returns how many it removed; a folder it cannot
+// remove stays for the next call.
 int RemoveUnleased(const std::string& parent, absl::FunctionRef<bool(absl::string_view)> matches);
 
 }  // namespace vault::common

@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/file_util.h"
 #include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
@@ -23,6 +24,7 @@ class FolderLeaseTest : public ::testing::Test {
     const std::string dir = tmp_.path() + "/" + name;
     EXPECT_TRUE(MakeDirs(dir + "/sub", 0755).ok());
     EXPECT_TRUE(WriteFileAtomic(dir + "/sub/file", "bytes", 0644).ok());
+    EXPECT_TRUE(MarkLeased(dir).ok());
     return dir;
   }
   int Sweep() {
@@ -91,7 +93,12 @@ TEST_F(FolderLeaseTest, ATakeWaitingOnAFolderThatIsRemovedIsAborted) {
   ASSERT_TRUE(remover.ok());
   absl::Status waited;
   std::thread taker([&] { waited = FolderLease::Take(dir, /*exclusive=*/false).status(); });
-  absl::SleepFor(absl::Milliseconds(50));  // the taker is blocked on the lock
+  // Until the taker waits on the lock: /proc/locks lists a blocked request with "->".
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(10);
+       !absl::StrContains(ReadFile("/proc/locks").value_or(""), "-> FLOCK") &&
+       absl::Now() < deadline;) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   ASSERT_EQ(rename(dir.c_str(), (dir + "-gone").c_str()), 0);
   Make("run-raced");  // a new folder under the old name is not the one it locked either
   *remover = FolderLease();
@@ -106,6 +113,18 @@ TEST_F(FolderLeaseTest, AMissingFolderIsNotFoundAndAHalfRemovedOneIsFinished) {
   const std::string leftover = Make(".removing-run-old");  // a remover was killed halfway
   EXPECT_EQ(Sweep(), 0);
   EXPECT_FALSE(PathExists(leftover));
+}
+
+TEST_F(FolderLeaseTest, AFolderWithoutTheMarkIsNeverRemoved) {
+  // Another build's (which takes no leases): in use or not, nothing here can tell.
+  const std::string legacy = tmp_.path() + "/run-legacy";
+  ASSERT_TRUE(MakeDirs(legacy, 0755).ok());
+  ASSERT_TRUE(WriteFileAtomic(legacy + "/file", "bytes", 0644).ok());
+  EXPECT_EQ(Sweep(), 0);
+  EXPECT_TRUE(PathExists(legacy + "/file"));
+  ASSERT_TRUE(MarkLeased(legacy).ok());
+  EXPECT_EQ(Sweep(), 1);
+  EXPECT_FALSE(PathExists(legacy));
 }
 
 TEST_F(FolderLeaseTest, ASymlinkIsNeitherLeasedNorFollowed) {

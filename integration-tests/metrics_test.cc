@@ -288,8 +288,8 @@ TEST_F(MetricsTest, WasmAgentsStartWarmOnceThePoolHasTheirLimits) {
                                              module, "\") (args \"4000\") (env \"LABEL=", label,
                                              "\") (constraints ", constraints, "))\n"))
                     .ok());
-    RunResult spawned = Vaultctl({"--vault", vaultd_->socket(), "agent", "spawn", spec, "--as",
-                                  vault_.dir + "/admin.key"});
+    RunResult spawned = Vaultctl(
+        {"--vault", vaultd_->socket(), "agent", "spawn", spec, "--as", vault_.dir + "/admin.key"});
     EXPECT_EQ(spawned.exit_code, kExitOk) << spawned;
     const std::string id(absl::StripAsciiWhitespace(spawned.out));
     RunResult logs;
@@ -332,6 +332,33 @@ TEST_F(MetricsTest, WasmAgentsStartWarmOnceThePoolHasTheirLimits) {
   ScrapeUntil("vault_wasm_warm_sandboxes", 2);
   check(run("fourth", "(max-runtime 60) (max-memory 134217728)"), expected("fourth"));
   ScrapeUntil(R"(vault_wasm_starts_total{start="warm"})", 2);
+
+  // The limits the runner takes from its environment hold in a warm sandbox too: fuel.
+  auto fuel_run = [&](const std::string& label) {
+    const std::string spec = absl::StrCat(root(), "/", label, ".scm");
+    EXPECT_TRUE(WriteFile(spec, absl::StrCat("(spawn-agent (purpose \"fuel\") (sandbox wasm) "
+                                             "(code-file \"",
+                                             module,
+                                             "\") (args \"100000000\") (constraints "
+                                             "(max-runtime 60) (max-steps 200000)))\n"))
+                    .ok());
+    RunResult spawned = Vaultctl(
+        {"--vault", vaultd_->socket(), "agent", "spawn", spec, "--as", vault_.dir + "/admin.key"});
+    EXPECT_EQ(spawned.exit_code, kExitOk) << spawned;
+    const std::string id(absl::StripAsciiWhitespace(spawned.out));
+    RunResult st;
+    for (const absl::Time deadline = absl::Now() + absl::Seconds(60); absl::Now() < deadline;
+         absl::SleepFor(absl::Milliseconds(50))) {
+      st = Vaultctl({"--vault", vaultd_->socket(), "-o", "json", "agent", "status", id});
+      if (absl::StrContains(st.out, "\"state\":\"failed\"")) break;
+    }
+    EXPECT_THAT(st.out, HasSubstr("fuel exhausted (200000 instructions)")) << st;
+  };
+  fuel_run("fuel-cold");
+  s = ScrapeUntil(R"(vault_wasm_starts_total{start="cold"})", 3);
+  ScrapeUntil("vault_wasm_warm_sandboxes", 2);
+  fuel_run("fuel-warm");
+  ScrapeUntil(R"(vault_wasm_starts_total{start="warm"})", 3);
 }
 
 TEST_F(MetricsTest, ReportsReplicationAndMirrorLagPerMember) {

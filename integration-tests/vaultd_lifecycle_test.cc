@@ -226,11 +226,14 @@ TEST_F(VaultdLifecycleTest, SigtermExitsCleanlyAndARestartServesTheSameObjects) 
 }
 
 // Files a vault keeps outside its data directory for its sandboxes (its code folder, the staged
-// interpreter runners) do not pile up when vaults are killed: the next vault removes them.
-TEST_F(VaultdLifecycleTest, AVaultKilledBySigkillLeavesNothingBehindOnceAnotherStarts) {
+// interpreter runners) do not pile up when vaults are killed or builds change: the next vault to
+// start removes those nobody uses, and never one a live vault uses.
+TEST_F(VaultdLifecycleTest, FoldersOfDeadVaultsGoAndThoseOfLiveOnesStay) {
   if (geteuid() != 0) GTEST_SKIP() << "only a vault run as root keeps files in /var/lib";
-  const std::string code = absl::StrCat("/var/lib/vault-sandbox/code/a-",
-                                        Hex(Sha256(vault_.data_dir)).substr(0, 8));
+  auto code_of = [](const VaultDir& v) {
+    return absl::StrCat("/var/lib/vault-sandbox/code/", v.name, "-",
+                        Hex(Sha256(v.data_dir)).substr(0, 8));
+  };
   const std::string runners = "/var/lib/vault-sandbox/runners";
   auto staged = [&] {
     std::vector<std::string> names;
@@ -239,27 +242,50 @@ TEST_F(VaultdLifecycleTest, AVaultKilledBySigkillLeavesNothingBehindOnceAnotherS
     }
     return names;
   };
+  // A folder of another build that nobody uses (marked: its build took leases), and one of a build
+  // that takes none (unmarked: it may be in use, and is left alone).
+  auto plant = [](const std::string& dir, bool marked) {
+    std::filesystem::create_directories(dir);
+    EXPECT_TRUE(WriteFile(dir + "/file", "bytes").ok());
+    if (marked) {
+      EXPECT_TRUE(WriteFile(dir + "/.vault-lease", "").ok());
+    }
+  };
   absl::StatusOr<Vaultd*> a = StartVaultd(vault_, {"--listen", "127.0.0.1:0"});
   ASSERT_TRUE(a.ok()) << a.status();
-  ASSERT_TRUE(std::filesystem::is_directory(code)) << code;
-  const std::vector<std::string> runners_of_a = staged();
-  for (const char* type : {"scheme-", "wasm-"}) {
-    EXPECT_EQ(std::count_if(runners_of_a.begin(), runners_of_a.end(),
-                            [&](const std::string& n) { return absl::StartsWith(n, type); }),
-              1)
-        << type << " in " << absl::StrJoin(runners_of_a, " ");
-  }
-  (*a)->Kill();
-  EXPECT_TRUE(std::filesystem::is_directory(code)) << "SIGKILL removes nothing by itself";
+  ASSERT_TRUE(std::filesystem::is_directory(code_of(vault_))) << code_of(vault_);
+  const std::vector<std::string> used_by_a = staged();
+  ASSERT_GE(used_by_a.size(), 2u) << "a scheme and a wasm runner";
+  const std::string stale_runner = runners + "/wasm-00000000000000aa";
+  const std::string legacy_runner = runners + "/wasm-00000000000000bb";
+  const std::string stale_code = "/var/lib/vault-sandbox/code/gone-00000000";
+  plant(stale_runner, true);
+  plant(legacy_runner, false);
+  plant(stale_code, true);
 
   absl::StatusOr<VaultDir> b_dir = InitVault("b", /*ca_dir=*/"");
   ASSERT_TRUE(b_dir.ok()) << b_dir.status();
   absl::StatusOr<Vaultd*> b = StartVaultd(*b_dir, {"--listen", "127.0.0.1:0"});
   ASSERT_TRUE(b.ok()) << b.status();
-  EXPECT_FALSE(std::filesystem::exists(code)) << "the killed vault's code folder is left";
-  for (const std::string& name : runners_of_a) {  // the same build: b uses the same copies
+  // a lives: its folders stay; the unused ones went; the unmarked one stays.
+  EXPECT_TRUE(std::filesystem::is_directory(code_of(vault_))) << "a live vault's code folder";
+  for (const std::string& name : used_by_a) {
     EXPECT_TRUE(std::filesystem::is_directory(absl::StrCat(runners, "/", name))) << name;
   }
+  EXPECT_FALSE(std::filesystem::exists(stale_runner));
+  EXPECT_FALSE(std::filesystem::exists(stale_code));
+  EXPECT_TRUE(std::filesystem::exists(legacy_runner + "/file"));
+  std::filesystem::remove_all(legacy_runner);
+
+  (*a)->Kill();
+  EXPECT_TRUE(std::filesystem::is_directory(code_of(vault_)))
+      << "SIGKILL removes nothing by itself";
+  absl::StatusOr<VaultDir> c_dir = InitVault("c", /*ca_dir=*/"");
+  ASSERT_TRUE(c_dir.ok()) << c_dir.status();
+  absl::StatusOr<Vaultd*> c = StartVaultd(*c_dir, {"--listen", "127.0.0.1:0"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(std::filesystem::exists(code_of(vault_))) << "the killed vault's code folder";
+  EXPECT_TRUE(std::filesystem::is_directory(code_of(*b_dir))) << "b still runs";
 }
 
 TEST_F(VaultdLifecycleTest, SigtermWithAStreamOpenExitsWithinTheDrainTime) {

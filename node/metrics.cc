@@ -281,9 +281,9 @@ class Metrics::StateCollector : public prometheus::Collectable {
     if (s.agents) CollectAgents(s.agents(), &out);
     if (s.wasm_starts) {
       const MetricsSources::WarmStarts w = s.wasm_starts();
-      MetricFamily ready = Family("vault_wasm_warm_sandboxes",
-                                  "Wasm sandboxes started ahead of their agents, waiting.",
-                                  MetricType::Gauge);
+      MetricFamily ready =
+          Family("vault_wasm_warm_sandboxes",
+                 "Wasm sandboxes started ahead of their agents, waiting.", MetricType::Gauge);
       AddSample(&ready, {}, static_cast<double>(w.ready));
       MetricFamily starts = Family("vault_wasm_starts_total",
                                    "Wasm agents' sandbox starts since vaultd started: warm (one "

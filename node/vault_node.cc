@@ -271,8 +271,7 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
       } else {
         node->sandbox_types_.AddUnavailable("scheme", std::string(scheme.status().message()));
       }
-      absl::StatusOr<std::unique_ptr<sandbox::WasmSandbox>> wasm =
-          sandbox::WasmSandbox::Create(
+      absl::StatusOr<std::unique_ptr<sandbox::WasmSandbox>> wasm = sandbox::WasmSandbox::Create(
           node->counted_sandbox_.get(), "", stage_root,
           config.agents().wasm_warm_pool() == 0
               ? 2

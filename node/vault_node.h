@@ -100,8 +100,8 @@ class VaultNode {
   std::unique_ptr<Metrics> metrics_;
   // The posix sandbox type; null when even its base fences are missing.
   std::unique_ptr<sandbox::LinuxSandbox> sandbox_;
-  std::unique_ptr<sandbox::Sandbox> counted_sandbox_;  // sandbox_, its spawns counted
-  std::unique_ptr<sandbox::Sandbox> scheme_sandbox_;   // runs its runner in counted_sandbox_
+  std::unique_ptr<sandbox::Sandbox> counted_sandbox_;   // sandbox_, its spawns counted
+  std::unique_ptr<sandbox::Sandbox> scheme_sandbox_;    // runs its runner in counted_sandbox_
   std::unique_ptr<sandbox::WasmSandbox> wasm_sandbox_;  // likewise
   // The sandbox types agents can ask for: counted_sandbox_ as "posix", the others unavailable
   // with the reason.

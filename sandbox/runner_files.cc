@@ -68,7 +68,8 @@ absl::StatusOr<StagedRunner> StageRunner(const RunnerFiles& runner, const std::s
     contents.push_back(std::move(bytes));
   }
   const std::string prefix = absl::StrCat(runner.folder, "-");
-  const std::string name = absl::StrCat(prefix, absl::BytesToHexString(hash.Finish()).substr(0, 16));
+  const std::string name =
+      absl::StrCat(prefix, absl::BytesToHexString(hash.Finish()).substr(0, 16));
   VAULT_RETURN_IF_ERROR(common::MakeDirs(stage_root, 0711));
   for (std::string dir = stage_root; dir.size() > 1; dir = common::DirName(dir)) {
     if (chmod(dir.c_str(), 0711) != 0) break;  // as far as this process owns the path
@@ -87,7 +88,7 @@ absl::StatusOr<StagedRunner> StageRunner(const RunnerFiles& runner, const std::s
       absl::StatusOr<common::FolderLease> writing =
           written.ok() ? common::FolderLease::Take(staging, /*exclusive=*/true)
                        : absl::StatusOr<common::FolderLease>(written);
-      written = writing.status();
+      written = writing.ok() ? common::MarkLeased(staging) : writing.status();
       for (size_t i = 0; written.ok() && i < runner.files.size(); ++i) {
         written = common::WriteFileAtomic(absl::StrCat(staging, "/", runner.files[i]), contents[i],
                                           i == 0 ? 0755 : 0644);
@@ -114,8 +115,8 @@ absl::StatusOr<StagedRunner> StageRunner(const RunnerFiles& runner, const std::s
     last = lease.status();
     if (!absl::IsNotFound(last) && !absl::IsAborted(last)) break;  // else removed meanwhile
   }
-  return absl::UnavailableError(absl::StrCat("stage the ", runner.folder, " runner in ", dir, ": ",
-                                             last.message()));
+  return absl::UnavailableError(
+      absl::StrCat("stage the ", runner.folder, " runner in ", dir, ": ", last.message()));
 }
 
 }  // namespace vault::sandbox

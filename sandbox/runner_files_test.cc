@@ -81,9 +81,11 @@ TEST_F(RunnerFilesTest, AnotherBuildGetsItsOwnFolderAndUnusedOnesAreRemoved) {
   EXPECT_EQ(*common::ReadFile(new_build->dir + "/fake-runner"), "#!runner v2");
   EXPECT_EQ(*common::ReadFile(old_build->dir + "/fake-runner"), "#!runner v1");  // still in use
 
-  // A staging whose writer died, and a folder of this build's type that nobody uses.
+  // A staging whose writer died, and a folder of another type that nobody uses.
   ASSERT_TRUE(common::MakeDirs(root_ + "/.staging-fake-0123456789abcdef-1-x", 0711).ok());
+  ASSERT_TRUE(common::MarkLeased(root_ + "/.staging-fake-0123456789abcdef-1-x").ok());
   ASSERT_TRUE(common::MakeDirs(root_ + "/other-0123456789abcdef", 0711).ok());
+  ASSERT_TRUE(common::MarkLeased(root_ + "/other-0123456789abcdef").ok());
   *old_build = StagedRunner();  // the vault of the old build stopped
   absl::StatusOr<StagedRunner> again = Stage();
   ASSERT_TRUE(again.ok()) << again.status();

@@ -153,6 +153,9 @@ class SandboxHandle {
   // The wall-time limit counts from now on (a process started ahead of its use, such as an
   // arriving agent's, started at its Offer, is charged from the moment it is adopted).
   virtual void RestartWallClock() = 0;
+  // The wall-time limit becomes `limit`, counted from now: a sandbox started ahead of the program
+  // it will serve (sandbox/wasm/warm_pool.h) waits under a long one and takes its program's here.
+  virtual void SetWallTime(absl::Duration limit) = 0;
   // Kills every process of the sandbox. Idempotent; OK when it has already ended.
   virtual absl::Status Kill() = 0;
   // Waits up to `timeout` for the sandbox to end. DeadlineExceeded when it still runs.

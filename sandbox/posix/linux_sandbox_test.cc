@@ -372,6 +372,24 @@ TEST(LinuxSandbox, RestartWallClockCountsTheLimitFromThen) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(6));
 }
 
+// A sandbox started ahead under a long wall-time limit takes a short one when it is put to use:
+// it ends at that one, counted from then, though the supervisor was asleep until the long one.
+TEST(LinuxSandbox, SetWallTimeShortensTheLimitFromThen) {
+  REQUIRE_SANDBOX();
+  SandboxSpec spec = Shell("sleep 30");
+  spec.limits.wall_time = absl::Hours(1);
+  absl::StatusOr<std::unique_ptr<SandboxHandle>> handle = Shared()->Spawn(spec);
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  absl::SleepFor(absl::Milliseconds(200));
+  const absl::Time set = absl::Now();
+  (*handle)->SetWallTime(absl::Milliseconds(500));
+  absl::StatusOr<ExitInfo> exit = (*handle)->Wait(absl::Seconds(5));
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  EXPECT_EQ(exit->limit, LimitHit::kWallTime);
+  EXPECT_GE(absl::Now() - set, absl::Milliseconds(500));
+  EXPECT_LT(absl::Now() - set, absl::Seconds(2));
+}
+
 TEST(LinuxSandbox, CpuTimeLimitKills) {
   REQUIRE_SANDBOX();
   SandboxSpec spec = Shell("while :; do :; done");

@@ -8,9 +8,8 @@
 
 namespace vault::sandbox {
 
-absl::StatusOr<std::unique_ptr<SchemeSandbox>> SchemeSandbox::Create(Sandbox* posix,
-                                                                     const std::string& runner_dir,
-                                                                     const std::string& stage_root) {
+absl::StatusOr<std::unique_ptr<SchemeSandbox>> SchemeSandbox::Create(
+    Sandbox* posix, const std::string& runner_dir, const std::string& stage_root) {
   VAULT_ASSIGN_OR_RETURN(StagedRunner staged,
                          StageRunner({.files = {"vault-scheme-runner", "runner.scm"},
                                       .env = "VAULT_SCHEME_RUNNER_DIR",

@@ -228,7 +228,8 @@ absl::StatusOr<HostFunction> LibraryImport(RunnerHost& host, absl::string_view n
       if (static_cast<int32_t>(c.args[3]) >= 0) {
         VAULT_ASSIGN_OR_RETURN(state, m.Bytes(c.args[2], c.args[3]));
       }
-      VAULT_ASSIGN_OR_RETURN(vault::v1::SpawnChildResult r, host.agent().SpawnChildFromText(spec, state));
+      VAULT_ASSIGN_OR_RETURN(vault::v1::SpawnChildResult r,
+                             host.agent().SpawnChildFromText(spec, state));
       return m.Out(c.args[4], c.args[5], c.args[6], r.agent_id());
     });
   }

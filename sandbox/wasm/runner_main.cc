@@ -26,23 +26,22 @@
 
 #include <cerrno>
 #include <cstddef>
-#include <cstring>
-#include <optional>
-
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "vault/v1/hostcall.pb.h"
-#include "vault/v1/wasm.pb.h"
 #include "sandbox/wasm/engine.h"
 #include "sandbox/wasm/runner_host.h"
 #include "sdk/cpp/vault_agent.h"
+#include "vault/v1/hostcall.pb.h"
+#include "vault/v1/wasm.pb.h"
 
 namespace {
 

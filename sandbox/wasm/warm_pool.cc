@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/file_util.h"
-#include "vault/v1/wasm.pb.h"
 #include "spdlog/spdlog.h"
+#include "vault/v1/wasm.pb.h"
 
 namespace vault::sandbox::wasm {
 
@@ -40,6 +40,10 @@ struct WarmPool::Relay {
     target = to ? std::move(to) : [](const ExitInfo&) {};
     return true;
   }
+  bool Ended() {
+    absl::MutexLock lock(&mu);
+    return ended;
+  }
   // Takes the binding back; false when the end was reported to it already.
   bool Unbind() {
     absl::MutexLock lock(&mu);
@@ -53,6 +57,14 @@ namespace {
 
 constexpr int kStartFds = 4;  // channel, stdout, stderr, module
 constexpr absl::Duration kSettle = absl::Milliseconds(20);
+// A warm sandbox waits under this wall-time limit; the agent's own is set when it is taken.
+constexpr absl::Duration kWaitLimit = absl::Hours(24);
+
+// What a warm sandbox must share with a spec to serve it: every limit but the wall time.
+Limits ShapeOf(Limits limits) {
+  limits.wall_time = kWaitLimit;
+  return limits;
+}
 
 // One sendmsg of the whole packet, the descriptors on its first byte.
 absl::Status SendStart(int fd, const vault::v1::WasmStart& start, const int (&fds)[kStartFds]) {
@@ -108,7 +120,8 @@ void WarmPool::SetCloneLock(absl::Mutex* mu) {
     absl::MutexLock lock(&mu_);
     clone_lock_ = mu;
     if (mu == nullptr) {
-      mu_.Await(absl::Condition(+[](bool* cloning) { return !*cloning; }, &cloning_));
+      mu_.Await(absl::Condition(
+          +[](bool* cloning) { return !*cloning; }, &cloning_));
       killed.swap(idle_);
     }
   }
@@ -122,8 +135,8 @@ size_t WarmPool::idle() const {
 
 bool WarmPool::Fits(const SandboxSpec& spec) const {
   return spec.program == options_.program && spec.read_only_dirs == options_.read_only_dirs &&
-         spec.channel_fd >= 0 && spec.stdout_fd >= 0 &&
-         spec.stderr_fd >= 0 && spec.stdin_fd < 0 && spec.limits == shape_;
+         spec.channel_fd >= 0 && spec.stdout_fd >= 0 && spec.stderr_fd >= 0 && spec.stdin_fd < 0 &&
+         ShapeOf(spec.limits) == shape_;
 }
 
 std::unique_ptr<SandboxHandle> WarmPool::Take(const SandboxSpec& spec, int module_fd) {
@@ -133,9 +146,12 @@ std::unique_ptr<SandboxHandle> WarmPool::Take(const SandboxSpec& spec, int modul
     {
       absl::MutexLock lock(&mu_);
       if (!shaped_ || !Fits(spec) || idle_.empty()) return nullptr;
-      warm = std::move(idle_.front());
-      idle_.pop_front();
+      warm = std::move(idle_.back());  // the newest: the least likely to have ended
+      idle_.pop_back();
+      not_before_ = absl::Now() + kSettle;  // the refill waits for this start
     }
+    // The agent's wall-time limit from now on (it waited under a long one).
+    warm.handle->SetWallTime(spec.limits.wall_time);
     if (!warm.relay->Bind(spec.on_exit)) continue;  // it ended while it waited
     vault::v1::WasmStart start;
     start.mutable_argv()->Assign(spec.argv.begin(), spec.argv.end());
@@ -150,20 +166,21 @@ std::unique_ptr<SandboxHandle> WarmPool::Take(const SandboxSpec& spec, int modul
       (void)warm.handle->Kill();
       continue;
     }
-    warm.handle->RestartWallClock();
     return std::move(warm.handle);
   }
 }
 
-void WarmPool::Want(const Limits& shape) {
+void WarmPool::Want(const Limits& limits) {
   if (options_.size == 0) return;
-  std::deque<Warm> reshaped;  // sandboxes of another shape, killed outside the lock
+  const Limits shape = ShapeOf(limits);
   absl::MutexLock lock(&mu_);
   failed_ = false;
   if (!shaped_ || !(shape == shape_)) {
     shape_ = shape;
     shaped_ = true;
-    reshaped.swap(idle_);
+    // Killed by the filler, off the caller's path (a kill waits for the sandbox's end).
+    for (Warm& w : idle_) doomed_.push_back(std::move(w));
+    idle_.clear();
   }
   // Not while the agent just started is starting: the refill would take CPU from it.
   not_before_ = absl::Now() + kSettle;
@@ -182,7 +199,7 @@ absl::StatusOr<WarmPool::Warm> WarmPool::StartOne(const Limits& shape, absl::Mut
   spec.argv = options_.argv;
   spec.read_only_dirs = options_.read_only_dirs;
   spec.channel_fd = guest_end.get();
-  spec.limits = shape;
+  spec.limits = shape;  // its wall time is kWaitLimit until it is taken
   spec.name = "wasm-warm";
   spec.on_exit = [relay = warm.relay](const ExitInfo& exit) { relay->Fire(exit); };
   absl::StatusOr<std::unique_ptr<SandboxHandle>> handle;
@@ -198,17 +215,32 @@ absl::StatusOr<WarmPool::Warm> WarmPool::StartOne(const Limits& shape, absl::Mut
 
 void WarmPool::Fill() {
   while (true) {
+    std::deque<Warm> doomed;  // destroyed (killed) at the end of the pass, outside the lock
     Limits shape;
     absl::Mutex* clone_lock = nullptr;
     absl::Duration settle = absl::ZeroDuration();
     {
       absl::MutexLock lock(&mu_);
       auto wanted = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || (shaped_ && !failed_ && clone_lock_ != nullptr &&
-                             idle_.size() < options_.size);
+        return stopping_ || !doomed_.empty() ||
+               (shaped_ && !failed_ && clone_lock_ != nullptr && idle_.size() < options_.size);
       };
-      mu_.Await(absl::Condition(&wanted));
+      // Awake now and then to let go of sandboxes that ended while they waited (a crash).
+      mu_.AwaitWithTimeout(absl::Condition(&wanted), absl::Seconds(5));
       if (stopping_) return;
+      for (auto it = idle_.begin(); it != idle_.end();) {
+        if (it->relay->Ended()) {
+          doomed_.push_back(std::move(*it));
+          it = idle_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (!doomed_.empty()) {
+        doomed.swap(doomed_);
+        continue;  // killed outside the lock, then wanted again
+      }
+      if (!wanted()) continue;
       settle = not_before_ - absl::Now();
       if (settle <= absl::ZeroDuration()) {
         shape = shape_;
@@ -217,7 +249,7 @@ void WarmPool::Fill() {
       }
     }
     if (clone_lock == nullptr) {
-      absl::SleepFor(settle);
+      if (doomed.empty()) absl::SleepFor(settle);
       continue;
     }
     absl::StatusOr<Warm> warm = StartOne(shape, clone_lock);

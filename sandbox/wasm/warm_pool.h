@@ -7,8 +7,9 @@
 // wall clock restarted. A warm sandbox serves one agent and is never reused.
 //
 // The pool is shaped by limits: a sandbox's limits are set when it starts, so only a spec with
-// the same limits can take one. The pool takes the shape of the last start it was told of
-// (Want), filling up to `size` in the background.
+// the same limits can take one. The wall time excepted: a warm sandbox waits under a long one and
+// takes its agent's when it is taken (SandboxHandle::SetWallTime). The pool takes the shape of the
+// last start it was told of (Want), filling up to `size` in the background.
 //
 //   WarmPool pool({.posix = posix, .program = runner, .argv = {"vault-wasm-runner", "--warm"},
 //                  .read_only_dirs = {runner_dir}, .size = 2});
@@ -60,7 +61,7 @@ class WarmPool {
   std::unique_ptr<SandboxHandle> Take(const SandboxSpec& spec, int module_fd);
   // Fills the pool in `shape` (killing the idle sandboxes of another), a moment from now: called
   // after each start, warm or cold, so that the refill does not take CPU from it.
-  void Want(const Limits& shape);
+  void Want(const Limits& limits);
 
   // How many stand ready (for tests and the log).
   size_t idle() const;
@@ -82,6 +83,7 @@ class WarmPool {
   Limits shape_ ABSL_GUARDED_BY(mu_);
   bool shaped_ ABSL_GUARDED_BY(mu_) = false;  // asked for once: there is a shape to fill
   std::deque<Warm> idle_ ABSL_GUARDED_BY(mu_);
+  std::deque<Warm> doomed_ ABSL_GUARDED_BY(mu_);  // to kill, on the filler's thread
   absl::Mutex* clone_lock_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool cloning_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;  // the last start failed: wait for the next ask

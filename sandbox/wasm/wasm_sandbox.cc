@@ -16,9 +16,9 @@ absl::StatusOr<std::unique_ptr<WasmSandbox>> WasmSandbox::Create(Sandbox* posix,
                                                                  const std::string& stage_root,
                                                                  size_t warm_pool) {
   VAULT_ASSIGN_OR_RETURN(StagedRunner staged, StageRunner({.files = {"vault-wasm-runner"},
-                                                          .env = "VAULT_WASM_RUNNER_DIR",
-                                                          .folder = "wasm"},
-                                                         runner_dir, stage_root));
+                                                           .env = "VAULT_WASM_RUNNER_DIR",
+                                                           .folder = "wasm"},
+                                                          runner_dir, stage_root));
   return std::unique_ptr<WasmSandbox>(new WasmSandbox(posix, std::move(staged), warm_pool));
 }
 

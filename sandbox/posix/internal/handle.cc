@@ -72,6 +72,18 @@ class LinuxSandboxHandle : public SandboxHandle {
     if (state_->paused) state_->paused_at = absl::Now();
   }
 
+  void SetWallTime(absl::Duration limit) override {
+    absl::Time deadline;
+    {
+      absl::MutexLock lock(&state_->mu);
+      if (state_->done) return;
+      state_->limits.wall_time = limit;
+      deadline = state_->deadline = absl::Now() + limit;
+      if (state_->paused) state_->paused_at = absl::Now();
+    }
+    impl_->ScanBy(deadline);  // the supervisor may be asleep until a later one
+  }
+
   absl::Status Kill() override {
     {
       absl::MutexLock lock(&state_->mu);

@@ -91,6 +91,8 @@ class LinuxSandbox::Impl : public std::enable_shared_from_this<LinuxSandbox::Imp
   // Sends SIGKILL to the sandbox (thawing it if frozen) and records why.
   void Signal(const std::shared_ptr<SandboxState>& state, LimitHit limit, bool requested);
   void Unregister(const std::shared_ptr<SandboxState>& state);
+  // The supervisor's next scan comes at `at` at the latest.
+  void ScanBy(absl::Time at);
 
  private:
   struct CloneRequest {

@@ -35,6 +35,14 @@ constexpr absl::Duration kCpuPollMax = absl::Seconds(5);
 
 }  // namespace
 
+void LinuxSandbox::Impl::ScanBy(absl::Time at) {
+  {
+    absl::MutexLock lock(&mu_);
+    scan_at_ = std::min(scan_at_, at);
+  }
+  Wake();
+}
+
 void LinuxSandbox::Impl::Wake() {
   uint64_t one = 1;
   ssize_t ignored = write(wake_.get(), &one, sizeof one);
