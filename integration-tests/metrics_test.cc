@@ -281,17 +281,21 @@ TEST_F(MetricsTest, WasmAgentsStartWarmOnceThePoolHasTheirLimits) {
     GTEST_SKIP() << "agents are disabled on this machine: " << status.out;
   }
   const std::string module = absl::StrCat(VAULT_IT_WASM_DIR, "/vault_wasm_plain.wasm");
-  auto run = [&](const std::string& label, const std::string& constraints) {
+  // Spawns plain.wasm with `rest` of its spec (args, env, constraints); returns the id.
+  auto spawn = [&](const std::string& label, const std::string& rest) {
     const std::string spec = absl::StrCat(root(), "/", label, ".scm");
     EXPECT_TRUE(WriteFile(spec, absl::StrCat("(spawn-agent (purpose \"warm\") (sandbox wasm) "
                                              "(code-file \"",
-                                             module, "\") (args \"4000\") (env \"LABEL=", label,
-                                             "\") (constraints ", constraints, "))\n"))
+                                             module, "\") ", rest, ")\n"))
                     .ok());
     RunResult spawned = Vaultctl(
         {"--vault", vaultd_->socket(), "agent", "spawn", spec, "--as", vault_.dir + "/admin.key"});
     EXPECT_EQ(spawned.exit_code, kExitOk) << spawned;
-    const std::string id(absl::StripAsciiWhitespace(spawned.out));
+    return std::string(absl::StripAsciiWhitespace(spawned.out));
+  };
+  auto run = [&](const std::string& label, const std::string& constraints) {
+    const std::string id = spawn(label, absl::StrCat("(args \"4000\") (env \"LABEL=", label,
+                                                     "\") (constraints ", constraints, ")"));
     RunResult logs;
     for (const absl::Time deadline = absl::Now() + absl::Seconds(60); absl::Now() < deadline;
          absl::SleepFor(absl::Milliseconds(50))) {
@@ -335,17 +339,8 @@ TEST_F(MetricsTest, WasmAgentsStartWarmOnceThePoolHasTheirLimits) {
 
   // The limits the runner takes from its environment hold in a warm sandbox too: fuel.
   auto fuel_run = [&](const std::string& label) {
-    const std::string spec = absl::StrCat(root(), "/", label, ".scm");
-    EXPECT_TRUE(WriteFile(spec, absl::StrCat("(spawn-agent (purpose \"fuel\") (sandbox wasm) "
-                                             "(code-file \"",
-                                             module,
-                                             "\") (args \"100000000\") (constraints "
-                                             "(max-runtime 60) (max-steps 200000)))\n"))
-                    .ok());
-    RunResult spawned = Vaultctl(
-        {"--vault", vaultd_->socket(), "agent", "spawn", spec, "--as", vault_.dir + "/admin.key"});
-    EXPECT_EQ(spawned.exit_code, kExitOk) << spawned;
-    const std::string id(absl::StripAsciiWhitespace(spawned.out));
+    const std::string id =
+        spawn(label, "(args \"100000000\") (constraints (max-runtime 60) (max-steps 200000))");
     RunResult st;
     for (const absl::Time deadline = absl::Now() + absl::Seconds(60); absl::Now() < deadline;
          absl::SleepFor(absl::Milliseconds(50))) {

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/fd_passing.h"
 #include "common/file_util.h"
 #include "spdlog/spdlog.h"
 #include "vault/v1/wasm.pb.h"
@@ -66,37 +67,14 @@ Limits ShapeOf(Limits limits) {
   return limits;
 }
 
-// One sendmsg of the whole packet, the descriptors on its first byte.
+// The whole packet, the descriptors on its first byte.
 absl::Status SendStart(int fd, const vault::v1::WasmStart& start, const int (&fds)[kStartFds]) {
   const std::string body = start.SerializeAsString();
   std::string packet(4, '\0');
   const uint32_t size = static_cast<uint32_t>(body.size());
   for (int i = 0; i < 4; ++i) packet[i] = static_cast<char>((size >> (8 * i)) & 0xff);
   packet += body;
-  iovec iov{packet.data(), packet.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof fds);
-  std::memcpy(CMSG_DATA(cmsg), fds, sizeof fds);
-  ssize_t n;
-  do {
-    n = sendmsg(fd, &msg, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
-  if (n < 0) return common::PosixError(errno, "send the start packet");
-  for (size_t sent = static_cast<size_t>(n); sent < packet.size();) {
-    const ssize_t more = send(fd, packet.data() + sent, packet.size() - sent, MSG_NOSIGNAL);
-    if (more < 0 && errno == EINTR) continue;
-    if (more <= 0) return common::PosixError(errno, "send the start packet");
-    sent += static_cast<size_t>(more);
-  }
-  return absl::OkStatus();
+  return common::SendWithFds(fd, packet, fds);
 }
 
 }  // namespace

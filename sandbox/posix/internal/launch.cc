@@ -35,6 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/fd_passing.h"
 #include "common/status_macros.h"
 #include "common/unique_fd.h"
 #include "sandbox/posix/cgroup.h"
@@ -76,21 +77,9 @@ absl::Status WriteProcFile(pid_t pid, const char* name, absl::string_view conten
 
 // The child's go-ahead: the byte 'G' with the descriptor of its oom_score_adj (SCM_RIGHTS).
 absl::Status SendGo(int sync_fd, int oom_score_adj_fd) {
-  char byte = 'G';
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(cmsg), &oom_score_adj_fd, sizeof oom_score_adj_fd);
-  if (sendmsg(sync_fd, &msg, MSG_NOSIGNAL) != 1) return Errno(errno, "signal the sandbox child");
-  return absl::OkStatus();
+  absl::Status sent = common::SendWithFds(sync_fd, "G", {oom_score_adj_fd});
+  if (sent.ok()) return sent;
+  return absl::Status(sent.code(), absl::StrCat("signal the sandbox child: ", sent.message()));
 }
 
 constexpr size_t kCloneStackSize = 256 * 1024;
