@@ -83,22 +83,31 @@ std::vector<std::string> CgroupMountPoints() {
 // Every directory "<...>/<folder>" (or "<...>/<folder>/<name>" when `name` is given) in the
 // cgroup hierarchies of this machine, found by walking them: the test does not repeat the
 // placement logic it checks.
+// Tests running beside this one create and remove cgroups meanwhile: an entry that vanishes
+// under the walk is skipped, and a walk the vanishing cut short is made again.
 std::vector<std::string> FindDirs(const std::string& folder, const std::string& name = "") {
   namespace fs = std::filesystem;
   std::vector<std::string> found;
-  for (const std::string& mount : CgroupMountPoints()) {
-    std::error_code ec;
-    for (fs::recursive_directory_iterator
-             it(mount, fs::directory_options::skip_permission_denied, ec),
-         end;
-         !ec && it != end; it.increment(ec)) {
-      if (!it->is_directory(ec)) continue;
-      const fs::path& path = it->path();
-      if (name.empty() ? path.filename() == folder
-                       : path.filename() == name && path.parent_path().filename() == folder) {
-        found.push_back(path.string());
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    found.clear();
+    bool whole = true;
+    for (const std::string& mount : CgroupMountPoints()) {
+      std::error_code ec;
+      for (fs::recursive_directory_iterator
+               it(mount, fs::directory_options::skip_permission_denied, ec),
+           end;
+           !ec && it != end; it.increment(ec)) {
+        std::error_code entry_ec;  // (one that vanished: not a directory any more)
+        if (!it->is_directory(entry_ec)) continue;
+        const fs::path& path = it->path();
+        if (name.empty() ? path.filename() == folder
+                         : path.filename() == name && path.parent_path().filename() == folder) {
+          found.push_back(path.string());
+        }
       }
+      if (ec) whole = false;
     }
+    if (whole) break;
   }
   return found;
 }
