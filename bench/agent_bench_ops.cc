@@ -58,20 +58,23 @@ void UseFile(Vault& v, vault::v1::Agents::Stub& stub, const std::string& spec,
   Terminate(v, stub, *id);
   (void)v.WaitEnded(*id, absl::Seconds(30));
 }
-std::vector<double> FirstCall(Vault& v, vault::v1::Agents::Stub& stub, const std::string& state,
-                              int runs) {
-  std::vector<double> ms;
+FirstCalls FirstCall(Vault& v, vault::v1::Agents::Stub& stub, const std::string& state, int runs,
+                     absl::Duration pause) {
+  FirstCalls out;
   for (int i = 0; i < runs; ++i) {
+    absl::SleepFor(pause);
     const absl::Time t0 = absl::Now();
     const std::string id = SpawnNow(v, stub, state);
+    const absl::Time replied = absl::Now();
     const absl::Time t1 = PollUntil(stub, id, [](const vault::v1::AgentStatus& s) {
       return s.record().counters().host_calls() > 0;
     });
-    ms.push_back(absl::ToDoubleMilliseconds(t1 - t0));
+    out.first_call.push_back(absl::ToDoubleMilliseconds(t1 - t0));
+    out.spawned.push_back(absl::ToDoubleMilliseconds(replied - t0));
     Terminate(v, stub, id);
     (void)v.WaitEnded(id, absl::Seconds(30));
   }
-  return ms;
+  return out;
 }
 
 double NativeSelfInspectUs(Vault& v, vault::v1::Agents::Stub& stub, int calls) {

@@ -3,7 +3,7 @@
 //
 //   std::unique_ptr<vault::v1::Agents::Stub> stub = v.NewAgentsStub();
 //   UseFile(v, *stub, spec, "/path/agent.wasm", "idle");      // the spec's code, learnt once
-//   std::vector<double> ms = FirstCall(v, *stub, "idle", 30);
+//   FirstCalls t = FirstCall(v, *stub, "idle", 30, absl::Milliseconds(100));
 //
 // Thread safety: plain functions over the stub and vault given; Die on any failure.
 #ifndef VAULT_BENCH_AGENT_BENCH_OPS_H_
@@ -45,9 +45,15 @@ void Terminate(Vault& v, vault::v1::Agents::Stub& stub, const std::string& id);
 // it); that agent is ended after its first call.
 void UseFile(Vault& v, vault::v1::Agents::Stub& stub, const std::string& spec,
              const std::string& path, const std::string& state);
-// Spawn -> first host call, `runs` times, in ms; each agent is terminated before the next.
-std::vector<double> FirstCall(Vault& v, vault::v1::Agents::Stub& stub, const std::string& state,
-                              int runs);
+// Spawn -> first host call, `runs` times, in ms; each agent is terminated before the next, and
+// the next spawned `pause` after that (zero: back to back, while the vault still tidies up after
+// the last one).
+struct FirstCalls {
+  std::vector<double> first_call;  // from the Spawn call's start to the first host call seen
+  std::vector<double> spawned;     // from the same start to the Spawn call's reply
+};
+FirstCalls FirstCall(Vault& v, vault::v1::Agents::Stub& stub, const std::string& state, int runs,
+                     absl::Duration pause);
 
 // The native C++ guest's SelfInspect round trip, p50 in us, as it measures and logs it (spawned
 // with the vault's current spec, which must name agent_bench_guest, for `calls` calls).

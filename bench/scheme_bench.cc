@@ -117,9 +117,11 @@ int Main(int argc, char** argv) {
 
     // 1. Spawn -> first host call.
     UseCode(v, *stub, root, spec, "(lambda () (log \"up\") (agent-receive))", "");
-    std::vector<double> scheme_first = FirstCall(v, *stub, "", f.runs);
+    std::vector<double> scheme_first =
+        FirstCall(v, *stub, "", f.runs, absl::ZeroDuration()).first_call;
     UseFile(v, *stub, kNativeSpec, SCHEME_BENCH_GUEST, "mode=idle");
-    std::vector<double> native_first = FirstCall(v, *stub, "mode=idle", f.runs);
+    std::vector<double> native_first =
+        FirstCall(v, *stub, "mode=idle", f.runs, absl::ZeroDuration()).first_call;
     Summary s1 = Summarize(scheme_first), n1 = Summarize(native_first);
     std::printf(
         "spawn -> first host call: scheme p50 %.1f ms (p90 %.1f), native p50 %.1f ms "
