@@ -31,6 +31,10 @@ PACKAGES=(
   libcurl4-openssl-dev
   # Tests only: the independent Python gRPC client of CAS and Audit, and the deploy/ YAML checks.
   python3-grpcio python3-yaml python3-cryptography
+  # Container agents (sandbox/container/): runc, Debian's OCI runtime, runs them; libarchive reads
+  # image archives and layer tars (tar, pax, gzip, zstd) for the vault's own confined unpacker
+  # (replaces a hand-written tar reader and decompressors).
+  runc libarchive-dev
   # Only deploy/check-thread-safety.sh: clang checks the code's lock annotations (-Wthread-safety).
   clang
 )
