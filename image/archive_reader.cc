@@ -1,0 +1,404 @@
+#include "image/archive_reader.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace vault::image {
+namespace {
+
+constexpr size_t kMaxDocumentBytes = 1 << 20;  // a JSON document kept in memory
+constexpr size_t kMaxKeptBytes = 64ull << 20;  // all of them together
+constexpr size_t kMaxNestedIndexes = 4;
+
+constexpr absl::string_view kOciManifest = "application/vnd.oci.image.manifest.v1+json";
+constexpr absl::string_view kDockerManifest =
+    "application/vnd.docker.distribution.manifest.v2+json";
+constexpr absl::string_view kOciIndex = "application/vnd.oci.image.index.v1+json";
+constexpr absl::string_view kDockerList =
+    "application/vnd.docker.distribution.manifest.list.v2+json";
+constexpr absl::string_view kOciConfig = "application/vnd.oci.image.config.v1+json";
+constexpr absl::string_view kDockerConfig = "application/vnd.docker.container.image.v1+json";
+constexpr absl::string_view kOciLayerTar = "application/vnd.oci.image.layer.v1.tar";
+
+struct ArchiveFree {
+  void operator()(archive* a) const { archive_read_free(a); }
+};
+using ArchivePtr = std::unique_ptr<archive, ArchiveFree>;
+
+absl::Status Bad(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("image archive refused: ", what));
+}
+
+absl::StatusOr<ArchivePtr> Open(const std::string& path) {
+  ArchivePtr a(archive_read_new());
+  if (a == nullptr) return absl::ResourceExhaustedError("archive_read_new");
+  archive_read_support_format_tar(a.get());
+  archive_read_support_filter_gzip(a.get());
+  if (archive_read_open_filename(a.get(), path.c_str(), 1 << 20) != ARCHIVE_OK) {
+    return Bad(
+        absl::StrCat("not a tar or a gzip-compressed tar (", archive_error_string(a.get()), ")"));
+  }
+  return a;
+}
+
+std::string Normal(absl::string_view p) {
+  while (absl::ConsumePrefix(&p, "./")) {
+  }
+  return std::string(p);
+}
+
+struct Seen {
+  cas::Digest digest;
+  std::string magic;  // the first bytes
+};
+
+class Reader {
+ public:
+  Reader(std::string path, std::string host_arch)
+      : path_(std::move(path)), host_arch_(std::move(host_arch)) {}
+
+  absl::StatusOr<ArchivePlan> Read() {
+    VAULT_RETURN_IF_ERROR(HashEverything());
+    if (kept_.contains("index.json")) return FromOciLayout();
+    if (kept_.contains("manifest.json")) return FromDockerArchive();
+    return Bad(
+        "neither an OCI image layout (index.json) nor a `docker save` archive (manifest.json) "
+        "at its top");
+  }
+
+ private:
+  // Pass over the whole archive: every regular file hashed, blobs checked against their names,
+  // small files kept for the JSON documents among them.
+  absl::Status HashEverything() {
+    VAULT_ASSIGN_OR_RETURN(ArchivePtr a, Open(path_));
+    uint64_t entries = 0;
+    for (;;) {
+      archive_entry* e = nullptr;
+      const int r = archive_read_next_header(a.get(), &e);
+      if (r == ARCHIVE_EOF) break;
+      if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+        return Bad(absl::StrCat("its tar cannot be read (", archive_error_string(a.get()), ")"));
+      }
+      if (++entries > kMaxArchiveEntries) {
+        return Bad(absl::StrCat("more than ", kMaxArchiveEntries, " entries"));
+      }
+      if (archive_entry_filetype(e) != AE_IFREG || archive_entry_pathname(e) == nullptr) continue;
+      const std::string name = Normal(archive_entry_pathname(e));
+      const la_int64_t declared = archive_entry_size(e);
+      const bool keep = declared >= 0 && static_cast<uint64_t>(declared) <= kMaxDocumentBytes &&
+                        kept_bytes_ + static_cast<uint64_t>(declared) <= kMaxKeptBytes;
+      common::Sha256 h;
+      uint64_t size = 0;
+      std::string content, magic;
+      const void* block = nullptr;
+      size_t len = 0;
+      la_int64_t offset = 0;
+      for (;;) {
+        const int d = archive_read_data_block(a.get(), &block, &len, &offset);
+        if (d == ARCHIVE_EOF) break;
+        if (d != ARCHIVE_OK && d != ARCHIVE_WARN) {
+          return Bad(absl::StrCat("entry \"", absl::CHexEscape(name), "\" cannot be read (",
+                                  archive_error_string(a.get()), ")"));
+        }
+        if (static_cast<uint64_t>(offset) != size) {
+          return Bad(absl::StrCat("entry \"", absl::CHexEscape(name), "\" is sparse"));
+        }
+        const absl::string_view piece(static_cast<const char*>(block), len);
+        h.Update(piece);
+        if (magic.size() < 4) absl::StrAppend(&magic, piece.substr(0, 4 - magic.size()));
+        if (keep) absl::StrAppend(&content, piece);
+        size += len;
+      }
+      const std::string raw = h.Finish();
+      VAULT_ASSIGN_OR_RETURN(cas::Digest digest, cas::Digest::FromParts(raw, size));
+      absl::string_view rest = name;
+      if (absl::ConsumePrefix(&rest, "blobs/")) {
+        absl::string_view hex = rest;
+        if (!absl::ConsumePrefix(&hex, "sha256/")) {
+          return Bad(absl::StrCat("blob \"", absl::CHexEscape(name),
+                                  "\": only sha256 digests are supported"));
+        }
+        if (absl::AsciiStrToLower(hex) != digest.hex()) {
+          return Bad(absl::StrCat("blob sha256:", absl::CHexEscape(hex), " hashes to sha256:",
+                                  digest.hex(), "; the archive is damaged or was altered"));
+        }
+      }
+      if (keep) {
+        kept_bytes_ += content.size();
+        kept_[name] = std::move(content);
+      }
+      seen_[name] = Seen{digest, std::move(magic)};
+    }
+    return absl::OkStatus();
+  }
+
+  template <typename M>
+  absl::Status ParseJson(absl::string_view what, const std::string& text, M* out) {
+    google::protobuf::util::JsonParseOptions options;
+    options.ignore_unknown_fields = true;
+    const auto s = google::protobuf::util::JsonStringToMessage(text, out, options);
+    if (!s.ok()) return Bad(absl::StrCat(what, " is not valid JSON of its kind: ", s.ToString()));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::string> Document(const std::string& name) {
+    auto it = kept_.find(name);
+    if (it == kept_.end()) {
+      if (seen_.contains(name)) {
+        return Bad(absl::StrCat("\"", absl::CHexEscape(name), "\" is larger than ",
+                                kMaxDocumentBytes, " bytes"));
+      }
+      return Bad(absl::StrCat("\"", absl::CHexEscape(name), "\" is missing"));
+    }
+    return it->second;
+  }
+
+  // The blob a descriptor names, checked against it.
+  absl::StatusOr<PlannedBlob> Blob(const vault::v1::OciDescriptor& d, absl::string_view role) {
+    absl::string_view hex = d.digest();
+    if (!absl::ConsumePrefix(&hex, "sha256:") || hex.size() != 64) {
+      return Bad(absl::StrCat(role, " digest \"", absl::CHexEscape(d.digest()),
+                              "\" is not sha256:<64 hex digits>"));
+    }
+    const std::string path = absl::StrCat("blobs/sha256/", absl::AsciiStrToLower(hex));
+    auto it = seen_.find(path);
+    if (it == seen_.end()) {
+      if (!d.urls().empty()) {
+        return Bad(absl::StrCat(role, " ", d.digest(),
+                                " is a foreign layer (fetched from a URL): this vault reaches no "
+                                "registry; import an archive that holds it"));
+      }
+      return Bad(absl::StrCat(role, " ", d.digest(), " is not in the archive"));
+    }
+    if (d.size() < 0 || static_cast<uint64_t>(d.size()) != it->second.digest.size()) {
+      return Bad(absl::StrCat(role, " ", d.digest(), " has ", it->second.digest.size(),
+                              " bytes; its descriptor says ", d.size()));
+    }
+    return PlannedBlob{it->second.digest, d.media_type(), path};
+  }
+
+  absl::StatusOr<ArchivePlan> FromOciLayout() {
+    VAULT_ASSIGN_OR_RETURN(std::string text, Document("index.json"));
+    vault::v1::OciManifest index;
+    VAULT_RETURN_IF_ERROR(ParseJson("index.json", text, &index));
+    ArchivePlan plan;
+    plan.source_format = "oci-layout";
+    for (size_t depth = 0;; ++depth) {
+      if (depth > kMaxNestedIndexes) return Bad("indexes nested more than 4 deep");
+      VAULT_ASSIGN_OR_RETURN(vault::v1::OciDescriptor chosen, Choose(index));
+      if (plan.suggested_name.empty()) plan.suggested_name = NameFrom(chosen.annotations());
+      if (chosen.media_type() == kOciIndex || chosen.media_type() == kDockerList) {
+        VAULT_ASSIGN_OR_RETURN(PlannedBlob nested, Blob(chosen, "index"));
+        VAULT_ASSIGN_OR_RETURN(std::string nested_text, Document(nested.path));
+        index.Clear();
+        VAULT_RETURN_IF_ERROR(
+            ParseJson(absl::StrCat("index ", chosen.digest()), nested_text, &index));
+        continue;
+      }
+      if (chosen.media_type() != kOciManifest && chosen.media_type() != kDockerManifest) {
+        return Bad(absl::StrCat("manifest ", chosen.digest(), " has media type \"",
+                                absl::CHexEscape(chosen.media_type()),
+                                "\", not an OCI or Docker image manifest"));
+      }
+      VAULT_ASSIGN_OR_RETURN(plan.manifest, Blob(chosen, "manifest"));
+      break;
+    }
+    VAULT_ASSIGN_OR_RETURN(plan.manifest_bytes, Document(plan.manifest.path));
+    vault::v1::OciManifest manifest;
+    VAULT_RETURN_IF_ERROR(ParseJson(absl::StrCat("manifest ", plan.manifest.digest.hex()),
+                                    plan.manifest_bytes, &manifest));
+    if (manifest.schema_version() != 2) {
+      return Bad(absl::StrCat("manifest has schemaVersion ", manifest.schema_version(),
+                              "; only 2 is supported"));
+    }
+    if (!manifest.media_type().empty() && manifest.media_type() != plan.manifest.media_type) {
+      return Bad(absl::StrCat("manifest says media type \"",
+                              absl::CHexEscape(manifest.media_type()), "\", its index \"",
+                              plan.manifest.media_type, "\""));
+    }
+    if (plan.suggested_name.empty()) plan.suggested_name = NameFrom(manifest.annotations());
+    return Finish(std::move(plan), manifest);
+  }
+
+  // Checks the config and the layers, and reads the config.
+  absl::StatusOr<ArchivePlan> Finish(ArchivePlan plan, const vault::v1::OciManifest& manifest) {
+    if (!manifest.has_config()) return Bad("the manifest names no config");
+    if (manifest.config().media_type() != kOciConfig &&
+        manifest.config().media_type() != kDockerConfig) {
+      return Bad(absl::StrCat("config has media type \"",
+                              absl::CHexEscape(manifest.config().media_type()),
+                              "\", not an OCI or Docker image config"));
+    }
+    VAULT_ASSIGN_OR_RETURN(plan.config, Blob(manifest.config(), "config"));
+    VAULT_ASSIGN_OR_RETURN(std::string config_text, Document(plan.config.path));
+    VAULT_RETURN_IF_ERROR(ParseJson("the image config", config_text, &plan.image_config));
+    if (plan.image_config.os() != "linux") {
+      return Bad(absl::StrCat("the image is for os \"", absl::CHexEscape(plan.image_config.os()),
+                              "\"; this vault runs linux images"));
+    }
+    if (manifest.layers().empty()) return Bad("the manifest names no layers");
+    for (int i = 0; i < manifest.layers_size(); ++i) {
+      const vault::v1::OciDescriptor& l = manifest.layers(i);
+      VAULT_RETURN_IF_ERROR(CompressionOf(l.media_type()).status());
+      VAULT_ASSIGN_OR_RETURN(PlannedBlob blob, Blob(l, absl::StrCat("layer ", i)));
+      plan.layers.push_back(std::move(blob));
+    }
+    return plan;
+  }
+
+  // The one image of an index, or its linux/<host arch> one.
+  absl::StatusOr<vault::v1::OciDescriptor> Choose(const vault::v1::OciManifest& index) {
+    if (index.manifests().empty()) return Bad("its index lists no image");
+    if (index.manifests_size() == 1) return index.manifests(0);
+    std::vector<std::string> listed;
+    for (const vault::v1::OciDescriptor& d : index.manifests()) {
+      if (d.platform().os() == "linux" && d.platform().architecture() == host_arch_) return d;
+      listed.push_back(absl::StrCat(d.platform().os(), "/", d.platform().architecture()));
+    }
+    return Bad(absl::StrCat("its index lists ", index.manifests_size(),
+                            " images and none for linux/", host_arch_, " (",
+                            absl::StrJoin(listed, ", "), ")"));
+  }
+
+  static std::string NameFrom(const google::protobuf::Map<std::string, std::string>& a) {
+    for (const char* key : {"io.containerd.image.name", "org.opencontainers.image.ref.name"}) {
+      auto it = a.find(key);
+      if (it != a.end()) return it->second;
+    }
+    return "";
+  }
+
+  absl::StatusOr<ArchivePlan> FromDockerArchive() {
+    VAULT_ASSIGN_OR_RETURN(std::string text, Document("manifest.json"));
+    vault::v1::DockerArchiveManifest m;
+    VAULT_RETURN_IF_ERROR(ParseJson("manifest.json", absl::StrCat("{\"entries\":", text, "}"), &m));
+    if (m.entries_size() != 1) {
+      return Bad(absl::StrCat("its manifest.json lists ", m.entries_size(),
+                              " images; save one image per archive"));
+    }
+    const vault::v1::DockerArchiveEntry& entry = m.entries(0);
+    ArchivePlan plan;
+    plan.source_format = "docker-archive";
+    if (!entry.repo_tags().empty()) plan.suggested_name = entry.repo_tags(0);
+    // The manifest a registry would serve for it, made here: OCI types, the config and layers
+    // under the digests their bytes hash to.
+    vault::v1::OciManifest manifest;
+    manifest.set_schema_version(2);
+    manifest.set_media_type(std::string(kOciManifest));
+    auto describe = [&](const std::string& path, std::string media_type,
+                        vault::v1::OciDescriptor* d) -> absl::Status {
+      auto it = seen_.find(Normal(path));
+      if (it == seen_.end()) {
+        return Bad(absl::StrCat("\"", absl::CHexEscape(path),
+                                "\", which manifest.json names, is not in the archive"));
+      }
+      d->set_media_type(std::move(media_type));
+      d->set_digest(absl::StrCat("sha256:", it->second.digest.hex()));
+      d->set_size(static_cast<int64_t>(it->second.digest.size()));
+      return absl::OkStatus();
+    };
+    VAULT_RETURN_IF_ERROR(
+        describe(entry.config(), std::string(kOciConfig), manifest.mutable_config()));
+    for (const std::string& layer : entry.layers()) {
+      auto it = seen_.find(Normal(layer));
+      const std::string magic = it == seen_.end() ? "" : it->second.magic;
+      std::string type(kOciLayerTar);
+      if (absl::StartsWith(magic, "\x1f\x8b")) absl::StrAppend(&type, "+gzip");
+      if (absl::StartsWith(magic, "\x28\xb5\x2f\xfd")) absl::StrAppend(&type, "+zstd");
+      VAULT_RETURN_IF_ERROR(describe(layer, type, manifest.add_layers()));
+    }
+    // Blob() looks blobs up by their path under blobs/sha256/: this archive's live elsewhere.
+    for (const vault::v1::OciDescriptor* d : AllOf(manifest)) {
+      for (const auto& [name, seen] : seen_) {
+        if (absl::StrCat("sha256:", seen.digest.hex()) == d->digest()) {
+          seen_[absl::StrCat("blobs/sha256/", seen.digest.hex())] = seen;
+          if (auto k = kept_.find(name); k != kept_.end()) {
+            kept_[absl::StrCat("blobs/sha256/", seen.digest.hex())] = k->second;
+          }
+          paths_[seen.digest.hex()] = name;
+          break;
+        }
+      }
+    }
+    std::string json;
+    google::protobuf::util::JsonPrintOptions print;
+    print.preserve_proto_field_names = false;
+    if (!google::protobuf::util::MessageToJsonString(manifest, &json, print).ok()) {
+      return absl::InternalError("cannot write the manifest");
+    }
+    plan.manifest_bytes = json;
+    plan.manifest = PlannedBlob{cas::Digest::Of(json), std::string(kOciManifest), ""};
+    VAULT_ASSIGN_OR_RETURN(ArchivePlan done, Finish(std::move(plan), manifest));
+    // Back to where the blobs really are in this archive.
+    done.config.path = paths_[done.config.digest.hex()];
+    for (PlannedBlob& l : done.layers) l.path = paths_[l.digest.hex()];
+    return done;
+  }
+
+  static std::vector<const vault::v1::OciDescriptor*> AllOf(const vault::v1::OciManifest& m) {
+    std::vector<const vault::v1::OciDescriptor*> out{&m.config()};
+    for (const vault::v1::OciDescriptor& l : m.layers()) out.push_back(&l);
+    return out;
+  }
+
+  const std::string path_;
+  const std::string host_arch_;
+  absl::flat_hash_map<std::string, Seen> seen_;
+  absl::flat_hash_map<std::string, std::string> kept_;
+  absl::flat_hash_map<std::string, std::string> paths_;  // docker archive: hex -> entry path
+  uint64_t kept_bytes_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<ArchivePlan> ReadArchive(const std::string& path, const std::string& host_arch) {
+  return Reader(path, host_arch).Read();
+}
+
+absl::Status ForBlob(const std::string& archive_path, const std::string& entry_path,
+                     const std::function<absl::Status(const ByteSource&)>& use) {
+  VAULT_ASSIGN_OR_RETURN(ArchivePtr a, Open(archive_path));
+  for (;;) {
+    archive_entry* e = nullptr;
+    const int r = archive_read_next_header(a.get(), &e);
+    if (r == ARCHIVE_EOF) break;
+    if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+      return Bad(absl::StrCat("its tar cannot be read (", archive_error_string(a.get()), ")"));
+    }
+    if (archive_entry_filetype(e) != AE_IFREG || archive_entry_pathname(e) == nullptr ||
+        Normal(archive_entry_pathname(e)) != entry_path) {
+      continue;
+    }
+    archive* raw = a.get();
+    ByteSource source = [raw]() -> absl::StatusOr<absl::string_view> {
+      const void* block = nullptr;
+      size_t len = 0;
+      la_int64_t offset = 0;
+      const int d = archive_read_data_block(raw, &block, &len, &offset);
+      if (d == ARCHIVE_EOF) return absl::string_view();
+      if (d != ARCHIVE_OK && d != ARCHIVE_WARN) {
+        return Bad(absl::StrCat("a blob cannot be read again (", archive_error_string(raw), ")"));
+      }
+      return absl::string_view(static_cast<const char*>(block), len);
+    };
+    return use(source);
+  }
+  return absl::NotFoundError(absl::StrCat("\"", entry_path, "\" is not in the archive"));
+}
+
+}  // namespace vault::image

@@ -1,0 +1,58 @@
+// image/archive_reader: an image archive (an OCI image layout as a tar, or a `docker save`
+// archive; plain or gzip) read into a verified plan of an image: its manifest, config and layers,
+// each a blob whose every byte was hashed here and matched its digest. Nothing is stored: the
+// plan names where each blob is in the archive, and ForBlob streams it again.
+//
+//   VAULT_ASSIGN_OR_RETURN(ArchivePlan plan, ReadArchive("/tmp/img.tar", "amd64"));
+//   VAULT_RETURN_IF_ERROR(ForBlob("/tmp/img.tar", plan.layers[0].path, [&](ByteSource& s) {...}));
+//
+// Thread-safety: pure functions over a file nobody changes meanwhile.
+#ifndef VAULT_IMAGE_ARCHIVE_READER_H_
+#define VAULT_IMAGE_ARCHIVE_READER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cas/digest.h"
+#include "image/layer_unpack.h"
+#include "vault/v1/image.pb.h"
+
+namespace vault::image {
+
+// One blob of the image and where it is in the archive ("" for the manifest of a `docker save`
+// archive, which the plan holds as bytes).
+struct PlannedBlob {
+  cas::Digest digest;
+  std::string media_type;
+  std::string path;
+};
+
+struct ArchivePlan {
+  std::string source_format;  // "oci-layout" or "docker-archive"
+  PlannedBlob manifest;
+  std::string manifest_bytes;  // the manifest itself (made here for a docker archive)
+  PlannedBlob config;
+  std::vector<PlannedBlob> layers;
+  vault::v1::OciImageConfig image_config;
+  std::string suggested_name;  // from the archive's annotations or RepoTags; may be empty
+};
+
+inline constexpr uint64_t kMaxArchiveEntries = 100'000;
+
+// Reads and checks the archive at `path`. INVALID_ARGUMENT, naming the blob or document and the
+// fix, for anything that does not hold: a blob that does not hash to its name, a missing blob, a
+// size that differs from its descriptor, a media type this vault does not know, an image for
+// another OS, or an index with several images of which none is for `host_arch` on linux.
+absl::StatusOr<ArchivePlan> ReadArchive(const std::string& path, const std::string& host_arch);
+
+// Streams the archive entry at `entry_path` to `use` (NOT_FOUND when it is not there).
+absl::Status ForBlob(const std::string& archive_path, const std::string& entry_path,
+                     const std::function<absl::Status(const ByteSource&)>& use);
+
+}  // namespace vault::image
+
+#endif  // VAULT_IMAGE_ARCHIVE_READER_H_

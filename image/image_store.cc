@@ -1,0 +1,327 @@
+#include "image/image_store.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "common/file_util.h"
+#include "common/random.h"
+#include "common/status_macros.h"
+#include "common/unique_fd.h"
+#include "rocksdb/db.h"
+#include "rocksdb/write_batch.h"
+
+namespace vault::image {
+namespace {
+
+constexpr absl::string_view kImages = "images";
+constexpr absl::string_view kRecordPrefix = "m/";
+constexpr absl::string_view kNamePrefix = "n/";
+constexpr size_t kMinPrefix = 12;
+
+std::string RecordKey(absl::string_view hex) { return absl::StrCat(kRecordPrefix, hex); }
+std::string NameKey(absl::string_view name) { return absl::StrCat(kNamePrefix, name); }
+
+std::string Hex(const vault::v1::ImageRecord& r) {
+  absl::string_view id = r.id();
+  absl::ConsumePrefix(&id, "sha256:");
+  return std::string(id);
+}
+
+void ToProto(const cas::Digest& d, vault::v1::Digest* out) {
+  out->set_sha256(d.sha256());
+  out->set_size(d.size());
+}
+
+void RemoveTree(const std::string& path) {
+  std::error_code ignored;
+  std::filesystem::remove_all(path, ignored);
+}
+
+}  // namespace
+
+std::vector<storage::ColumnFamilySpec> ImageStore::ColumnFamilies() {
+  return {storage::ColumnFamilySpec{.name = std::string(kImages)}};
+}
+
+absl::StatusOr<std::unique_ptr<ImageStore>> ImageStore::Open(storage::Database* db,
+                                                             cas::Store* store, Options options) {
+  if (options.rootfs_dir.empty()) return absl::InvalidArgumentError("no rootfs directory");
+  std::error_code ec;
+  std::filesystem::create_directories(options.rootfs_dir, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot make ", options.rootfs_dir, ": ", ec.message()));
+  }
+  // Roots a crash left half made.
+  for (const auto& e : std::filesystem::directory_iterator(options.rootfs_dir, ec)) {
+    if (absl::StartsWith(e.path().filename().string(), ".staging-")) RemoveTree(e.path());
+  }
+  return std::unique_ptr<ImageStore>(new ImageStore(db, store, std::move(options)));
+}
+
+absl::Status ImageStore::CheckName(absl::string_view name) {
+  if (name.empty() || name.size() > 255) {
+    return absl::InvalidArgumentError("an image name has 1 to 255 characters");
+  }
+  if (absl::StartsWith(name, "sha256:")) {
+    return absl::InvalidArgumentError(
+        "an image name cannot start with \"sha256:\" (that is how ids are written)");
+  }
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && !absl::StrContains("._:/@+-", c)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "image name \"", name, "\": only letters, digits and . _ : / @ + - are allowed"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string ImageStore::RootfsPath(const vault::v1::ImageRecord& image) const {
+  return absl::StrCat(options_.rootfs_dir, "/", Hex(image));
+}
+
+absl::StatusOr<UnpackReport> ImageStore::Unpack(const std::string& archive_path,
+                                                const ArchivePlan& plan, const std::string& hex) {
+  VAULT_ASSIGN_OR_RETURN(std::string tag, common::RandomHex(8));
+  const std::string staging = absl::StrCat(options_.rootfs_dir, "/.staging-", hex, "-", tag);
+  if (mkdir(staging.c_str(), 0755) != 0) return common::PosixError(errno, "mkdir " + staging);
+  UnpackReport report;
+  absl::Status s = [&]() -> absl::Status {
+    common::UniqueFd root(open(staging.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!root.valid()) return common::PosixError(errno, "open " + staging);
+    UnpackBudget budget(options_.limits);
+    for (size_t i = 0; i < plan.layers.size(); ++i) {
+      const PlannedBlob& layer = plan.layers[i];
+      VAULT_ASSIGN_OR_RETURN(Compression c, CompressionOf(layer.media_type));
+      absl::Status applied = ForBlob(archive_path, layer.path, [&](const ByteSource& source) {
+        return ApplyLayer(source, c, root.get(), &budget, &report);
+      });
+      if (!applied.ok()) {
+        return absl::Status(
+            applied.code(),
+            absl::StrCat("layer ", i, " (sha256:", layer.digest.hex(), "): ", applied.message()));
+      }
+    }
+    // The root is a cache the record stands for: on disk before the record is.
+    if (syncfs(root.get()) != 0) return common::PosixError(errno, "syncfs " + staging);
+    return absl::OkStatus();
+  }();
+  if (!s.ok()) {
+    RemoveTree(staging);
+    return s;
+  }
+  const std::string final_path = absl::StrCat(options_.rootfs_dir, "/", hex);
+  if (rename(staging.c_str(), final_path.c_str()) != 0) {
+    const int err = errno;
+    RemoveTree(staging);
+    // Another import of the same image made it first: the same layers, the same root.
+    if (err != EEXIST && err != ENOTEMPTY) return common::PosixError(err, "rename " + staging);
+  }
+  return report;
+}
+
+absl::StatusOr<ImageStore::Imported> ImageStore::Import(const std::string& archive_path,
+                                                        const std::string& name) {
+  VAULT_ASSIGN_OR_RETURN(ArchivePlan plan, ReadArchive(archive_path, options_.host_arch));
+  std::string chosen = name.empty() ? plan.suggested_name : name;
+  if (!chosen.empty()) {
+    absl::Status ok = CheckName(chosen);
+    if (!ok.ok()) {
+      if (!name.empty()) return ok;
+      chosen.clear();  // the archive's own name is only a suggestion
+    }
+  }
+  const std::string hex = plan.manifest.digest.hex();
+  Imported out;
+  absl::StatusOr<vault::v1::ImageRecord> before = Load(hex);
+  if (before.ok()) out.already_present = true;
+
+  // Unpacking checks every layer entry: a hostile layer stops the import before anything is
+  // stored.
+  UnpackReport report;
+  const std::string root = absl::StrCat(options_.rootfs_dir, "/", hex);
+  struct stat st;
+  if (!out.already_present || stat(root.c_str(), &st) != 0) {
+    VAULT_ASSIGN_OR_RETURN(report, Unpack(archive_path, plan, hex));
+  }
+
+  // The blobs, each hashed again by the CAS as it stores it.
+  std::vector<const PlannedBlob*> blobs{&plan.config};
+  for (const PlannedBlob& l : plan.layers) blobs.push_back(&l);
+  for (const PlannedBlob* b : blobs) {
+    VAULT_ASSIGN_OR_RETURN(bool present, store_->Contains(b->digest));
+    if (present) continue;
+    VAULT_ASSIGN_OR_RETURN(std::unique_ptr<cas::Upload> up, store_->StartUpload(b->digest, 0));
+    VAULT_RETURN_IF_ERROR(ForBlob(archive_path, b->path, [&](const ByteSource& source) {
+      for (;;) {
+        VAULT_ASSIGN_OR_RETURN(absl::string_view piece, source());
+        if (piece.empty()) return absl::OkStatus();
+        VAULT_RETURN_IF_ERROR(up->Append(piece));
+      }
+    }));
+    VAULT_ASSIGN_OR_RETURN(cas::PutOutcome put, up->Finish());
+    if (!put.already_present) ++out.blobs_stored;
+  }
+  VAULT_ASSIGN_OR_RETURN(cas::PutOutcome put,
+                         store_->Put(plan.manifest.digest, plan.manifest_bytes));
+  if (!put.already_present) ++out.blobs_stored;
+
+  vault::v1::ImageRecord record;
+  if (out.already_present) {
+    record = *before;
+  } else {
+    record.set_id(absl::StrCat("sha256:", hex));
+    ToProto(plan.manifest.digest, record.mutable_manifest());
+    ToProto(plan.config.digest, record.mutable_config());
+    for (const PlannedBlob& l : plan.layers) {
+      vault::v1::ImageLayer* layer = record.add_layers();
+      ToProto(l.digest, layer->mutable_blob());
+      layer->set_media_type(l.media_type);
+    }
+    const vault::v1::OciImageConfig& c = plan.image_config;
+    record.set_architecture(c.architecture());
+    record.set_os(c.os());
+    *record.mutable_entrypoint() = c.config().entrypoint();
+    *record.mutable_cmd() = c.config().cmd();
+    *record.mutable_env() = c.config().env();
+    record.set_working_dir(c.config().working_dir());
+    record.set_user(c.config().user());
+    record.set_imported_unix_ms(absl::ToUnixMillis(absl::Now()));
+    record.set_source_format(plan.source_format);
+    record.set_files(report.files + report.hardlinks + report.symlinks);
+    record.set_unpacked_bytes(report.bytes);
+    record.set_dropped(report.skipped_devices + report.dropped_setid + report.ignored_xattrs);
+  }
+
+  absl::MutexLock lock(&mu_);
+  rocksdb::WriteBatch batch;
+  rocksdb::ColumnFamilyHandle* cf = db_->Handle(kImages);
+  if (!chosen.empty()) {
+    bool has = false;
+    for (const std::string& n : record.names()) has = has || n == chosen;
+    if (!has) {
+      // A name names one image: it moves from the one it named before.
+      std::string old_hex;
+      rocksdb::Status g =
+          db_->db()->Get(rocksdb::ReadOptions(), cf, storage::ToSlice(NameKey(chosen)), &old_hex);
+      if (g.ok() && old_hex != hex) {
+        absl::StatusOr<vault::v1::ImageRecord> old = Load(old_hex);
+        if (old.ok()) {
+          vault::v1::ImageRecord moved = *old;
+          moved.clear_names();
+          for (const std::string& n : old->names()) {
+            if (n != chosen) moved.add_names(n);
+          }
+          batch.Put(cf, storage::ToSlice(RecordKey(old_hex)), moved.SerializeAsString());
+        }
+      } else if (!g.ok() && !g.IsNotFound()) {
+        return storage::ToStatus(g, "read an image name");
+      }
+      record.add_names(chosen);
+      batch.Put(cf, storage::ToSlice(NameKey(chosen)), storage::ToSlice(hex));
+    }
+  }
+  batch.Put(cf, storage::ToSlice(RecordKey(hex)), record.SerializeAsString());
+  VAULT_RETURN_IF_ERROR(db_->Write(&batch));
+  out.record = std::move(record);
+  return out;
+}
+
+absl::StatusOr<vault::v1::ImageRecord> ImageStore::Load(absl::string_view hex) const {
+  std::string value;
+  rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->Handle(kImages),
+                                     storage::ToSlice(RecordKey(hex)), &value);
+  if (s.IsNotFound()) return absl::NotFoundError(absl::StrCat("no image sha256:", hex));
+  if (!s.ok()) return storage::ToStatus(s, "read an image record");
+  vault::v1::ImageRecord r;
+  if (!r.ParseFromString(value)) {
+    return absl::DataLossError(absl::StrCat("the record of image sha256:", hex, " is damaged"));
+  }
+  return r;
+}
+
+absl::StatusOr<std::vector<vault::v1::ImageRecord>> ImageStore::List() const {
+  std::vector<vault::v1::ImageRecord> out;
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->db()->NewIterator(rocksdb::ReadOptions(), db_->Handle(kImages)));
+  for (it->Seek(storage::ToSlice(kRecordPrefix));
+       it->Valid() && absl::StartsWith(storage::View(it->key()), kRecordPrefix); it->Next()) {
+    vault::v1::ImageRecord r;
+    if (!r.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+      return absl::DataLossError("an image record is damaged");
+    }
+    out.push_back(std::move(r));
+  }
+  if (!it->status().ok()) return storage::ToStatus(it->status(), "list images");
+  return out;
+}
+
+absl::StatusOr<vault::v1::ImageRecord> ImageStore::Resolve(absl::string_view ref) const {
+  absl::string_view hex = ref;
+  const bool prefixed = absl::ConsumePrefix(&hex, "sha256:");
+  const bool all_hex =
+      !hex.empty() && hex.size() <= 64 && std::all_of(hex.begin(), hex.end(), [](char c) {
+        return absl::ascii_isxdigit(static_cast<unsigned char>(c)) &&
+               !absl::ascii_isupper(static_cast<unsigned char>(c));
+      });
+  if (!prefixed) {
+    std::string named;
+    rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), db_->Handle(kImages),
+                                       storage::ToSlice(NameKey(ref)), &named);
+    if (s.ok()) return Load(named);
+    if (!s.IsNotFound()) return storage::ToStatus(s, "read an image name");
+  }
+  if (all_hex && hex.size() == 64) return Load(hex);
+  if (all_hex && hex.size() >= kMinPrefix) {
+    std::vector<vault::v1::ImageRecord> found;
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->db()->NewIterator(rocksdb::ReadOptions(), db_->Handle(kImages)));
+    const std::string start = RecordKey(hex);
+    for (it->Seek(storage::ToSlice(start));
+         it->Valid() && absl::StartsWith(storage::View(it->key()), start); it->Next()) {
+      vault::v1::ImageRecord r;
+      if (!r.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+        return absl::DataLossError("an image record is damaged");
+      }
+      found.push_back(std::move(r));
+    }
+    if (found.size() == 1) return found[0];
+    if (found.size() > 1) {
+      return absl::InvalidArgumentError(absl::StrCat("\"", ref, "\" is the start of ", found.size(),
+                                                     " image ids: give more digits"));
+    }
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "no image \"", ref, "\" on this vault (vaultctl image ls lists them; an id prefix needs ",
+      kMinPrefix, " hex digits)"));
+}
+
+absl::StatusOr<vault::v1::ImageRecord> ImageStore::Remove(absl::string_view ref) {
+  absl::MutexLock lock(&mu_);
+  VAULT_ASSIGN_OR_RETURN(vault::v1::ImageRecord r, Resolve(ref));
+  rocksdb::WriteBatch batch;
+  rocksdb::ColumnFamilyHandle* cf = db_->Handle(kImages);
+  for (const std::string& n : r.names()) batch.Delete(cf, storage::ToSlice(NameKey(n)));
+  batch.Delete(cf, storage::ToSlice(RecordKey(Hex(r))));
+  VAULT_RETURN_IF_ERROR(db_->Write(&batch));
+  // The root goes once the record has: renamed aside first, so that a crash mid-removal leaves
+  // a staging folder the next start removes, never a half root under the image's name.
+  VAULT_ASSIGN_OR_RETURN(std::string tag, common::RandomHex(8));
+  const std::string aside = absl::StrCat(options_.rootfs_dir, "/.staging-removed-", tag);
+  if (rename(RootfsPath(r).c_str(), aside.c_str()) == 0) RemoveTree(aside);
+  return r;
+}
+
+}  // namespace vault::image
