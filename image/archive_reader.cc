@@ -323,17 +323,22 @@ class Reader {
       VAULT_RETURN_IF_ERROR(describe(layer, type, manifest.add_layers()));
     }
     // Blob() looks blobs up by their path under blobs/sha256/: this archive's live elsewhere.
+    std::vector<std::pair<std::string, Seen>> aliases;
     for (const vault::v1::OciDescriptor* d : AllOf(manifest)) {
       for (const auto& [name, seen] : seen_) {
-        if (absl::StrCat("sha256:", seen.digest.hex()) == d->digest()) {
-          seen_[absl::StrCat("blobs/sha256/", seen.digest.hex())] = seen;
-          if (auto k = kept_.find(name); k != kept_.end()) {
-            kept_[absl::StrCat("blobs/sha256/", seen.digest.hex())] = k->second;
-          }
-          paths_[seen.digest.hex()] = name;
-          break;
-        }
+        if (absl::StrCat("sha256:", seen.digest.hex()) != d->digest()) continue;
+        paths_[seen.digest.hex()] = name;
+        aliases.emplace_back(name, seen);
+        break;
       }
+    }
+    for (auto& [name, seen] : aliases) {
+      const std::string alias = absl::StrCat("blobs/sha256/", seen.digest.hex());
+      if (auto k = kept_.find(name); k != kept_.end()) {
+        std::string copy = k->second;
+        kept_[alias] = std::move(copy);
+      }
+      seen_[alias] = std::move(seen);
     }
     std::string json;
     google::protobuf::util::JsonPrintOptions print;

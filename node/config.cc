@@ -185,6 +185,13 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
   if (sandbox->host_id_base() == 0) sandbox->set_host_id_base(200000);
   if (sandbox->host_id_count() == 0) sandbox->set_host_id_count(65536);
   if (sandbox->cgroup_folder().empty()) sandbox->set_cgroup_folder("vault-sandbox");
+  auto* containers = c->mutable_containers();
+  if (containers->rootfs_dir().empty() && !c->data_dir().empty()) {
+    containers->set_rootfs_dir(absl::StrCat(c->data_dir(), "/rootfs"));
+  }
+  if (containers->max_image_bytes() == 0) containers->set_max_image_bytes(uint64_t{8} << 30);
+  if (containers->max_image_entries() == 0) containers->set_max_image_entries(500000);
+  if (containers->max_import_bytes() == 0) containers->set_max_import_bytes(uint64_t{16} << 30);
   auto* agents = c->mutable_agents();
   if (agents->files_dir().empty() && !c->data_dir().empty()) {
     agents->set_files_dir(absl::StrCat(c->data_dir(), "/files"));

@@ -126,6 +126,7 @@ std::vector<storage::ColumnFamilySpec> VaultNode::ColumnFamilies() {
   for (storage::ColumnFamilySpec& cf : replication::Follower::ColumnFamilies()) {
     cfs.push_back(std::move(cf));
   }
+  for (storage::ColumnFamilySpec& cf : image::ImageStore::ColumnFamilies()) cfs.push_back(cf);
   return cfs;
 }
 
@@ -411,6 +412,20 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
       std::make_unique<AgentService>(node->agents_.get(), node->migration_.get(),
                                      node->unix_executor_.get(), node->auditor_.get());
   b.RegisterService(node->agent_service_.get());
+  image::UnpackLimits unpack;
+  unpack.max_bytes = config.containers().max_image_bytes();
+  unpack.max_entries = config.containers().max_image_entries();
+  VAULT_ASSIGN_OR_RETURN(node->images_,
+                         image::ImageStore::Open(node->db_.get(), node->store_.get(),
+                                                 {.rootfs_dir = config.containers().rootfs_dir(),
+                                                  .limits = unpack}));
+  node->import_executor_ = std::make_unique<common::Executor>(/*threads=*/1, /*max_queue=*/4);
+  node->image_service_ = std::make_unique<ImageService>(
+      node->images_.get(), node->unix_executor_.get(), node->import_executor_.get(),
+      node->auditor_.get(),
+      ImageService::Options{.spool_dir = absl::StrCat(config.data_dir(), "/imports"),
+                            .max_import_bytes = config.containers().max_import_bytes()});
+  b.RegisterService(node->image_service_.get());
   node->unix_federation_ = std::make_unique<FederationService>(
       node->FederationDeps(node->unix_executor_.get()), /*admin=*/true);
   b.RegisterService(node->unix_federation_.get());
@@ -503,11 +518,14 @@ void VaultNode::Shutdown(absl::Duration drain) {
   tcp_drain.join();
   if (tcp_executor_ != nullptr) tcp_executor_->Shutdown();
   if (unix_executor_ != nullptr) unix_executor_->Shutdown();
+  if (import_executor_ != nullptr) import_executor_->Shutdown();
   if (tcp_server_ != nullptr) tcp_server_->Wait();
   if (unix_server_ != nullptr) unix_server_->Wait();
   tcp_server_.reset();
   unix_server_.reset();
   agent_service_.reset();
+  image_service_.reset();
+  images_.reset();
   // Agents are asked to checkpoint and end; their records stay for the next start. (The
   // runtime's Stop stops the migration first: hops in flight settle at the next start.)
   if (agents_ != nullptr) agents_->Stop();

@@ -35,6 +35,7 @@
 #include "node/auditor.h"
 #include "node/cas_service.h"
 #include "node/federation_service.h"
+#include "node/image_service.h"
 #include "node/metrics.h"
 #include "node/migration_service.h"
 #include "replication/follower.h"
@@ -114,6 +115,9 @@ class VaultNode {
   std::unique_ptr<FederationService> tcp_federation_;
   std::unique_ptr<FederationService> unix_federation_;
   std::unique_ptr<AgentService> agent_service_;
+  std::unique_ptr<image::ImageStore> images_;
+  std::unique_ptr<common::Executor> import_executor_;  // imports, one at a time
+  std::unique_ptr<ImageService> image_service_;
   std::unique_ptr<AuditFollower> follower_;
   std::unique_ptr<common::Executor> tcp_executor_;
   std::unique_ptr<common::Executor> unix_executor_;

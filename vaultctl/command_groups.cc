@@ -18,6 +18,7 @@ const std::vector<CommandGroup>& CommandGroups() {
       {{"sandbox"}, AddSandboxCommands},
       {{"agent"}, AddAgentCommands},
       {{"policy"}, AddPolicyCommands},
+      {{"image"}, AddImageCommands},
       {{"migrate"}, AddMigrateCommands},
   };
   return *groups;

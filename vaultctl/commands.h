@@ -47,6 +47,7 @@ void AddFederationStatusCommand(CLI::App* federation, GlobalOptions& global, Com
 void AddSandboxCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddAgentCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddPolicyCommands(CLI::App& app, GlobalOptions& global, Command& command);
+void AddImageCommands(CLI::App& app, GlobalOptions& global, Command& command);
 
 // Shared by the cap, agent and policy commands (defined in commands.cc; FromAgentsGrpc and
 // AgentStateName in agent_commands.cc).
