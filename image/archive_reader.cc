@@ -99,6 +99,10 @@ class Reader {
       }
       if (archive_entry_filetype(e) != AE_IFREG || archive_entry_pathname(e) == nullptr) continue;
       const std::string name = Normal(archive_entry_pathname(e));
+      // One entry per path: the bytes hashed here are the bytes read again later.
+      if (seen_.contains(name)) {
+        return Bad(absl::StrCat("entry \"", absl::CHexEscape(name), "\" appears twice"));
+      }
       const la_int64_t declared = archive_entry_size(e);
       const bool keep = declared >= 0 && static_cast<uint64_t>(declared) <= kMaxDocumentBytes &&
                         kept_bytes_ + static_cast<uint64_t>(declared) <= kMaxKeptBytes;

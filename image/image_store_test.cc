@@ -240,6 +240,26 @@ TEST_F(ImageStoreTest, RefusesMissingBlobsUnknownTypesAndOtherSystems) {
   ExpectNothingStored({l.Manifest(), l.config, l.layers[0]});
 }
 
+// The hash pass and the later passes must read the same bytes: a second entry of the same path
+// (the one tar would extract last) is refused rather than hashed in place of the first.
+TEST_F(ImageStoreTest, RefusesAnArchiveWithTwoEntriesOfOnePath) {
+  const std::string good = MakeTar({File("bin/agent", "good")});
+  const std::string evil = MakeTar({File("bin/agent", "evil")});
+  const std::string config(kConfig);
+  const std::string manifest_json =
+      absl::StrCat(R"([{"Config":")", Sha(config), R"(.json","Layers":["l/layer.tar"]}])");
+  for (bool evil_first : {true, false}) {
+    const std::string tar = MakeTar({File("manifest.json", manifest_json),
+                                     File(Sha(config) + ".json", config), Dir("l"),
+                                     File("l/layer.tar", evil_first ? evil : good),
+                                     File("l/layer.tar", evil_first ? good : evil)});
+    absl::StatusOr<ImageStore::Imported> got = images_->Import(Write("img.tar", tar), "");
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(got.status().message(), HasSubstr("\"l/layer.tar\" appears twice"));
+    ExpectNothingStored({config, good, evil});
+  }
+}
+
 TEST_F(ImageStoreTest, AHostileLayerRefusesTheImportAndStoresNothing) {
   Layout l;
   l.layers = {MakeTar({File("ok", "1")}),
