@@ -1,0 +1,133 @@
+#include "sandbox/container/oci_config.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/json.h"
+#include "common/status_macros.h"
+
+namespace vault::sandbox {
+namespace {
+
+// A JSON value written in order: objects and arrays by hand, strings escaped by common/json.
+std::string Q(absl::string_view s) { return common::JsonQuote(s); }
+
+std::string Array(const std::vector<std::string>& items) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) absl::StrAppend(&out, i ? "," : "", items[i]);
+  return out + "]";
+}
+
+std::string Strings(const std::vector<std::string>& items) {
+  std::vector<std::string> quoted;
+  for (const std::string& s : items) quoted.push_back(Q(s));
+  return Array(quoted);
+}
+
+std::string Mount(absl::string_view destination, absl::string_view type, absl::string_view source,
+                  const std::vector<std::string>& options) {
+  return absl::StrCat(R"({"destination":)", Q(destination), R"(,"type":)", Q(type), R"(,"source":)",
+                      Q(source), R"(,"options":)", Strings(options), "}");
+}
+
+constexpr const char* kMaskedPaths[] = {
+    "/proc/acpi",          "/proc/asound",     "/proc/kcore",       "/proc/keys",
+    "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
+    "/proc/scsi",          "/sys/firmware"};
+constexpr const char* kReadonlyPaths[] = {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
+                                          "/proc/sysrq-trigger"};
+
+}  // namespace
+
+absl::StatusOr<std::string> OciConfigJson(const ContainerSpec& spec) {
+  if (spec.args.empty() || !absl::StartsWith(spec.args[0], "/")) {
+    return absl::InvalidArgumentError(
+        "a container's process needs an absolute path inside the image");
+  }
+  if (!absl::StartsWith(spec.rootfs, "/")) {
+    return absl::InvalidArgumentError("the container's root must be an absolute host path");
+  }
+  if (spec.host_id == 0) {
+    return absl::InvalidArgumentError("a container needs its sandbox's own host id, never root");
+  }
+  if (!absl::StartsWith(spec.cwd, "/")) {
+    return absl::InvalidArgumentError("the working directory must be an absolute path");
+  }
+  if (spec.cgroups_path.empty() || absl::StartsWith(spec.cgroups_path, "/") ||
+      absl::StrContains(spec.cgroups_path, "..")) {
+    return absl::InvalidArgumentError("the cgroup path must be relative, without \"..\"");
+  }
+  VAULT_RETURN_IF_ERROR(ValidateLimits(spec.limits));
+  const Limits& l = spec.limits;
+
+  std::vector<std::string> env = {
+      "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/work",
+      "TMPDIR=/tmp"};
+  for (const std::string& e : spec.env) {
+    if (e.find('=') == std::string::npos || absl::StartsWith(e, "=")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment entry \"", e, "\" is not KEY=VALUE"));
+    }
+    env.push_back(e);
+  }
+  const std::string caps = absl::StrCat(R"({"bounding":[],"effective":[],"inheritable":[],)",
+                                        R"("permitted":[],"ambient":[]})");
+  const std::string rlimits =
+      absl::StrCat(R"([{"type":"RLIMIT_NOFILE","hard":)", l.max_open_files, R"(,"soft":)",
+                   l.max_open_files, R"(},{"type":"RLIMIT_FSIZE","hard":)", l.max_file_bytes,
+                   R"(,"soft":)", l.max_file_bytes, "}]");
+  const std::string process =
+      absl::StrCat(R"({"terminal":false,"user":{"uid":0,"gid":0},"args":)", Strings(spec.args),
+                   R"(,"env":)", Strings(env), R"(,"cwd":)", Q(spec.cwd), R"(,"capabilities":)",
+                   caps, R"(,"rlimits":)", rlimits, R"(,"noNewPrivileges":true})");
+
+  // Every mount point must exist in the image: runc cannot make one in a read-only root.
+  std::vector<std::string> mounts = {
+      Mount("/proc", "proc", "proc", {"nosuid", "noexec", "nodev"}),
+      Mount("/dev", "tmpfs", "tmpfs", {"nosuid", "strictatime", "mode=755", "size=65536k"}),
+      // gid=5 (tty) does not exist in a single-id user namespace.
+      Mount("/dev/pts", "devpts", "devpts",
+            {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}),
+      Mount("/dev/shm", "tmpfs", "shm", {"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}),
+      Mount("/dev/mqueue", "mqueue", "mqueue", {"nosuid", "noexec", "nodev"}),
+      // Its own network namespace makes sysfs mountable in the user namespace; read-only.
+      Mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}),
+      Mount("/work", "tmpfs", "tmpfs",
+            {"nosuid", "nodev", absl::StrCat("size=", l.storage_bytes),
+             absl::StrCat("nr_inodes=", l.storage_inodes)}),
+      Mount("/tmp", "tmpfs", "tmpfs",
+            {"nosuid", "nodev", "mode=1777", absl::StrCat("size=", l.storage_bytes),
+             absl::StrCat("nr_inodes=", l.storage_inodes)}),
+  };
+  for (const auto& [host, inside] : spec.read_only_binds) {
+    if (!absl::StartsWith(host, "/") || !absl::StartsWith(inside, "/")) {
+      return absl::InvalidArgumentError("bind mounts take absolute paths");
+    }
+    mounts.push_back(Mount(inside, "bind", host, {"rbind", "ro", "nosuid", "nodev"}));
+  }
+
+  const uint64_t quota_us = 100000ull * l.cpu_percent / 100;
+  const std::string resources =
+      absl::StrCat(R"({"devices":[{"allow":false,"access":"rwm"}],"memory":{"limit":)",
+                   l.memory_bytes, R"(,"swap":)", l.memory_bytes, R"(},"pids":{"limit":)",
+                   l.max_processes, R"(},"cpu":{"shares":)", 1024ull * l.cpu_percent / 100,
+                   R"(,"quota":)", quota_us, R"(,"period":100000}})");
+  const std::string id_map =
+      absl::StrCat(R"([{"containerID":0,"hostID":)", spec.host_id, R"(,"size":1}])");
+  std::vector<std::string> masked, readonly;
+  for (const char* p : kMaskedPaths) masked.push_back(Q(p));
+  for (const char* p : kReadonlyPaths) readonly.push_back(Q(p));
+  const std::string linux_section = absl::StrCat(
+      R"({"resources":)", resources,
+      R"(,"namespaces":[{"type":"pid"},{"type":"network"},{"type":"ipc"},{"type":"uts"},)",
+      R"({"type":"mount"},{"type":"user"}],"uidMappings":)", id_map, R"(,"gidMappings":)", id_map,
+      R"(,"cgroupsPath":)", Q(spec.cgroups_path), R"(,"maskedPaths":)", Array(masked),
+      R"(,"readonlyPaths":)", Array(readonly), "}");
+  return absl::StrCat(R"({"ociVersion":"1.0.2","process":)", process, R"(,"root":{"path":)",
+                      Q(spec.rootfs), R"(,"readonly":true},"hostname":)", Q(spec.hostname),
+                      R"(,"mounts":)", Array(mounts), R"(,"linux":)", linux_section, "}");
+}
+
+}  // namespace vault::sandbox

@@ -1,0 +1,109 @@
+// container_probe: run as a container's process by runc_test.cc, it reports on stdout, one line
+// each, what the container lets it do. Statically linked: it is the whole image.
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+namespace {
+
+std::string ReadFile(const char* path) {
+  std::string out;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::string("<") + strerror(errno) + ">";
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
+std::string Field(const std::string& status, const std::string& key) {
+  size_t at = status.find(key + ":");
+  if (at == std::string::npos) return "?";
+  size_t start = status.find_first_not_of(" \t", at + key.size() + 1);
+  return status.substr(start, status.find('\n', start) - start);
+}
+
+const char* ErrnoName(int e) {
+  switch (e) {
+    case 0:
+      return "ok";
+    case EROFS:
+      return "EROFS";
+    case EPERM:
+      return "EPERM";
+    case EACCES:
+      return "EACCES";
+    case ENOSPC:
+      return "ENOSPC";
+    case EFBIG:
+      return "EFBIG";
+    case ENOENT:
+      return "ENOENT";
+    case ENXIO:
+      return "ENXIO";
+    default:
+      return "other";
+  }
+}
+
+}  // namespace
+
+int main() {
+  std::printf("uid %d gid %d\n", getuid(), getgid());
+  std::string map = ReadFile("/proc/self/uid_map");
+  std::printf("uid_map %s", map.c_str());
+  const std::string status = ReadFile("/proc/self/status");
+  std::printf("CapEff %s\n", Field(status, "CapEff").c_str());
+  std::printf("CapBnd %s\n", Field(status, "CapBnd").c_str());
+  std::printf("NoNewPrivs %s\n", Field(status, "NoNewPrivs").c_str());
+  errno = 0;
+  int fd = open("/planted", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  std::printf("root_write %s\n", fd < 0 ? ErrnoName(errno) : "ok");
+  errno = 0;
+  int r = mount("none", "/work", "tmpfs", 0, nullptr);
+  std::printf("mount %s\n", r < 0 ? ErrnoName(errno) : "ok");
+  // /work: writable, and full at its size.
+  fd = open("/work/fill", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  std::string block(64 << 10, 'x');
+  int write_errno = 0;
+  size_t written = 0;
+  for (int i = 0; i < 64 && fd >= 0; ++i) {
+    ssize_t n = write(fd, block.data(), block.size());
+    if (n < 0) {
+      write_errno = errno;
+      break;
+    }
+    written += static_cast<size_t>(n);
+  }
+  std::printf("work_fill %s after %zu KiB\n", fd < 0 ? "no-file" : ErrnoName(write_errno),
+              written >> 10);
+  // Network interfaces.
+  std::string nets;
+  if (DIR* d = opendir("/sys/class/net")) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      nets += std::string(nets.empty() ? "" : ",") + e->d_name;
+    }
+    closedir(d);
+  }
+  std::printf("net %s\n", nets.c_str());
+  // A masked path is /dev/null bound over it (a character device), not the kernel's file.
+  struct stat keys;
+  std::printf("keys %s\n", stat("/proc/keys", &keys) != 0 ? "missing"
+                           : S_ISCHR(keys.st_mode)        ? "masked"
+                                                          : "visible");
+  const char hello[] = "hello over fd 3";
+  std::printf("fd3 %s\n", write(3, hello, sizeof hello - 1) == sizeof hello - 1 ? "ok" : "failed");
+  char cwd[256];
+  std::printf("cwd %s home %s\n", getcwd(cwd, sizeof cwd), getenv("HOME"));
+  std::fflush(stdout);
+  return 7;
+}
