@@ -32,6 +32,8 @@ std::string Mount(absl::string_view destination, absl::string_view type, absl::s
                       Q(source), R"(,"options":)", Strings(options), "}");
 }
 
+constexpr absl::string_view kInitInside = "/.vault/init";
+
 constexpr const char* kMaskedPaths[] = {
     "/proc/acpi",          "/proc/asound",     "/proc/kcore",       "/proc/keys",
     "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
@@ -45,6 +47,11 @@ absl::StatusOr<std::string> OciConfigJson(const ContainerSpec& spec) {
   if (spec.args.empty() || !absl::StartsWith(spec.args[0], "/")) {
     return absl::InvalidArgumentError(
         "a container's process needs an absolute path inside the image");
+  }
+  if (!absl::StartsWith(spec.init_path, "/")) {
+    return absl::InvalidArgumentError(
+        "a container needs vault-container-init (an absolute host path): it installs the "
+        "seccomp filters");
   }
   if (!absl::StartsWith(spec.rootfs, "/")) {
     return absl::InvalidArgumentError("the container's root must be an absolute host path");
@@ -72,6 +79,8 @@ absl::StatusOr<std::string> OciConfigJson(const ContainerSpec& spec) {
     }
     env.push_back(e);
   }
+  std::vector<std::string> args = {std::string(kInitInside)};
+  args.insert(args.end(), spec.args.begin(), spec.args.end());
   const std::string caps = absl::StrCat(R"({"bounding":[],"effective":[],"inheritable":[],)",
                                         R"("permitted":[],"ambient":[]})");
   const std::string rlimits =
@@ -79,7 +88,7 @@ absl::StatusOr<std::string> OciConfigJson(const ContainerSpec& spec) {
                    l.max_open_files, R"(},{"type":"RLIMIT_FSIZE","hard":)", l.max_file_bytes,
                    R"(,"soft":)", l.max_file_bytes, "}]");
   const std::string process =
-      absl::StrCat(R"({"terminal":false,"user":{"uid":0,"gid":0},"args":)", Strings(spec.args),
+      absl::StrCat(R"({"terminal":false,"user":{"uid":0,"gid":0},"args":)", Strings(args),
                    R"(,"env":)", Strings(env), R"(,"cwd":)", Q(spec.cwd), R"(,"capabilities":)",
                    caps, R"(,"rlimits":)", rlimits, R"(,"noNewPrivileges":true})");
 
@@ -101,6 +110,7 @@ absl::StatusOr<std::string> OciConfigJson(const ContainerSpec& spec) {
             {"nosuid", "nodev", "mode=1777", absl::StrCat("size=", l.storage_bytes),
              absl::StrCat("nr_inodes=", l.storage_inodes)}),
   };
+  mounts.push_back(Mount(kInitInside, "bind", spec.init_path, {"bind", "ro", "nosuid", "nodev"}));
   for (const auto& [host, inside] : spec.read_only_binds) {
     if (!absl::StartsWith(host, "/") || !absl::StartsWith(inside, "/")) {
       return absl::InvalidArgumentError("bind mounts take absolute paths");

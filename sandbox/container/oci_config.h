@@ -9,14 +9,17 @@
 //   - /proc with the usual paths masked or read-only, a private /dev, read-only /sys, and /work
 //     a tmpfs of Limits::storage_bytes (also the working directory and HOME);
 //   - RLIMIT_NOFILE and RLIMIT_FSIZE from Limits.
-// The runtime config carries no seccomp section: an OCI profile cannot express the posix
-// filters' argument denials (libseccomp lets an allow rule win over a conditional errno rule on
-// the same call, measured with runc 1.1.5), so the container's first program is to be the
-// vault's shim installing the posix filters themselves. Until that shim exists the `container`
-// sandbox type stays unavailable.
+//   - the process is vault-container-init (init_main.cc, bound read-only at /.vault/init), which
+//     installs the posix sandbox's two seccomp filters, read from fd 4, and executes the agent's
+//     program. The runtime config carries no seccomp section of its own: an OCI profile cannot
+//     express the filters' argument denials (libseccomp lets an allow rule win over a
+//     conditional errno rule on the same call, measured with runc 1.1.5).
+// The image's root must hold the mount points: /proc, /dev, /sys, /work, /tmp and the file
+// /.vault/init (image::PrepareMountPoints makes them at import).
 //
 //   ContainerSpec c;
 //   c.rootfs = "/var/lib/vault/data/rootfs/<hex>";
+//   c.init_path = "/usr/lib/vault/vault-container-init";
 //   c.args = {"/bin/agent"};
 //   c.host_id = 200051;
 //   c.cgroups_path = "vault-sandbox/container-a1";
@@ -38,7 +41,8 @@ namespace vault::sandbox {
 
 struct ContainerSpec {
   std::string rootfs;             // host path of the read-only root
-  std::vector<std::string> args;  // the process, args[0] an absolute path inside
+  std::string init_path;          // host path of vault-container-init
+  std::vector<std::string> args;  // the agent's program, args[0] an absolute path inside
   std::vector<std::string> env;   // "KEY=VALUE"
   std::string cwd = "/work";
   uint32_t host_id = 0;  // the container's root (uid and gid 0) is this host id

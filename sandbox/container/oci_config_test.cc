@@ -17,6 +17,7 @@ using google::protobuf::Value;
 ContainerSpec Spec() {
   ContainerSpec c;
   c.rootfs = "/var/lib/vault/rootfs/abc";
+  c.init_path = "/usr/lib/vault/vault-container-init";
   c.args = {"/bin/agent", "--serve"};
   c.env = {"GREETING=hi"};
   c.host_id = 200123;
@@ -59,6 +60,12 @@ TEST(OciConfig, EveryFenceWhateverTheImage) {
     EXPECT_EQ(At(c, {"process", "capabilities", set}).list_value().values_size(), 0) << set;
   }
   EXPECT_EQ(At(c, {"process", "user", "uid"}).number_value(), 0);
+  // The shim first, then the agent's program.
+  const Value& args = At(c, {"process", "args"});
+  ASSERT_EQ(args.list_value().values_size(), 3);
+  EXPECT_EQ(args.list_value().values(0).string_value(), "/.vault/init");
+  EXPECT_EQ(args.list_value().values(1).string_value(), "/bin/agent");
+  EXPECT_EQ(c.fields().at("linux").struct_value().fields().count("seccomp"), 0u);
   const Value& uid_map = At(c, {"linux", "uidMappings"});
   ASSERT_EQ(uid_map.list_value().values_size(), 1);
   const Struct& m = uid_map.list_value().values(0).struct_value();
@@ -102,13 +109,16 @@ TEST(OciConfig, EscapesWhatTheImageAndSpecSay) {
   absl::StatusOr<std::string> json = OciConfigJson(c);
   ASSERT_TRUE(json.ok());
   Struct s = Parse(*json);
-  EXPECT_EQ(At(s, {"process", "args"}).list_value().values(1).string_value(), "a\"b\\c\n");
+  EXPECT_EQ(At(s, {"process", "args"}).list_value().values(2).string_value(), "a\"b\\c\n");
 }
 
 TEST(OciConfig, RefusesWhatCannotRunSafely) {
   auto code = [](ContainerSpec c) { return OciConfigJson(c).status().code(); };
   ContainerSpec c = Spec();
   c.host_id = 0;
+  EXPECT_EQ(code(c), absl::StatusCode::kInvalidArgument);
+  c = Spec();
+  c.init_path.clear();  // never without the seccomp filters
   EXPECT_EQ(code(c), absl::StatusCode::kInvalidArgument);
   c = Spec();
   c.args = {"agent"};

@@ -347,6 +347,16 @@ absl::StatusOr<SeccompPrograms> BuildSeccompPrograms() {
   return programs;
 }
 
+std::string SerializeSeccompPrograms(const SeccompPrograms& programs) {
+  std::string out;
+  for (const std::vector<sock_filter>* p : {&programs.argument_denials, &programs.allowlist}) {
+    const uint32_t n = static_cast<uint32_t>(p->size());
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+    out.append(reinterpret_cast<const char*>(p->data()), p->size() * sizeof(sock_filter));
+  }
+  return out;
+}
+
 int InstallSeccompPrograms(const SeccompPrograms& programs) noexcept {
   // The argument filter first: installing the allowlist is itself a system call it must let
   // through (it allows everything but some ioctls), and the allowlist then allows seccomp too.

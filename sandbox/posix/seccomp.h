@@ -20,6 +20,7 @@
 
 #include <linux/filter.h>
 
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -32,6 +33,11 @@ struct SeccompPrograms {
 };
 
 absl::StatusOr<SeccompPrograms> BuildSeccompPrograms();
+
+// Both programs as bytes, in the order they are installed (the argument denials, then the
+// allowlist), each as a 32-bit little-endian instruction count followed by its instructions:
+// what vault-container-init reads and installs in a container (sandbox/container/).
+std::string SerializeSeccompPrograms(const SeccompPrograms& programs);
 
 // Installs both programs on the calling thread's process (PR_SET_NO_NEW_PRIVS must be set, or
 // CAP_SYS_ADMIN held). Returns 0, or -errno of the failing call. Async-signal-safe.
