@@ -114,6 +114,7 @@ absl::StatusOr<UnpackReport> ImageStore::Unpack(const std::string& archive_path,
             absl::StrCat("layer ", i, " (sha256:", layer.digest.hex(), "): ", applied.message()));
       }
     }
+    VAULT_RETURN_IF_ERROR(PrepareMountPoints(root.get()));
     // The root is a cache the record stands for: on disk before the record is.
     if (syncfs(root.get()) != 0) return common::PosixError(errno, "syncfs " + staging);
     return absl::OkStatus();

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -420,6 +421,34 @@ absl::StatusOr<Compression> CompressionOf(absl::string_view media_type) {
   return absl::InvalidArgumentError(
       absl::StrCat("layer media type \"", Printable(media_type),
                    "\" is not one this vault unpacks (OCI or Docker tar, plain, gzip or zstd)"));
+}
+
+absl::Status PrepareMountPoints(int root_fd) {
+  struct stat st;
+  if (fstatat(root_fd, ".vault", &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    return absl::InvalidArgumentError(
+        "the image has /.vault, a name the vault keeps for its own files in containers");
+  }
+  for (const char* dir : {"proc", "dev", "sys", "work", "tmp", ".vault"}) {
+    if (fstatat(root_fd, dir, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (!S_ISDIR(st.st_mode)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the image's /", dir,
+            " is not a folder: container agents mount the runtime's own there"));
+      }
+      continue;
+    }
+    if (errno != ENOENT) return PosixError(errno, absl::StrCat("stat /", dir));
+    const mode_t mode = std::string_view(dir) == "tmp" ? 01777 : 0755;
+    if (mkdirat(root_fd, dir, mode) != 0) return PosixError(errno, absl::StrCat("mkdir /", dir));
+    if (fchmodat(root_fd, dir, mode, 0) != 0) {
+      return PosixError(errno, absl::StrCat("chmod /", dir));
+    }
+  }
+  UniqueFd init(openat(root_fd, ".vault/init", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                       0755));
+  if (!init.valid()) return PosixError(errno, "create /.vault/init");
+  return absl::OkStatus();
 }
 
 absl::Status ApplyLayer(const ByteSource& source, Compression compression, int root_fd,

@@ -80,6 +80,12 @@ using ByteSource = std::function<absl::StatusOr<absl::string_view>()>;
 absl::Status ApplyLayer(const ByteSource& source, Compression compression, int root_fd,
                         UnpackBudget* budget, UnpackReport* report);
 
+// Makes, in an unpacked root, the mount points a container runtime needs and cannot make in a
+// read-only root (sandbox/container/oci_config.h): the folders /proc, /dev, /sys, /work and
+// /tmp, and the file /.vault/init. INVALID_ARGUMENT when the image has one of them as something
+// else (a symlink, a file), or has /.vault at all: that name is the vault's.
+absl::Status PrepareMountPoints(int root_fd);
+
 }  // namespace vault::image
 
 #endif  // VAULT_IMAGE_LAYER_UNPACK_H_

@@ -6,10 +6,6 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <chrono>
-#include <iostream>
-#include <sys/resource.h>
-#include <csignal>
 #include <string>
 #include <vector>
 
@@ -356,6 +352,33 @@ TEST_F(LayerUnpackTest, RefusesPathsDeeperThanAnyImageNeeds) {
   EXPECT_EQ(Apply(MakeTar({File(deep, "x")})).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(LayerUnpackTest, MountPointsAreMadeWhereTheImageHasNone) {
+  ASSERT_TRUE(Apply(MakeTar({File("probe", "x", 0755), Dir("tmp", 0700)})).ok());
+  ASSERT_TRUE(PrepareMountPoints(root_.get()).ok());
+  for (const char* d : {"proc", "dev", "sys", "work", "tmp", ".vault"}) {
+    EXPECT_TRUE(std::filesystem::is_directory(Root(d))) << d;
+  }
+  EXPECT_EQ(Read(".vault/init"), "");
+  struct stat st;
+  ASSERT_EQ(stat(Root("tmp").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);  // the image's own folder, as it made it
+}
+
+TEST_F(LayerUnpackTest, MountPointsThatAreNotFoldersRefuseTheImage) {
+  ASSERT_TRUE(Apply(MakeTar({Symlink("proc", "/")})).ok());
+  absl::Status s = PrepareMountPoints(root_.get());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("/proc is not a folder"));
+  ExpectOutsideUntouched();
+}
+
+TEST_F(LayerUnpackTest, TheVaultsOwnFolderNameIsRefused) {
+  ASSERT_TRUE(Apply(MakeTar({File(".vault/init", "#!/bin/sh\necho pwned\n", 0755)})).ok());
+  absl::Status s = PrepareMountPoints(root_.get());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("/.vault"));
+}
+
 TEST_F(LayerUnpackTest, AFailingSourceFailsTheLayerWithItsOwnError) {
   ByteSource broken = []() -> absl::StatusOr<absl::string_view> {
     return absl::DataLossError("chunk 3 of the layer is damaged");
@@ -365,137 +388,5 @@ TEST_F(LayerUnpackTest, AFailingSourceFailsTheLayerWithItsOwnError) {
   EXPECT_THAT(s.message(), HasSubstr("chunk 3"));
 }
 
-
-// ===== REVIEW ATTACKS (temporary) =====
-namespace {
-std::string As(int n) { std::string s; for (int i = 0; i < n; ++i) s += "a/"; return s; }
-}  // namespace
-
-TEST_F(LayerUnpackTest, Attack_HardlinkToSymlinkThenWriteThrough) {
-  const std::string secret = tmp_.Path("outside/secret");
-  const std::string outdir = tmp_.Path("outside");
-  ASSERT_TRUE(Apply(MakeTar({Symlink("s", secret), Symlink("sd", outdir), Symlink("rel", "../../outside/secret")})).ok());
-  for (const char* t : {"s", "sd", "rel"}) {
-    absl::Status s = Apply(RawHeader(absl::StrCat("h_", t), '1', 0, t) + EndOfTar());
-    std::cerr << "hardlink to symlink " << t << ": " << s << "\n";
-  }
-  struct stat st;
-  if (lstat(Root("h_s").c_str(), &st) == 0) std::cerr << "h_s is symlink? " << S_ISLNK(st.st_mode) << "\n";
-  std::cerr << "write h_s: " << Apply(MakeTar({File("h_s", "pwned")})) << "\n";
-  std::cerr << "write h_sd/secret: " << Apply(MakeTar({File("h_sd/secret", "pwned")})) << "\n";
-  std::cerr << "dir h_rel: " << Apply(MakeTar({Dir("h_sd", 0777)})) << "\n";
-  std::cerr << "hardlink h2 -> h_rel then file h2/x: " << Apply(RawHeader("h2", '1', 0, "h_rel") + EndOfTar()) << " "
-            << Apply(MakeTar({File("h2/x", "p")})) << "\n";
-  std::cerr << "opaque via sd: " << Apply(MakeTar({File("sd/.wh..wh..opq", "")})) << "\n";
-  std::cerr << "whiteout via rel parent: " << Apply(MakeTar({File("rel/.wh.x", "")})) << "\n";
-  std::cerr << "dir over symlink s: " << Apply(MakeTar({Dir("s", 0700)})) << "\n";
-  std::cerr << "names with newline: " << Apply(MakeTar({File("a\nb/c\n", "x")})) << "\n";
-  ExpectOutsideUntouched();
-  struct stat o;
-  ASSERT_EQ(stat(outdir.c_str(), &o), 0);
-  EXPECT_EQ(o.st_mode & 07777, 0755u);
-  ASSERT_EQ(stat(secret.c_str(), &o), 0);
-  EXPECT_EQ(o.st_nlink, 1u);
-}
-
-// Depth of the on-disk tree is not bounded by kMaxDepth: symlinks let each entry add 126 levels.
-static std::vector<std::string> DeepLayers(int target_depth, int* depth_out) {
-  std::vector<std::string> layers;
-  std::vector<testing::TarEntry> es;
-  es.push_back(File(As(127) + "x", ""));
-  int depth = 127;
-  std::string tip = As(127);  // path from root to the deepest dir, may start with base_j/
-  int base = 0;
-  while (depth < target_depth) {
-    if (tip.size() > 3700) {
-      const std::string b = absl::StrCat("b", base++);
-      es.push_back(Symlink(b, tip));
-      tip = b + "/";
-    }
-    es.push_back(Symlink("s", tip));
-    es.push_back(File("s/" + As(126) + "x", ""));
-    tip += As(126);
-    depth += 126;
-    if (es.size() > 2000) { layers.push_back(MakeTar(es)); es.clear(); }
-  }
-  layers.push_back(MakeTar(es));
-  *depth_out = depth;
-  return layers;
-}
-
-TEST_F(LayerUnpackTest, Attack_DeepTreeViaSymlinks) {
-  int depth = 0;
-  auto layers = DeepLayers(20000, &depth);
-  size_t bytes = 0;
-  for (auto& l : layers) {
-    bytes += l.size();
-    absl::Status s = Apply(l);
-    ASSERT_TRUE(s.ok()) << s;
-  }
-  std::cerr << "built depth " << depth << " from " << report_.files + report_.symlinks
-            << " entries, " << bytes << " tar bytes\n";
-  // A copy of the root, for std::filesystem::remove_all (what ImageStore::RemoveTree does).
-  std::error_code ec;
-  auto n = std::filesystem::remove_all(Root("a"), ec);
-  std::cerr << "remove_all: removed " << (long long)n << " ec=" << ec.message()
-            << " still exists=" << Exists("a") << "\n";
-  // Whiteout with a modest fd limit (typical daemon soft limit)
-  struct rlimit old; getrlimit(RLIMIT_NOFILE, &old);
-  struct rlimit lim = {1024, old.rlim_max}; setrlimit(RLIMIT_NOFILE, &lim);
-  absl::Status s = Apply(MakeTar({File(".wh.a", "")}));
-  std::cerr << "whiteout .wh.a with nofile=1024: " << s << "\n";
-  setrlimit(RLIMIT_NOFILE, &old);
-  system(("rm -rf " + tmp_.path() + "/root/a").c_str());
-}
-
-TEST_F(LayerUnpackTest, Attack_DeepTreeWhiteoutStackOverflow) {
-  int depth = 0;
-  auto layers = DeepLayers(70000, &depth);
-  for (auto& l : layers) {
-    absl::Status s = Apply(l);
-    ASSERT_TRUE(s.ok()) << s;
-  }
-  std::cerr << "built depth " << depth << "\n";
-  const std::string wh = MakeTar({File(".wh.a", "")});
-  auto child = [&] {
-    struct rlimit lim;
-    lim.rlim_cur = lim.rlim_max = 1 << 20;
-    if (setrlimit(RLIMIT_NOFILE, &lim) != 0) perror("setrlimit");
-    absl::Status s = Apply(wh);
-    std::fprintf(stderr, "whiteout returned: %s\n", s.ToString().c_str());
-    std::exit(0);
-  };
-  EXPECT_EXIT(child(), ::testing::KilledBySignal(SIGSEGV), "");
-  system(("rm -rf " + tmp_.path() + "/root/a").c_str());
-}
-
-TEST_F(LayerUnpackTest, Attack_OpaqueQuadratic) {
-  for (int n : {5000, 10000, 20000}) {
-    std::vector<TarEntry> es;
-    std::string dir = absl::StrCat("d", n);
-    for (int i = 0; i < n; ++i) es.push_back(File(absl::StrCat(dir, "/f", i), ""));
-    for (int i = 0; i < n; ++i) es.push_back(File(dir + "/.wh..wh..opq", ""));
-    const std::string tar = MakeTar(es, Compression::kGzip);
-    auto t0 = std::chrono::steady_clock::now();
-    absl::Status s = Apply(tar, Compression::kGzip);
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
-    std::cerr << "opaque n=" << n << " (" << tar.size() << " gz bytes): " << ms << " ms, " << s << "\n";
-  }
-}
-
-TEST_F(LayerUnpackTest, Attack_CreatedSetMemory) {
-  // 15 components of 255 bytes + a unique leaf: ~3.9 KB per path kept in created_.
-  std::string pre;
-  for (int i = 0; i < 15; ++i) pre += std::string(255, 'p') + "/";
-  std::vector<TarEntry> es;
-  const int n = 40000;
-  for (int i = 0; i < n; ++i) es.push_back(File(absl::StrCat(pre, "f", i), ""));
-  const std::string tar = MakeTar(es, Compression::kGzip);
-  struct rusage ru0, ru1; getrusage(RUSAGE_SELF, &ru0);
-  absl::Status s = Apply(tar, Compression::kGzip);
-  getrusage(RUSAGE_SELF, &ru1);
-  std::cerr << "created_ memory: " << n << " entries, " << tar.size() << " gz bytes, status " << s
-            << ", maxrss " << ru0.ru_maxrss / 1024 << " MB -> " << ru1.ru_maxrss / 1024 << " MB\n";
-}
 }  // namespace
 }  // namespace vault::image
