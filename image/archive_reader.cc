@@ -40,6 +40,21 @@ struct ArchiveFree {
 };
 using ArchivePtr = std::unique_ptr<archive, ArchiveFree>;
 
+constexpr size_t kMaxNameBytes = 4095;
+constexpr uint64_t kMaxNameTotal = 16 << 20;
+
+absl::Status Check(archive* a, const ArchiveLimits& limits) {
+  const la_int64_t read = archive_filter_bytes(a, 0);
+  if (read > 0 && static_cast<uint64_t>(read) > limits.max_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the archive holds more than ", limits.max_bytes,
+                     " bytes once decompressed (containers.max_import_bytes in the vault's "
+                     "config)"));
+  }
+  if (limits.keep_going) return limits.keep_going();
+  return absl::OkStatus();
+}
+
 absl::Status Bad(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("image archive refused: ", what));
 }
@@ -69,8 +84,8 @@ struct Seen {
 
 class Reader {
  public:
-  Reader(std::string path, std::string host_arch)
-      : path_(std::move(path)), host_arch_(std::move(host_arch)) {}
+  Reader(std::string path, const ArchiveLimits& limits)
+      : path_(std::move(path)), host_arch_(limits.host_arch), limits_(limits) {}
 
   absl::StatusOr<ArchivePlan> Read() {
     VAULT_RETURN_IF_ERROR(HashEverything());
@@ -97,8 +112,17 @@ class Reader {
       if (++entries > kMaxArchiveEntries) {
         return Bad(absl::StrCat("more than ", kMaxArchiveEntries, " entries"));
       }
+      VAULT_RETURN_IF_ERROR(Check(a.get(), limits_));
       if (archive_entry_filetype(e) != AE_IFREG || archive_entry_pathname(e) == nullptr) continue;
       const std::string name = Normal(archive_entry_pathname(e));
+      if (name.size() > kMaxNameBytes) {
+        return Bad(absl::StrCat("an entry's name is longer than ", kMaxNameBytes, " bytes"));
+      }
+      name_bytes_ += name.size();
+      if (name_bytes_ > kMaxNameTotal) {
+        return Bad(
+            absl::StrCat("its entries' names add up to more than ", kMaxNameTotal, " bytes"));
+      }
       // One entry per path: the bytes hashed here are the bytes read again later.
       if (seen_.contains(name)) {
         return Bad(absl::StrCat("entry \"", absl::CHexEscape(name), "\" appears twice"));
@@ -122,6 +146,7 @@ class Reader {
         if (static_cast<uint64_t>(offset) != size) {
           return Bad(absl::StrCat("entry \"", absl::CHexEscape(name), "\" is sparse"));
         }
+        VAULT_RETURN_IF_ERROR(Check(a.get(), limits_));
         const absl::string_view piece(static_cast<const char*>(block), len);
         h.Update(piece);
         if (magic.size() < 4) absl::StrAppend(&magic, piece.substr(0, 4 - magic.size()));
@@ -183,15 +208,15 @@ class Reader {
     auto it = seen_.find(path);
     if (it == seen_.end()) {
       if (!d.urls().empty()) {
-        return Bad(absl::StrCat(role, " ", d.digest(),
+        return Bad(absl::StrCat(role, " ", absl::CHexEscape(d.digest()),
                                 " is a foreign layer (fetched from a URL): this vault reaches no "
                                 "registry; import an archive that holds it"));
       }
-      return Bad(absl::StrCat(role, " ", d.digest(), " is not in the archive"));
+      return Bad(absl::StrCat(role, " ", absl::CHexEscape(d.digest()), " is not in the archive"));
     }
     if (d.size() < 0 || static_cast<uint64_t>(d.size()) != it->second.digest.size()) {
-      return Bad(absl::StrCat(role, " ", d.digest(), " has ", it->second.digest.size(),
-                              " bytes; its descriptor says ", d.size()));
+      return Bad(absl::StrCat(role, " ", absl::CHexEscape(d.digest()), " has ",
+                              it->second.digest.size(), " bytes; its descriptor says ", d.size()));
     }
     return PlannedBlob{it->second.digest, d.media_type(), path};
   }
@@ -215,8 +240,8 @@ class Reader {
         continue;
       }
       if (chosen.media_type() != kOciManifest && chosen.media_type() != kDockerManifest) {
-        return Bad(absl::StrCat("manifest ", chosen.digest(), " has media type \"",
-                                absl::CHexEscape(chosen.media_type()),
+        return Bad(absl::StrCat("manifest ", absl::CHexEscape(chosen.digest()),
+                                " has media type \"", absl::CHexEscape(chosen.media_type()),
                                 "\", not an OCI or Docker image manifest"));
       }
       VAULT_ASSIGN_OR_RETURN(plan.manifest, Blob(chosen, "manifest"));
@@ -256,6 +281,10 @@ class Reader {
                               "\"; this vault runs linux images"));
     }
     if (manifest.layers().empty()) return Bad("the manifest names no layers");
+    if (static_cast<size_t>(manifest.layers_size()) > kMaxArchiveLayers) {
+      return Bad(absl::StrCat("the manifest names ", manifest.layers_size(),
+                              " layers; this vault takes at most ", kMaxArchiveLayers));
+    }
     for (int i = 0; i < manifest.layers_size(); ++i) {
       const vault::v1::OciDescriptor& l = manifest.layers(i);
       VAULT_RETURN_IF_ERROR(CompressionOf(l.media_type()).status());
@@ -272,7 +301,8 @@ class Reader {
     std::vector<std::string> listed;
     for (const vault::v1::OciDescriptor& d : index.manifests()) {
       if (d.platform().os() == "linux" && d.platform().architecture() == host_arch_) return d;
-      listed.push_back(absl::StrCat(d.platform().os(), "/", d.platform().architecture()));
+      listed.push_back(
+          absl::CHexEscape(absl::StrCat(d.platform().os(), "/", d.platform().architecture())));
     }
     return Bad(absl::StrCat("its index lists ", index.manifests_size(),
                             " images and none for linux/", host_arch_, " (",
@@ -367,6 +397,8 @@ class Reader {
 
   const std::string path_;
   const std::string host_arch_;
+  const ArchiveLimits& limits_;
+  uint64_t name_bytes_ = 0;
   absl::flat_hash_map<std::string, Seen> seen_;
   absl::flat_hash_map<std::string, std::string> kept_;
   absl::flat_hash_map<std::string, std::string> paths_;  // docker archive: hex -> entry path
@@ -375,11 +407,12 @@ class Reader {
 
 }  // namespace
 
-absl::StatusOr<ArchivePlan> ReadArchive(const std::string& path, const std::string& host_arch) {
-  return Reader(path, host_arch).Read();
+absl::StatusOr<ArchivePlan> ReadArchive(const std::string& path, const ArchiveLimits& limits) {
+  return Reader(path, limits).Read();
 }
 
 absl::Status ForBlob(const std::string& archive_path, const std::string& entry_path,
+                     const ArchiveLimits& limits,
                      const std::function<absl::Status(const ByteSource&)>& use) {
   VAULT_ASSIGN_OR_RETURN(ArchivePtr a, Open(archive_path));
   for (;;) {
@@ -389,12 +422,14 @@ absl::Status ForBlob(const std::string& archive_path, const std::string& entry_p
     if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
       return Bad(absl::StrCat("its tar cannot be read (", archive_error_string(a.get()), ")"));
     }
+    VAULT_RETURN_IF_ERROR(Check(a.get(), limits));
     if (archive_entry_filetype(e) != AE_IFREG || archive_entry_pathname(e) == nullptr ||
         Normal(archive_entry_pathname(e)) != entry_path) {
       continue;
     }
     archive* raw = a.get();
-    ByteSource source = [raw]() -> absl::StatusOr<absl::string_view> {
+    ByteSource source = [raw, &limits]() -> absl::StatusOr<absl::string_view> {
+      VAULT_RETURN_IF_ERROR(Check(raw, limits));
       const void* block = nullptr;
       size_t len = 0;
       la_int64_t offset = 0;

@@ -3,8 +3,9 @@
 // each a blob whose every byte was hashed here and matched its digest. Nothing is stored: the
 // plan names where each blob is in the archive, and ForBlob streams it again.
 //
-//   VAULT_ASSIGN_OR_RETURN(ArchivePlan plan, ReadArchive("/tmp/img.tar", "amd64"));
-//   VAULT_RETURN_IF_ERROR(ForBlob("/tmp/img.tar", plan.layers[0].path, [&](ByteSource& s) {...}));
+//   VAULT_ASSIGN_OR_RETURN(ArchivePlan plan, ReadArchive("/tmp/img.tar", ArchiveLimits{}));
+//   VAULT_RETURN_IF_ERROR(ForBlob("/tmp/img.tar", plan.layers[0].path, ArchiveLimits{},
+//                                 [&](const ByteSource& s) {...}));
 //
 // Thread-safety: pure functions over a file nobody changes meanwhile.
 #ifndef VAULT_IMAGE_ARCHIVE_READER_H_
@@ -42,15 +43,27 @@ struct ArchivePlan {
 };
 
 inline constexpr uint64_t kMaxArchiveEntries = 100'000;
+inline constexpr size_t kMaxArchiveLayers = 128;
+
+struct ArchiveLimits {
+  std::string host_arch = "amd64";  // the image an index's several ones are chosen by
+  // Bytes of tar one pass may read (a gzip archive's, once decompressed): RESOURCE_EXHAUSTED
+  // past it.
+  uint64_t max_bytes = uint64_t{16} << 30;
+  // Asked as the archive is read: a non-OK answer ends the pass with it.
+  std::function<absl::Status()> keep_going;
+};
 
 // Reads and checks the archive at `path`. INVALID_ARGUMENT, naming the blob or document and the
 // fix, for anything that does not hold: a blob that does not hash to its name, a missing blob, a
 // size that differs from its descriptor, a media type this vault does not know, an image for
-// another OS, or an index with several images of which none is for `host_arch` on linux.
-absl::StatusOr<ArchivePlan> ReadArchive(const std::string& path, const std::string& host_arch);
+// another OS, more than kMaxArchiveLayers layers, an entry name past 4095 bytes, or an index
+// with several images of which none is for `host_arch` on linux.
+absl::StatusOr<ArchivePlan> ReadArchive(const std::string& path, const ArchiveLimits& limits);
 
 // Streams the archive entry at `entry_path` to `use` (NOT_FOUND when it is not there).
 absl::Status ForBlob(const std::string& archive_path, const std::string& entry_path,
+                     const ArchiveLimits& limits,
                      const std::function<absl::Status(const ByteSource&)>& use);
 
 }  // namespace vault::image

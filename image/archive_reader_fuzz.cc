@@ -26,20 +26,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (f == nullptr) abort();
   if (size > 0 && std::fwrite(data, 1, size, f) != size) abort();
   std::fclose(f);
-  absl::StatusOr<vault::image::ArchivePlan> plan = vault::image::ReadArchive(*path, "amd64");
+  absl::StatusOr<vault::image::ArchivePlan> plan =
+      vault::image::ReadArchive(*path, vault::image::ArchiveLimits{});
   if (!plan.ok()) return 0;
   std::vector<const vault::image::PlannedBlob*> blobs{&plan->config};
   for (const vault::image::PlannedBlob& l : plan->layers) blobs.push_back(&l);
   for (const vault::image::PlannedBlob* b : blobs) {
     uint64_t got = 0;
-    absl::Status s = vault::image::ForBlob(*path, b->path, [&](const vault::image::ByteSource& src) {
-      for (;;) {
-        absl::StatusOr<absl::string_view> piece = src();
-        if (!piece.ok()) return piece.status();
-        if (piece->empty()) return absl::OkStatus();
-        got += piece->size();
-      }
-    });
+    absl::Status s = vault::image::ForBlob(*path, b->path, vault::image::ArchiveLimits{},
+                                           [&](const vault::image::ByteSource& src) {
+                                             for (;;) {
+                                               absl::StatusOr<absl::string_view> piece = src();
+                                               if (!piece.ok()) return piece.status();
+                                               if (piece->empty()) return absl::OkStatus();
+                                               got += piece->size();
+                                             }
+                                           });
     if (!s.ok() || got != b->digest.size()) abort();
   }
   return 0;

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -64,11 +65,20 @@ absl::StatusOr<std::unique_ptr<ImageStore>> ImageStore::Open(storage::Database* 
     return absl::UnavailableError(
         absl::StrCat("cannot make ", options.rootfs_dir, ": ", ec.message()));
   }
-  // Roots a crash left half made.
-  for (const auto& e : std::filesystem::directory_iterator(options.rootfs_dir, ec)) {
-    if (absl::StartsWith(e.path().filename().string(), ".staging-")) RemoveTree(e.path());
+  // Searchable by containers' host ids (0711: not listable), whatever vaultd's umask.
+  if (chmod(options.rootfs_dir.c_str(), 0711) != 0) {
+    return common::PosixError(errno, "chmod " + options.rootfs_dir);
   }
-  return std::unique_ptr<ImageStore>(new ImageStore(db, store, std::move(options)));
+  std::unique_ptr<ImageStore> images(new ImageStore(db, store, std::move(options)));
+  // Roots a crash left half made, and roots no record stands for (an import that failed after
+  // its root was in place): never trusted, removed.
+  for (const auto& e : std::filesystem::directory_iterator(images->options_.rootfs_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (absl::StartsWith(name, ".staging-") || absl::IsNotFound(images->Load(name).status())) {
+      RemoveTree(e.path());
+    }
+  }
+  return images;
 }
 
 absl::Status ImageStore::CheckName(absl::string_view name) {
@@ -78,6 +88,14 @@ absl::Status ImageStore::CheckName(absl::string_view name) {
   if (absl::StartsWith(name, "sha256:")) {
     return absl::InvalidArgumentError(
         "an image name cannot start with \"sha256:\" (that is how ids are written)");
+  }
+  if (name.size() >= kMinPrefix && name.size() <= 64 &&
+      std::all_of(name.begin(), name.end(), [](char c) {
+        return absl::ascii_isxdigit(static_cast<unsigned char>(c)) &&
+               !absl::ascii_isupper(static_cast<unsigned char>(c));
+      })) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "image name \"", name, "\" looks like an image id: give a name with other characters"));
   }
   for (char c : name) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && !absl::StrContains("._:/@+-", c)) {
@@ -93,21 +111,26 @@ std::string ImageStore::RootfsPath(const vault::v1::ImageRecord& image) const {
 }
 
 absl::StatusOr<UnpackReport> ImageStore::Unpack(const std::string& archive_path,
-                                                const ArchivePlan& plan, const std::string& hex) {
+                                                const ArchivePlan& plan, const std::string& hex,
+                                                const ArchiveLimits& limits) {
   VAULT_ASSIGN_OR_RETURN(std::string tag, common::RandomHex(8));
   const std::string staging = absl::StrCat(options_.rootfs_dir, "/.staging-", hex, "-", tag);
   if (mkdir(staging.c_str(), 0755) != 0) return common::PosixError(errno, "mkdir " + staging);
+  // Whatever vaultd's umask: a container's own host id passes through its root.
+  if (chmod(staging.c_str(), 0755) != 0) return common::PosixError(errno, "chmod " + staging);
   UnpackReport report;
   absl::Status s = [&]() -> absl::Status {
     common::UniqueFd root(open(staging.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!root.valid()) return common::PosixError(errno, "open " + staging);
     UnpackBudget budget(options_.limits);
+    budget.keep_going = limits.keep_going;
     for (size_t i = 0; i < plan.layers.size(); ++i) {
       const PlannedBlob& layer = plan.layers[i];
       VAULT_ASSIGN_OR_RETURN(Compression c, CompressionOf(layer.media_type));
-      absl::Status applied = ForBlob(archive_path, layer.path, [&](const ByteSource& source) {
-        return ApplyLayer(source, c, root.get(), &budget, &report);
-      });
+      absl::Status applied =
+          ForBlob(archive_path, layer.path, limits, [&](const ByteSource& source) {
+            return ApplyLayer(source, c, root.get(), &budget, &report);
+          });
       if (!applied.ok()) {
         return absl::Status(
             applied.code(),
@@ -127,35 +150,50 @@ absl::StatusOr<UnpackReport> ImageStore::Unpack(const std::string& archive_path,
   if (rename(staging.c_str(), final_path.c_str()) != 0) {
     const int err = errno;
     RemoveTree(staging);
-    // Another import of the same image made it first: the same layers, the same root.
-    if (err != EEXIST && err != ENOTEMPTY) return common::PosixError(err, "rename " + staging);
+    return common::PosixError(err, "rename " + staging);
   }
   return report;
 }
 
 absl::StatusOr<ImageStore::Imported> ImageStore::Import(const std::string& archive_path,
-                                                        const std::string& name) {
-  VAULT_ASSIGN_OR_RETURN(ArchivePlan plan, ReadArchive(archive_path, options_.host_arch));
-  std::string chosen = name.empty() ? plan.suggested_name : name;
-  if (!chosen.empty()) {
-    absl::Status ok = CheckName(chosen);
-    if (!ok.ok()) {
-      if (!name.empty()) return ok;
-      chosen.clear();  // the archive's own name is only a suggestion
+                                                        const std::string& name,
+                                                        std::function<absl::Status()> keep_going) {
+  if (!name.empty()) VAULT_RETURN_IF_ERROR(CheckName(name));
+  absl::MutexLock lock(&mu_);
+  ArchiveLimits limits{.host_arch = options_.host_arch,
+                       .max_bytes = options_.max_archive_bytes,
+                       .keep_going = std::move(keep_going)};
+  VAULT_ASSIGN_OR_RETURN(ArchivePlan plan, ReadArchive(archive_path, limits));
+  const std::string hex = plan.manifest.digest.hex();
+  // The archive's own name is only a suggestion: taken when valid and naming no image yet.
+  std::string chosen = name;
+  if (chosen.empty() && !plan.suggested_name.empty() && CheckName(plan.suggested_name).ok()) {
+    std::string named;
+    rocksdb::Status g = db_->db()->Get(rocksdb::ReadOptions(), db_->Handle(kImages),
+                                       storage::ToSlice(NameKey(plan.suggested_name)), &named);
+    if (g.IsNotFound()) {
+      chosen = plan.suggested_name;
+    } else if (!g.ok()) {
+      return storage::ToStatus(g, "read an image name");
     }
   }
-  const std::string hex = plan.manifest.digest.hex();
   Imported out;
   absl::StatusOr<vault::v1::ImageRecord> before = Load(hex);
-  if (before.ok()) out.already_present = true;
+  if (before.ok()) {
+    out.already_present = true;
+  } else if (!absl::IsNotFound(before.status())) {
+    return before.status();
+  }
 
   // Unpacking checks every layer entry: a hostile layer stops the import before anything is
-  // stored.
+  // stored. A root is trusted only when a record stands for it.
   UnpackReport report;
   const std::string root = absl::StrCat(options_.rootfs_dir, "/", hex);
   struct stat st;
-  if (!out.already_present || stat(root.c_str(), &st) != 0) {
-    VAULT_ASSIGN_OR_RETURN(report, Unpack(archive_path, plan, hex));
+  const bool have_root = stat(root.c_str(), &st) == 0;
+  if (!out.already_present || !have_root) {
+    if (have_root) RemoveTree(root);
+    VAULT_ASSIGN_OR_RETURN(report, Unpack(archive_path, plan, hex, limits));
   }
 
   // The blobs, each hashed again by the CAS as it stores it.
@@ -165,7 +203,7 @@ absl::StatusOr<ImageStore::Imported> ImageStore::Import(const std::string& archi
     VAULT_ASSIGN_OR_RETURN(bool present, store_->Contains(b->digest));
     if (present) continue;
     VAULT_ASSIGN_OR_RETURN(std::unique_ptr<cas::Upload> up, store_->StartUpload(b->digest, 0));
-    VAULT_RETURN_IF_ERROR(ForBlob(archive_path, b->path, [&](const ByteSource& source) {
+    VAULT_RETURN_IF_ERROR(ForBlob(archive_path, b->path, limits, [&](const ByteSource& source) {
       for (;;) {
         VAULT_ASSIGN_OR_RETURN(absl::string_view piece, source());
         if (piece.empty()) return absl::OkStatus();
@@ -206,7 +244,6 @@ absl::StatusOr<ImageStore::Imported> ImageStore::Import(const std::string& archi
     record.set_dropped(report.skipped_devices + report.dropped_setid + report.ignored_xattrs);
   }
 
-  absl::MutexLock lock(&mu_);
   rocksdb::WriteBatch batch;
   rocksdb::ColumnFamilyHandle* cf = db_->Handle(kImages);
   if (!chosen.empty()) {

@@ -16,6 +16,7 @@
 #define VAULT_IMAGE_IMAGE_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,7 @@ class ImageStore {
     std::string rootfs_dir;  // made if missing
     UnpackLimits limits;
     std::string host_arch = "amd64";  // the image an index's several ones are chosen by
+    uint64_t max_archive_bytes = uint64_t{16} << 30;  // of tar, once decompressed
   };
   struct Imported {
     vault::v1::ImageRecord record;
@@ -48,9 +50,13 @@ class ImageStore {
   static absl::StatusOr<std::unique_ptr<ImageStore>> Open(storage::Database* db, cas::Store* store,
                                                           Options options);
 
-  // Imports the archive at `archive_path` (archive_reader.h), named `name` (or the name the
-  // archive suggests; may be empty). INVALID_ARGUMENT for a bad archive or name.
-  absl::StatusOr<Imported> Import(const std::string& archive_path, const std::string& name);
+  // Imports the archive at `archive_path` (archive_reader.h), named `name` (which moves to it
+  // from any image it named), or by the name the archive suggests when that names no image yet.
+  // INVALID_ARGUMENT for a bad archive or name. `keep_going`, asked as the import reads and
+  // unpacks, ends it with its answer (a cancelled call, a deadline). Removals wait for an
+  // import in progress.
+  absl::StatusOr<Imported> Import(const std::string& archive_path, const std::string& name,
+                                  std::function<absl::Status()> keep_going = nullptr);
   // Every image, by id.
   absl::StatusOr<std::vector<vault::v1::ImageRecord>> List() const;
   // "sha256:<hex>", a unique prefix of at least 12 hex digits (with or without "sha256:"), or a
@@ -61,7 +67,8 @@ class ImageStore {
   // Where the image's root file system is.
   std::string RootfsPath(const vault::v1::ImageRecord& image) const;
 
-  // A name an operator may give: 1-255 of [A-Za-z0-9._:/@+-], not starting with "sha256:".
+  // A name an operator may give: 1-255 of [A-Za-z0-9._:/@+-], not starting with "sha256:", and
+  // not 12 to 64 lowercase hex digits (what an id or its prefix looks like).
   static absl::Status CheckName(absl::string_view name);
 
  private:
@@ -70,12 +77,13 @@ class ImageStore {
   absl::StatusOr<vault::v1::ImageRecord> Load(absl::string_view hex) const;
   // Unpacks the planned layers into a fresh root, renamed into place at the end.
   absl::StatusOr<UnpackReport> Unpack(const std::string& archive_path, const ArchivePlan& plan,
-                                      const std::string& hex);
+                                      const std::string& hex, const ArchiveLimits& limits)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   storage::Database* const db_;
   cas::Store* const store_;
   const Options options_;
-  // Records and the name index change together under this.
+  // Imports and removals, one at a time: records, names and roots change together under this.
   mutable absl::Mutex mu_;
 };
 

@@ -249,10 +249,10 @@ TEST_F(ImageStoreTest, RefusesAnArchiveWithTwoEntriesOfOnePath) {
   const std::string manifest_json =
       absl::StrCat(R"([{"Config":")", Sha(config), R"(.json","Layers":["l/layer.tar"]}])");
   for (bool evil_first : {true, false}) {
-    const std::string tar = MakeTar({File("manifest.json", manifest_json),
-                                     File(Sha(config) + ".json", config), Dir("l"),
-                                     File("l/layer.tar", evil_first ? evil : good),
-                                     File("l/layer.tar", evil_first ? good : evil)});
+    const std::string tar =
+        MakeTar({File("manifest.json", manifest_json), File(Sha(config) + ".json", config),
+                 Dir("l"), File("l/layer.tar", evil_first ? evil : good),
+                 File("l/layer.tar", evil_first ? good : evil)});
     absl::StatusOr<ImageStore::Imported> got = images_->Import(Write("img.tar", tar), "");
     EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(got.status().message(), HasSubstr("\"l/layer.tar\" appears twice"));
@@ -298,6 +298,86 @@ TEST_F(ImageStoreTest, NamesMoveBetweenImagesAndRemovalLeavesTheBlobs) {
   EXPECT_FALSE(std::filesystem::exists(images_->RootfsPath(*removed)));
   EXPECT_TRUE(*store_->Contains(cas::Digest::Of(b.layers[0])));
   EXPECT_EQ(images_->List()->size(), 1u);
+}
+
+// A name the archive suggests never takes one an image already has, and no name may look like an
+// id: an untrusted archive cannot stand in for an image the operator named or by its id.
+TEST_F(ImageStoreTest, SuggestedNamesNeverMoveAndNamesCannotLookLikeIds) {
+  Layout a, b;
+  a.layers = {MakeTar({File("v", "1")})};
+  b.layers = {MakeTar({File("v", "2")})};
+  b.name = "web:prod";
+  ASSERT_TRUE(images_->Import(Write("a.tar", a.Tar()), "web:prod").ok());
+  absl::StatusOr<ImageStore::Imported> got = images_->Import(Write("b.tar", b.Tar()), "");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->record.names().empty());
+  EXPECT_EQ(images_->Resolve("web:prod")->id(), "sha256:" + Sha(a.Manifest()));
+  for (const std::string& id_like : {Sha(a.Manifest()).substr(0, 12), Sha(a.Manifest())}) {
+    EXPECT_EQ(images_->Import(Write("b.tar", b.Tar()), id_like).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    b.name = id_like;
+    ASSERT_TRUE(images_->Import(Write("b.tar", b.Tar()), "").ok());
+    EXPECT_EQ(images_->Resolve(id_like)->id(), "sha256:" + Sha(a.Manifest()));
+  }
+}
+
+// A root no record stands for (left by an import that failed after unpacking) is never trusted:
+// removed at the next start, and unpacked afresh by the next import of its image.
+TEST_F(ImageStoreTest, RootsWithoutARecordAreNotTrusted) {
+  Layout l;
+  l.layers = {MakeTar({File("bin/agent", "good")})};
+  const std::string root = tmp_.Path("rootfs/" + Sha(l.Manifest()));
+  ASSERT_EQ(mkdir(root.c_str(), 0755), 0);
+  ASSERT_TRUE(common::WriteFileAtomic(root + "/planted", "evil", 0644).ok());
+  ASSERT_TRUE(images_->Import(Write("img.tar", l.Tar()), "").ok());
+  EXPECT_FALSE(std::filesystem::exists(root + "/planted"));
+  EXPECT_EQ(*common::ReadFile(root + "/bin/agent"), "good");
+
+  const std::string stray = tmp_.Path("rootfs/" + std::string(64, 'a'));
+  ASSERT_EQ(mkdir(stray.c_str(), 0755), 0);
+  images_.reset();
+  absl::StatusOr<std::unique_ptr<ImageStore>> again =
+      ImageStore::Open(db_.get(), store_.get(), {.rootfs_dir = tmp_.Path("rootfs")});
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(std::filesystem::exists(stray));
+  EXPECT_TRUE(std::filesystem::exists(root + "/bin/agent"));  // its record stands for it
+}
+
+TEST_F(ImageStoreTest, BoundsLayersNamesAndDecompressedBytes) {
+  {
+    Layout many;
+    for (int i = 0; i < 129; ++i) many.layers.push_back(MakeTar({File(absl::StrCat("f", i), "")}));
+    absl::StatusOr<ImageStore::Imported> got = images_->Import(Write("img.tar", many.Tar()), "");
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(got.status().message(), HasSubstr("at most 128"));
+  }
+  {
+    absl::StatusOr<ImageStore::Imported> got = images_->Import(
+        Write("img.tar",
+              MakeTar({File(std::string(2000, 'n') + "/" + std::string(2100, 'm'), "")})),
+        "");
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(got.status().message(), HasSubstr("longer than 4095"));
+  }
+  {
+    // 64 MiB of tar in a gzip of about 64 KiB, against a bound of 1 MiB.
+    absl::StatusOr<std::unique_ptr<ImageStore>> small = ImageStore::Open(
+        db_.get(), store_.get(), {.rootfs_dir = tmp_.Path("rootfs"), .max_archive_bytes = 1 << 20});
+    ASSERT_TRUE(small.ok());
+    const std::string bomb =
+        MakeTar({File("blobs/sha256/x", std::string(64 << 20, '\0'))}, Compression::kGzip);
+    absl::StatusOr<ImageStore::Imported> got = (*small)->Import(Write("bomb.tar.gz", bomb), "");
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(got.status().message(), HasSubstr("containers.max_import_bytes"));
+  }
+  {
+    Layout l;
+    l.layers = {MakeTar({File("a", "1")})};
+    absl::StatusOr<ImageStore::Imported> got = images_->Import(
+        Write("img.tar", l.Tar()), "", [] { return absl::CancelledError("caller gone"); });
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kCancelled);
+    ExpectNothingStored({l.Manifest(), l.config, l.layers[0]});
+  }
 }
 
 }  // namespace

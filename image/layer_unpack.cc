@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -36,6 +37,8 @@ using common::UniqueFd;
 constexpr size_t kMaxDepth = 128;
 constexpr absl::string_view kWhiteoutPrefix = ".wh.";
 constexpr absl::string_view kOpaqueMarker = ".wh..wh..opq";
+constexpr absl::string_view kAufsPrefix = ".wh..wh.";
+constexpr size_t kMaxSymlinkTarget = 1024;
 
 struct ArchiveFree {
   void operator()(archive* a) const { archive_read_free(a); }
@@ -163,25 +166,34 @@ class LayerWriter {
     parts.pop_back();
     const std::string parent_rel = absl::StrJoin(parts, "/");
 
+    // AUFS's own bookkeeping (.wh..wh.plnk, .wh..wh.aufs, ...) means nothing here: skipped,
+    // as containerd does, with everything under it.
+    for (const std::string& c : parts) {
+      if (absl::StartsWith(c, kAufsPrefix)) return absl::OkStatus();
+    }
     if (name == kOpaqueMarker) return Opaque(path, parent_rel);
+    if (absl::StartsWith(name, kAufsPrefix)) return absl::OkStatus();
     if (absl::StartsWith(name, kWhiteoutPrefix)) {
       const std::string target = name.substr(kWhiteoutPrefix.size());
-      if (target.empty() || target == "." || target == ".." ||
-          absl::StartsWith(target, kWhiteoutPrefix)) {
+      if (target.empty() || target == "." || target == "..") {
         return Refused(path, "a whiteout of no name");
       }
-      VAULT_ASSIGN_OR_RETURN(UniqueFd parent, Parent(path, parts));
       ++report_->whiteouts;
-      return RemoveAt(parent.get(), target);
+      // Nothing to remove where the folder is not: no folder is made for a whiteout.
+      absl::StatusOr<UniqueFd> parent = OpenInRoot(root_fd_, parent_rel, O_PATH | O_DIRECTORY);
+      if (!parent.ok()) {
+        if (absl::IsNotFound(parent.status())) return absl::OkStatus();
+        return Refused(
+            path, absl::StrCat("its directory cannot be opened (", parent.status().message(), ")"));
+      }
+      return RemoveAt(parent->get(), target);
     }
 
-    const std::string full = parent_rel.empty() ? name : absl::StrCat(parent_rel, "/", name);
     // Hard links first: libarchive reports them with the type of what they link to.
     if (const char* target = archive_entry_hardlink(e); target != nullptr) {
       VAULT_ASSIGN_OR_RETURN(UniqueFd parent, Parent(path, parts));
       VAULT_RETURN_IF_ERROR(HardLink(path, parent.get(), name, target));
-      created_.insert(full);
-      return absl::OkStatus();
+      return Created(parent.get(), name);
     }
     mode_t mode = archive_entry_perm(e) & 07777;
     if ((mode & (S_ISUID | S_ISGID)) != 0 && type != AE_IFDIR) {
@@ -189,24 +201,25 @@ class LayerWriter {
     }
     if (type != AE_IFDIR) mode &= ~(S_ISUID | S_ISGID);
 
+    UniqueFd parent;
+    if (type == AE_IFDIR || type == AE_IFREG || type == AE_IFLNK) {
+      VAULT_ASSIGN_OR_RETURN(parent, Parent(path, parts));
+    }
     switch (type) {
-      case AE_IFDIR: {
-        VAULT_ASSIGN_OR_RETURN(UniqueFd parent, Parent(path, parts));
+      case AE_IFDIR:
         VAULT_RETURN_IF_ERROR(Directory(path, parent.get(), name, mode & ~(S_ISUID | S_ISGID)));
         ++report_->dirs;
         break;
-      }
-      case AE_IFREG: {
-        VAULT_ASSIGN_OR_RETURN(UniqueFd parent, Parent(path, parts));
+      case AE_IFREG:
         VAULT_RETURN_IF_ERROR(RegularFile(path, e, parent.get(), name, mode));
         ++report_->files;
         break;
-      }
       case AE_IFLNK: {
         const char* target = archive_entry_symlink(e);
         if (target == nullptr || *target == '\0') return Refused(path, "a symlink to nothing");
-        if (strlen(target) >= PATH_MAX) return Refused(path, "a symlink target past 4095 bytes");
-        VAULT_ASSIGN_OR_RETURN(UniqueFd parent, Parent(path, parts));
+        const size_t len = strlen(target);
+        if (len > kMaxSymlinkTarget) return Refused(path, "a symlink target past 1024 bytes");
+        VAULT_RETURN_IF_ERROR(Charge(path, len));
         VAULT_RETURN_IF_ERROR(RemoveAt(parent.get(), name));
         if (symlinkat(target, parent.get(), name.c_str()) != 0) {
           return PosixError(errno, absl::StrCat("symlink ", Printable(path)));
@@ -222,39 +235,101 @@ class LayerWriter {
       default:
         return Refused(path, absl::StrCat("an entry of file type 0", absl::Hex(type)));
     }
-    created_.insert(full);
-    return absl::OkStatus();
+    return Created(parent.get(), name);
   }
 
  private:
-  // The directory holding an entry, made (0755) where the layer did not list it.
+  // The directory holding an entry, made (0755) where the layer did not list it. One openat2
+  // when it exists; otherwise one walk from the root, a component at a time, resolving in the
+  // root only a component that is a symlink. Refused past kMaxDepth real levels.
   absl::StatusOr<UniqueFd> Parent(absl::string_view path, const std::vector<std::string>& parts) {
-    absl::StatusOr<UniqueFd> whole =
+    absl::StatusOr<UniqueFd> dir =
         OpenInRoot(root_fd_, absl::StrJoin(parts, "/"), O_PATH | O_DIRECTORY);
-    if (whole.ok()) return whole;
-    if (!absl::IsNotFound(whole.status())) {
-      return Refused(
-          path, absl::StrCat("its directory cannot be opened (", whole.status().message(), ")"));
+    if (!dir.ok()) {
+      if (!absl::IsNotFound(dir.status())) {
+        return Refused(
+            path, absl::StrCat("its directory cannot be opened (", dir.status().message(), ")"));
+      }
+      dir = Walk(path, parts);
+      if (!dir.ok()) return dir.status();
     }
-    std::string rel;
+    VAULT_ASSIGN_OR_RETURN(uint32_t depth, DepthOf(path, dir->get()));
+    if (depth + 1 > kMaxDepth) return Refused(path, "more than 128 levels deep");
+    return dir;
+  }
+
+  absl::StatusOr<UniqueFd> Walk(absl::string_view path, const std::vector<std::string>& parts) {
     VAULT_ASSIGN_OR_RETURN(UniqueFd dir, OpenInRoot(root_fd_, "", O_PATH | O_DIRECTORY));
+    std::string rel;
     for (const std::string& c : parts) {
-      const std::string next = rel.empty() ? c : absl::StrCat(rel, "/", c);
-      absl::StatusOr<UniqueFd> sub = OpenInRoot(root_fd_, next, O_PATH | O_DIRECTORY);
-      if (!sub.ok() && absl::IsNotFound(sub.status())) {
-        if (mkdirat(dir.get(), c.c_str(), 0755) != 0 && errno != EEXIST) {
-          return PosixError(errno, absl::StrCat("mkdir ", Printable(next)));
+      rel = rel.empty() ? c : absl::StrCat(rel, "/", c);
+      UniqueFd sub(openat(dir.get(), c.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!sub.valid() && errno == ENOENT) {
+        VAULT_ASSIGN_OR_RETURN(uint32_t depth, DepthOf(path, dir.get()));
+        if (depth + 1 > kMaxDepth) return Refused(path, "more than 128 levels deep");
+        if (mkdirat(dir.get(), c.c_str(), 0755) != 0) {
+          return PosixError(errno, absl::StrCat("mkdir ", Printable(rel)));
         }
-        sub = OpenInRoot(root_fd_, next, O_PATH | O_DIRECTORY);
+        VAULT_RETURN_IF_ERROR(Created(dir.get(), c));
+        // Whatever the process's umask: containers' own host ids pass through.
+        if (fchmodat(dir.get(), c.c_str(), 0755, 0) != 0) {
+          return PosixError(errno, absl::StrCat("chmod ", Printable(rel)));
+        }
+        sub = UniqueFd(openat(dir.get(), c.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!sub.valid()) return PosixError(errno, absl::StrCat("open ", Printable(rel)));
+        VAULT_RETURN_IF_ERROR(RecordDepth(sub.get(), depth + 1));
+      } else if (!sub.valid()) {
+        // A symlink (or not a folder): resolved, in the root, this once.
+        absl::StatusOr<UniqueFd> through = OpenInRoot(root_fd_, rel, O_PATH | O_DIRECTORY);
+        if (!through.ok()) {
+          return Refused(path,
+                         absl::StrCat("its directory \"", Printable(rel), "\" cannot be made (",
+                                      through.status().message(), ")"));
+        }
+        sub = *std::move(through);
       }
-      if (!sub.ok()) {
-        return Refused(path, absl::StrCat("its directory \"", Printable(next),
-                                          "\" cannot be made (", sub.status().message(), ")"));
-      }
-      dir = *std::move(sub);
-      rel = next;
+      dir = std::move(sub);
     }
     return dir;
+  }
+
+  static absl::StatusOr<std::pair<uint64_t, uint64_t>> Key(int fd) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return PosixError(errno, "fstat a folder of the root");
+    return std::make_pair(static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino));
+  }
+  absl::StatusOr<uint32_t> DepthOf(absl::string_view path, int dir) {
+    if (budget_->depths.empty()) {  // the root, before anything was made
+      VAULT_ASSIGN_OR_RETURN(auto root, Key(root_fd_));
+      budget_->depths[root] = 0;
+    }
+    VAULT_ASSIGN_OR_RETURN(auto key, Key(dir));
+    auto it = budget_->depths.find(key);
+    if (it == budget_->depths.end()) {
+      return Refused(path, "its directory is not one the layers made");
+    }
+    return it->second;
+  }
+  absl::Status RecordDepth(int dir, uint32_t depth) {
+    VAULT_ASSIGN_OR_RETURN(auto key, Key(dir));
+    budget_->depths[key] = depth;
+    return absl::OkStatus();
+  }
+  // `name` in `parent` was made by this layer (an opaque marker keeps it).
+  absl::Status Created(int parent, const std::string& name) {
+    VAULT_ASSIGN_OR_RETURN(auto key, Key(parent));
+    created_[key].insert(name);
+    return absl::OkStatus();
+  }
+  absl::Status Charge(absl::string_view path, uint64_t size) {
+    if (size > budget_->limits().max_bytes - budget_->bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("layer entry \"", Printable(path), "\" of ", size,
+                       " bytes takes the image past ", budget_->limits().max_bytes,
+                       " bytes of files (containers.max_image_bytes in the vault's config)"));
+    }
+    budget_->bytes += size;
+    return absl::OkStatus();
   }
 
   absl::Status Directory(absl::string_view path, int parent, const std::string& name, mode_t mode) {
@@ -262,11 +337,13 @@ class LayerWriter {
     if (fstatat(parent, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode)) {
       VAULT_RETURN_IF_ERROR(RemoveAt(parent, name));
     }
+    VAULT_ASSIGN_OR_RETURN(uint32_t depth, DepthOf(path, parent));
     if (mkdirat(parent, name.c_str(), 0700) != 0 && errno != EEXIST) {
       return PosixError(errno, absl::StrCat("mkdir ", Printable(path)));
     }
     UniqueFd dir(openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!dir.valid()) return PosixError(errno, absl::StrCat("open ", Printable(path)));
+    VAULT_RETURN_IF_ERROR(RecordDepth(dir.get(), depth + 1));
     if (fchmod(dir.get(), mode) != 0) {
       return PosixError(errno, absl::StrCat("chmod ", Printable(path)));
     }
@@ -278,13 +355,7 @@ class LayerWriter {
     const la_int64_t declared = archive_entry_size(e);
     if (declared < 0) return Refused(path, "a negative size");
     const uint64_t size = static_cast<uint64_t>(declared);
-    if (size > budget_->limits().max_bytes - budget_->bytes) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("layer entry \"", Printable(path), "\" of ", size,
-                       " bytes takes the image past ", budget_->limits().max_bytes,
-                       " bytes of files (containers.max_image_bytes in the vault's config)"));
-    }
-    budget_->bytes += size;
+    VAULT_RETURN_IF_ERROR(Charge(path, size));
     VAULT_RETURN_IF_ERROR(RemoveAt(parent, name));
     UniqueFd fd(
         openat(parent, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
@@ -351,7 +422,7 @@ class LayerWriter {
     return absl::OkStatus();
   }
 
-  // `.wh..wh..opq`: the directory keeps only what this layer put in it.
+  // `.wh..wh..opq`: the directory keeps only what this layer put in it. Once per folder.
   absl::Status Opaque(absl::string_view path, const std::string& dir_rel) {
     absl::StatusOr<UniqueFd> dir = OpenInRoot(root_fd_, dir_rel, O_RDONLY | O_DIRECTORY);
     if (!dir.ok()) {
@@ -359,15 +430,13 @@ class LayerWriter {
       return Refused(path, absl::StrCat("an opaque marker in a directory that cannot be opened (",
                                         dir.status().message(), ")"));
     }
-    absl::flat_hash_set<std::string> keep;
-    const std::string prefix = dir_rel.empty() ? "" : absl::StrCat(dir_rel, "/");
-    for (const std::string& c : created_) {
-      absl::string_view rest = c;
-      if (!absl::ConsumePrefix(&rest, prefix) || rest.empty()) continue;
-      keep.insert(std::string(rest.substr(0, rest.find('/'))));
-    }
+    VAULT_ASSIGN_OR_RETURN(auto key, Key(dir->get()));
+    if (!opaque_.insert(key).second) return Refused(path, "a second opaque marker in its folder");
     ++report_->whiteouts;
-    return RemoveChildren(dir->get(), &keep);
+    auto it = created_.find(key);
+    static const absl::flat_hash_set<std::string>* const kNone =
+        new absl::flat_hash_set<std::string>();
+    return RemoveChildren(dir->get(), it == created_.end() ? kNone : &it->second);
   }
 
   absl::Status CheckTarBytes() {
@@ -403,7 +472,9 @@ class LayerWriter {
   const int root_fd_;
   UnpackBudget* const budget_;
   UnpackReport* const report_;
-  absl::flat_hash_set<std::string> created_;  // paths this layer made, for opaque markers
+  // What this layer made, by folder (device, inode), for opaque markers; the folders made opaque.
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, absl::flat_hash_set<std::string>> created_;
+  absl::flat_hash_set<std::pair<uint64_t, uint64_t>> opaque_;
 };
 
 }  // namespace
@@ -432,9 +503,9 @@ absl::Status PrepareMountPoints(int root_fd) {
   for (const char* dir : {"proc", "dev", "sys", "work", "tmp", ".vault"}) {
     if (fstatat(root_fd, dir, &st, AT_SYMLINK_NOFOLLOW) == 0) {
       if (!S_ISDIR(st.st_mode)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "the image's /", dir,
-            " is not a folder: container agents mount the runtime's own there"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("the image's /", dir,
+                         " is not a folder: container agents mount the runtime's own there"));
       }
       continue;
     }
@@ -445,9 +516,10 @@ absl::Status PrepareMountPoints(int root_fd) {
       return PosixError(errno, absl::StrCat("chmod /", dir));
     }
   }
-  UniqueFd init(openat(root_fd, ".vault/init", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                       0755));
+  UniqueFd init(
+      openat(root_fd, ".vault/init", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0755));
   if (!init.valid()) return PosixError(errno, "create /.vault/init");
+  if (fchmod(init.get(), 0755) != 0) return PosixError(errno, "chmod /.vault/init");
   return absl::OkStatus();
 }
 
@@ -494,6 +566,7 @@ absl::Status ApplyLayer(const ByteSource& source, Compression compression, int r
       checked_filter = true;
     }
     ++budget->entries;
+    if (budget->keep_going) VAULT_RETURN_IF_ERROR(budget->keep_going());
     VAULT_RETURN_IF_ERROR(writer.CheckLimits());
     VAULT_RETURN_IF_ERROR(writer.Apply(e));
   }

@@ -6,8 +6,10 @@
 // symlink, so no entry, however its path or earlier entries' symlinks are crafted, touches a file
 // outside the root. What an entry may be (docs/containers.md, "Unpacking"):
 //   - refused (INVALID_ARGUMENT, the layer fails): an absolute path or a `..` component, a path
-//     or component past the kernel's lengths, a hard link to a directory or to nothing, a
-//     whiteout of "", "." or "..", an entry of a type tar cannot carry safely;
+//     or component past the kernel's lengths, a folder more than 128 deep (however symlinks
+//     reach it), a symlink target past 1024 bytes, a hard link to a directory or to nothing, a
+//     whiteout of "", "." or "..", a second opaque marker in one folder, an entry of a type tar
+//     cannot carry safely;
 //   - neutralised: setuid, setgid bits dropped; owners ignored (files are the vault's);
 //     extended attributes ignored; device nodes and fifos skipped (the container's /dev is the
 //     runtime's own);
@@ -29,7 +31,9 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -54,8 +58,14 @@ class UnpackBudget {
   explicit UnpackBudget(const UnpackLimits& limits) : limits_(limits) {}
   const UnpackLimits& limits() const { return limits_; }
   uint64_t entries = 0;
-  uint64_t bytes = 0;      // file content written
+  uint64_t bytes = 0;      // file content and symlink targets written
   uint64_t tar_bytes = 0;  // uncompressed tar bytes read
+  // Asked before every entry: a non-OK answer (the caller gone, a deadline passed) ends the
+  // unpacking with it.
+  std::function<absl::Status()> keep_going;
+  // The depth of every folder the layers made, by (device, inode): a folder reached through a
+  // symlink is as deep as it really is, whatever path named it.
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, uint32_t> depths;
 
  private:
   UnpackLimits limits_;

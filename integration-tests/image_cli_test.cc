@@ -93,8 +93,17 @@ TEST_F(ImageCliTest, ImportsALayoutDirectoryAndItsTarAndShowsTheImage) {
   EXPECT_EQ(import.out, absl::StrCat("imported ", Id(),
                                      " as hello:oci: 1 layers, 2 files (21 B), 3 new blobs in "
                                      "the CAS\n"));
-  // The root the container will run from, unpacked under the data directory.
+  // The root the container will run from, unpacked under the data directory, in folders a
+  // container's own host id can pass through.
   const std::string rootfs = vaultd_->vault().data_dir + "/rootfs/" + HexOf(manifest_);
+  struct stat st;
+  ASSERT_EQ(stat((vaultd_->vault().data_dir + "/rootfs").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0711, 0711u);
+  for (const std::string& d :
+       {rootfs, rootfs + "/bin", rootfs + "/.vault", rootfs + "/.vault/init"}) {
+    ASSERT_EQ(stat(d.c_str(), &st), 0) << d;
+    EXPECT_EQ(st.st_mode & 0755, 0755u) << d;
+  }
   EXPECT_EQ(*ReadFile(rootfs + "/bin/hello"), "#!/bin/sh\necho hello\n");
   EXPECT_EQ(*ReadFile(rootfs + "/greet"), "#!/bin/sh\necho hello\n");
   // Every blob is a CAS object under its OCI digest.

@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/file_util.h"
 #include "common/random.h"
 #include "common/unique_fd.h"
@@ -97,7 +98,18 @@ class ImageService::ImportReactor final
   }
 
   void RunImport() {
-    absl::StatusOr<image::ImageStore::Imported> got = service_->images_->Import(path_, name_);
+    const absl::Time deadline = absl::Now() + service_->options_.max_import_time;
+    grpc::CallbackServerContext* ctx = ctx_;
+    auto keep_going = [ctx, deadline]() -> absl::Status {
+      if (ctx->IsCancelled()) return absl::CancelledError("the import's caller went away");
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(
+            "the import took longer than containers.max_import_seconds");
+      }
+      return absl::OkStatus();
+    };
+    absl::StatusOr<image::ImageStore::Imported> got =
+        service_->images_->Import(path_, name_, keep_going);
     if (!got.ok()) {
       (void)service_->auditor_->Record(
           Auditor::Entry(actor_, "image.import", name_.empty() ? "(archive)" : name_,

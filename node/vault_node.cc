@@ -399,6 +399,24 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
   node->admin_ = std::make_unique<AdminService>(
       config, node->key_->public_key().ToText(), node->listen_address_, node->store_.get(),
       node->sandbox_state_, node->auditor_.get(), node->members_.get());
+  // Images: their folders are made here, before the socket's umask.
+  image::UnpackLimits unpack;
+  unpack.max_bytes = config.containers().max_image_bytes();
+  unpack.max_entries = config.containers().max_image_entries();
+  VAULT_ASSIGN_OR_RETURN(
+      node->images_,
+      image::ImageStore::Open(node->db_.get(), node->store_.get(),
+                              {.rootfs_dir = config.containers().rootfs_dir(),
+                               .limits = unpack,
+                               .max_archive_bytes = config.containers().max_import_bytes()}));
+  node->import_executor_ = std::make_unique<common::Executor>(/*threads=*/1, /*max_queue=*/4);
+  node->image_service_ = std::make_unique<ImageService>(
+      node->images_.get(), node->unix_executor_.get(), node->import_executor_.get(),
+      node->auditor_.get(),
+      ImageService::Options{
+          .spool_dir = absl::StrCat(config.data_dir(), "/imports"),
+          .max_import_bytes = config.containers().max_import_bytes(),
+          .max_import_time = absl::Seconds(config.containers().max_import_seconds())});
   grpc::ServerBuilder b;
   ConfigureBuilder(config, &b);
   b.experimental().SetInterceptorCreators(node->metrics_->RpcInterceptors("admin"));
@@ -412,19 +430,6 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
       std::make_unique<AgentService>(node->agents_.get(), node->migration_.get(),
                                      node->unix_executor_.get(), node->auditor_.get());
   b.RegisterService(node->agent_service_.get());
-  image::UnpackLimits unpack;
-  unpack.max_bytes = config.containers().max_image_bytes();
-  unpack.max_entries = config.containers().max_image_entries();
-  VAULT_ASSIGN_OR_RETURN(node->images_,
-                         image::ImageStore::Open(node->db_.get(), node->store_.get(),
-                                                 {.rootfs_dir = config.containers().rootfs_dir(),
-                                                  .limits = unpack}));
-  node->import_executor_ = std::make_unique<common::Executor>(/*threads=*/1, /*max_queue=*/4);
-  node->image_service_ = std::make_unique<ImageService>(
-      node->images_.get(), node->unix_executor_.get(), node->import_executor_.get(),
-      node->auditor_.get(),
-      ImageService::Options{.spool_dir = absl::StrCat(config.data_dir(), "/imports"),
-                            .max_import_bytes = config.containers().max_import_bytes()});
   b.RegisterService(node->image_service_.get());
   node->unix_federation_ = std::make_unique<FederationService>(
       node->FederationDeps(node->unix_executor_.get()), /*admin=*/true);

@@ -318,35 +318,33 @@ void AddImageCommands(CLI::App& app, GlobalOptions& g, Command& command) {
       "image", "Container images: import, list, inspect, remove (admin socket only)");
   image->require_subcommand(1);
 
-  auto* import = image->add_subcommand(
+  auto* import_cmd = image->add_subcommand(
       "import",
       "Import an image: a `docker save`/`podman save` archive, an OCI image layout as a tar, or "
       "an OCI image layout directory. Every blob is hashed and checked and every layer unpacked "
       "before anything is stored");
   static std::string import_path, import_name;
-  import->add_option("FILE", import_path, "Archive (.tar, .tar.gz) or OCI layout directory")
+  import_cmd->add_option("FILE", import_path, "Archive (.tar, .tar.gz) or OCI layout directory")
       ->required();
-  import->add_option("--name", import_name,
-                     "Name the image (default: the name the archive gives, if any)");
-  import->callback([&] { command = [&g] { return ImportCommand(g, import_path, import_name);
-};
-}  // namespace vault::vaultctl
-);
+  import_cmd->add_option("--name", import_name,
+                         "Name the image (default: the name the archive gives, if any)");
+  import_cmd->callback(
+      [&] { command = [&g] { return ImportCommand(g, import_path, import_name); }; });
 
-auto* ls = image->add_subcommand("ls", "List the vault's images");
-ls->callback([&] { command = [&g] { return ListCommand(g); }; });
+  auto* ls = image->add_subcommand("ls", "List the vault's images");
+  ls->callback([&] { command = [&g] { return ListCommand(g); }; });
 
-auto* inspect = image->add_subcommand("inspect", "Show an image: platform, command, layers");
-static std::string inspect_ref;
-inspect->add_option("IMAGE", inspect_ref, "A name, sha256:<id>, or 12+ hex digits of the id")
-    ->required();
-inspect->callback([&] { command = [&g] { return InspectCommand(g, inspect_ref); }; });
+  auto* inspect = image->add_subcommand("inspect", "Show an image: platform, command, layers");
+  static std::string inspect_ref;
+  inspect->add_option("IMAGE", inspect_ref, "A name, sha256:<id>, or 12+ hex digits of the id")
+      ->required();
+  inspect->callback([&] { command = [&g] { return InspectCommand(g, inspect_ref); }; });
 
-auto* rm = image->add_subcommand(
-    "rm", "Remove an image: its record, names and unpacked root (its blobs stay in the CAS)");
-static std::string rm_ref;
-rm->add_option("IMAGE", rm_ref, "A name, sha256:<id>, or 12+ hex digits of the id")->required();
-rm->callback([&] { command = [&g] { return RemoveCommand(g, rm_ref); }; });
+  auto* rm = image->add_subcommand(
+      "rm", "Remove an image: its record, names and unpacked root (its blobs stay in the CAS)");
+  static std::string rm_ref;
+  rm->add_option("IMAGE", rm_ref, "A name, sha256:<id>, or 12+ hex digits of the id")->required();
+  rm->callback([&] { command = [&g] { return RemoveCommand(g, rm_ref); }; });
 }
 
 }  // namespace vault::vaultctl
