@@ -71,6 +71,17 @@ absl::StatusOr<ArchivePtr> Open(const std::string& path) {
   return a;
 }
 
+// The archive's next entry; nullptr at its end.
+absl::StatusOr<archive_entry*> NextEntry(archive* a) {
+  archive_entry* e = nullptr;
+  const int r = archive_read_next_header(a, &e);
+  if (r == ARCHIVE_EOF) return nullptr;
+  if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+    return Bad(absl::StrCat("its tar cannot be read (", archive_error_string(a), ")"));
+  }
+  return e;
+}
+
 std::string Normal(absl::string_view p) {
   while (absl::ConsumePrefix(&p, "./")) {
   }
@@ -103,12 +114,8 @@ class Reader {
     VAULT_ASSIGN_OR_RETURN(ArchivePtr a, Open(path_));
     uint64_t entries = 0;
     for (;;) {
-      archive_entry* e = nullptr;
-      const int r = archive_read_next_header(a.get(), &e);
-      if (r == ARCHIVE_EOF) break;
-      if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
-        return Bad(absl::StrCat("its tar cannot be read (", archive_error_string(a.get()), ")"));
-      }
+      VAULT_ASSIGN_OR_RETURN(archive_entry * e, NextEntry(a.get()));
+      if (e == nullptr) break;
       if (++entries > kMaxArchiveEntries) {
         return Bad(absl::StrCat("more than ", kMaxArchiveEntries, " entries"));
       }
@@ -416,12 +423,8 @@ absl::Status ForBlob(const std::string& archive_path, const std::string& entry_p
                      const std::function<absl::Status(const ByteSource&)>& use) {
   VAULT_ASSIGN_OR_RETURN(ArchivePtr a, Open(archive_path));
   for (;;) {
-    archive_entry* e = nullptr;
-    const int r = archive_read_next_header(a.get(), &e);
-    if (r == ARCHIVE_EOF) break;
-    if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
-      return Bad(absl::StrCat("its tar cannot be read (", archive_error_string(a.get()), ")"));
-    }
+    VAULT_ASSIGN_OR_RETURN(archive_entry * e, NextEntry(a.get()));
+    if (e == nullptr) break;
     VAULT_RETURN_IF_ERROR(Check(a.get(), limits));
     if (archive_entry_filetype(e) != AE_IFREG || archive_entry_pathname(e) == nullptr ||
         Normal(archive_entry_pathname(e)) != entry_path) {

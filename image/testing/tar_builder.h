@@ -50,6 +50,12 @@ inline TarEntry Special(std::string path, mode_t type) {
   return TarEntry{std::move(path), type, "", 0666, "", "", {}};
 }
 
+// libarchive's write callback: appends to the std::string it is given.
+inline la_ssize_t AppendTo(archive*, void* data, const void* buf, size_t n) {
+  static_cast<std::string*>(data)->append(static_cast<const char*>(buf), n);
+  return static_cast<la_ssize_t>(n);
+}
+
 inline std::string MakeTar(const std::vector<TarEntry>& entries,
                            Compression compression = Compression::kNone) {
   archive* a = archive_write_new();
@@ -58,11 +64,7 @@ inline std::string MakeTar(const std::vector<TarEntry>& entries,
   if (compression == Compression::kZstd) archive_write_add_filter_zstd(a);
   archive_write_set_bytes_in_last_block(a, 1);
   std::string out;
-  auto write = [](archive*, void* data, const void* buf, size_t n) -> la_ssize_t {
-    static_cast<std::string*>(data)->append(static_cast<const char*>(buf), n);
-    return static_cast<la_ssize_t>(n);
-  };
-  if (archive_write_open(a, &out, nullptr, write, nullptr) != ARCHIVE_OK) abort();
+  if (archive_write_open(a, &out, nullptr, AppendTo, nullptr) != ARCHIVE_OK) abort();
   for (const TarEntry& t : entries) {
     archive_entry* e = archive_entry_new();
     archive_entry_set_pathname(e, t.path.c_str());
@@ -97,11 +99,7 @@ inline std::string Gzip(const std::string& bytes) {
   archive_write_add_filter_gzip(a);
   archive_write_set_bytes_in_last_block(a, 1);
   std::string out;
-  auto write = [](archive*, void* data, const void* buf, size_t n) -> la_ssize_t {
-    static_cast<std::string*>(data)->append(static_cast<const char*>(buf), n);
-    return static_cast<la_ssize_t>(n);
-  };
-  if (archive_write_open(a, &out, nullptr, write, nullptr) != ARCHIVE_OK) abort();
+  if (archive_write_open(a, &out, nullptr, AppendTo, nullptr) != ARCHIVE_OK) abort();
   archive_entry* e = archive_entry_new();
   archive_entry_set_filetype(e, AE_IFREG);
   archive_entry_set_pathname(e, "data");
