@@ -52,8 +52,7 @@ void WriteLayout(const std::string& dir, const std::string& layer, const std::st
   WriteAll(dir + "/oci-layout", R"({"imageLayoutVersion":"1.0.0"})");
   WriteAll(dir + "/index.json",
            absl::StrCat(R"({"schemaVersion":2,"manifests":[)",
-                        Descriptor("application/vnd.oci.image.manifest.v1+json", manifest),
-                        "]}"));
+                        Descriptor("application/vnd.oci.image.manifest.v1+json", manifest), "]}"));
   for (const std::string* b : {&config, &manifest, &layer}) {
     WriteAll(dir + "/blobs/sha256/" + Hex(*b), *b);
   }
@@ -86,8 +85,8 @@ int Main(int argc, char** argv) {
     MustRun({"mkdir", "-p", extra});
     WriteAll(extra + "/run", absl::StrCat("run ", i, "\n"));
     const std::string layer_path = absl::StrCat(root, "/layer-", i, ".tar.gz");
-    MustRun({"tar", "--format=pax", "-czf", layer_path, "-C", "/usr", "include", "-C", extra,
-             "run"});
+    MustRun(
+        {"tar", "--format=pax", "-czf", layer_path, "-C", "/usr", "include", "-C", extra, "run"});
     const std::string layer = ReadAll(layer_path);
     layer_bytes = layer.size();
     const std::string image = absl::StrCat(root, "/image-", i, ".tar");
@@ -113,11 +112,12 @@ int Main(int argc, char** argv) {
                  tar.seconds);
   }
   Summary imp = Summarize(import_s), tar = Summarize(tar_s), tar_sync = Summarize(tar_sync_s);
-  std::printf("image import of /usr/include (%.1f MB gzip layer, %.1f MB unpacked): p50 %.2f s "
-              "(%.0f MB/s unpacked) vs tar -xzf %.2f s (x%.2f), tar -xzf + sync -f %.2f s "
-              "(x%.2f)\n",
-              layer_bytes / 1e6, tree_bytes / 1e6, imp.p50, tree_bytes / 1e6 / imp.p50, tar.p50,
-              imp.p50 / tar.p50, tar_sync.p50, imp.p50 / tar_sync.p50);
+  std::printf(
+      "image import of /usr/include (%.1f MB gzip layer, %.1f MB unpacked): p50 %.2f s "
+      "(%.0f MB/s unpacked) vs tar -xzf %.2f s (x%.2f), tar -xzf + sync -f %.2f s "
+      "(x%.2f)\n",
+      layer_bytes / 1e6, tree_bytes / 1e6, imp.p50, tree_bytes / 1e6 / imp.p50, tar.p50,
+      imp.p50 / tar.p50, tar_sync.p50, imp.p50 / tar_sync.p50);
   Result r;
   r.bench = "image_bench";
   r.metric = "image.import";
