@@ -237,11 +237,27 @@ TEST(FinalizeConfig, KeepsExplicitValues) {
   agents->set_default_max_calls_per_second(11);
   agents->set_stop_checkpoint_ms(12);
   agents->set_worker_threads(13);
+  auto* containers = c.mutable_containers();
+  containers->set_rootfs_dir("/srv/vault-rootfs");
+  containers->set_max_image_bytes(14 << 20);
+  containers->set_max_image_entries(15);
+  containers->set_max_import_bytes(16 << 20);
+  containers->set_max_import_seconds(17);
   const vault::v1::VaultConfig before = c;
   ASSERT_TRUE(FinalizeConfig(kSource, &c, /*check_files=*/false).ok());
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(c, before))
       << c.DebugString() << "\nvs\n"
       << before.DebugString();
+}
+
+TEST(FinalizeConfig, FillsTheContainerDefaults) {
+  vault::v1::VaultConfig c = MinimalConfig();
+  ASSERT_TRUE(FinalizeConfig(kSource, &c, /*check_files=*/false).ok());
+  EXPECT_EQ(c.containers().rootfs_dir(), c.data_dir() + "/rootfs");
+  EXPECT_EQ(c.containers().max_image_bytes(), uint64_t{8} << 30);
+  EXPECT_EQ(c.containers().max_image_entries(), 500000u);
+  EXPECT_EQ(c.containers().max_import_bytes(), uint64_t{16} << 30);
+  EXPECT_EQ(c.containers().max_import_seconds(), 3600u);
 }
 
 TEST(FinalizeConfig, RefusesBadAgentSettings) {
