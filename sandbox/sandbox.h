@@ -76,6 +76,11 @@ struct SandboxSpec {
   std::string code_dir;
   // Host directories mounted read-only at the same path inside. Optional.
   std::vector<std::string> read_only_dirs;
+  // The container type's: the host folder of the image's unpacked root (the whole read-only
+  // file tree inside), and the working directory inside ("": /work). Set by its SetProgram;
+  // the other types refuse them.
+  std::string root_dir;
+  std::string cwd;
   // Host descriptor that becomes fd 3 inside (normally one end of a socketpair). -1: none.
   // The caller keeps ownership; Spawn dups it.
   int channel_fd = -1;
@@ -102,7 +107,12 @@ struct CodeObject {
     kPython,  // a Python script at /code/agent.py
   };
   Kind kind = Kind::kNative;
-  std::string dir;  // the host folder
+  std::string dir;     // the host folder
+  std::string digest;  // the code object's SHA-256, lowercase hex (a container's: its image's
+                       // manifest digest)
+  // The spec's (command ...), for a container agent: the program and its arguments, in place of
+  // the image's entrypoint and cmd. Empty: the image's.
+  std::vector<std::string> command;
   // For kPython: the host folder of the Python SDK (mounted read-only, on PYTHONPATH).
   std::string python_sdk_dir;
 };

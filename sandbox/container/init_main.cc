@@ -1,23 +1,34 @@
 // vault-container-init: the first program of every container agent, bound read-only at
-// /.vault/init in the container by its runtime config (oci_config.h).
+// /.vault/init in the container by its runtime config (oci_config.h), and PID 1 of the container.
 //
-//   /.vault/init PROGRAM ARGS...        (fd 4: the seccomp programs; environment: the program's)
+//   /.vault/init PROGRAM ARGS...   (fd 4: the seccomp programs; fd 5: the report pipe; environment:
+//                                   the program's)
 //
 // runc has set up every other fence (namespaces, the read-only root, no capabilities,
 // noNewPrivileges, cgroups) and executed this program. It reads from fd 4 the posix sandbox's
 // two seccomp filters, which the vault built with libseccomp and serialized
 // (SerializeSeccompPrograms: per program a 32-bit little-endian instruction count, then the
-// instructions, in install order), installs them, closes fd 4 and executes PROGRAM. So a
-// container agent runs under exactly the filters a posix agent does, argument checks included,
-// which an OCI seccomp profile cannot express. Anything wrong (fd 4 missing or malformed, a
-// filter refused, PROGRAM not executable) ends it with exit code 126 and a line on stderr,
-// before PROGRAM ever runs: it fails closed.
+// instructions, in install order), installs them and closes fd 4. So a container agent runs under
+// exactly the filters a posix agent does, argument checks included, which an OCI seccomp profile
+// cannot express. Anything wrong (fd 4 missing or malformed, a filter refused) ends it with exit
+// code 126 and a line on stderr, before PROGRAM ever runs: it fails closed.
+//
+// Then, like the posix sandbox's init, it starts PROGRAM as its child (found on the image's PATH
+// when it has no "/"), reaps every orphan, and reports on fd 5 (close-on-exec, so PROGRAM never
+// holds it; absent: no report) in the same words:
+//   "R\n"          PROGRAM was executed
+//   "X <errno>\n"  it could not be (exit code 127)
+//   "E <code>\n"   PROGRAM exited with code (this init exits with it too)
+//   "S <signal>\n" PROGRAM was killed by signal (this init exits with 128 + signal)
+// Its exit ends the container: the kernel kills whatever is left in its PID namespace.
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -30,12 +41,21 @@ extern char** environ;
 namespace {
 
 constexpr int kProgramsFd = 4;
+constexpr int kReportFd = 5;
 constexpr int kFailed = 126;
 constexpr size_t kMaxBytes = 1 << 20;
 
 [[noreturn]] void Fail(const char* what, int err) {
   std::fprintf(stderr, "vault-container-init: %s: %s\n", what, strerror(err));
   _exit(kFailed);
+}
+
+void Report(char kind, int value) {
+  char line[32];
+  const int n = kind == 'R' ? std::snprintf(line, sizeof line, "R\n")
+                            : std::snprintf(line, sizeof line, "%c %d\n", kind, value);
+  ssize_t ignored = write(kReportFd, line, static_cast<size_t>(n));
+  (void)ignored;
 }
 
 }  // namespace
@@ -80,6 +100,53 @@ int main(int argc, char** argv) {
       Fail("install a seccomp filter", errno);
     }
   }
-  execve(argv[1], argv + 1, environ);
-  Fail(argv[1], errno);
+  fcntl(kReportFd, F_SETFD, FD_CLOEXEC);
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  int exec_pipe[2];
+  if (pipe2(exec_pipe, O_CLOEXEC) != 0) Fail("pipe2", errno);
+  const pid_t child = fork();
+  if (child < 0) {
+    Report('X', errno);
+    Fail("fork", errno);
+  }
+  if (child == 0) {
+    execvp(argv[1], argv + 1);
+    const int err = errno;
+    ssize_t ignored = write(exec_pipe[1], &err, sizeof err);
+    (void)ignored;
+    _exit(127);
+  }
+  close(exec_pipe[1]);
+  int exec_errno = 0;
+  ssize_t n;
+  do {
+    n = read(exec_pipe[0], &exec_errno, sizeof exec_errno);
+  } while (n < 0 && errno == EINTR);
+  close(exec_pipe[0]);
+  if (n == static_cast<ssize_t>(sizeof exec_errno)) {
+    waitpid(child, nullptr, 0);
+    Report('X', exec_errno);
+    std::fprintf(stderr, "vault-container-init: %s: %s\n", argv[1], strerror(exec_errno));
+    _exit(127);
+  }
+  Report('R', 0);
+  // Reap everything; stop when the program itself ends.
+  for (;;) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, __WALL);
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid < 0) {
+      Report('X', errno);
+      _exit(127);
+    }
+    if (pid != child) continue;
+    if (WIFEXITED(status)) {
+      Report('E', WEXITSTATUS(status));
+      _exit(WEXITSTATUS(status));
+    }
+    if (WIFSIGNALED(status)) {
+      Report('S', WTERMSIG(status));
+      _exit(128 + WTERMSIG(status));
+    }
+  }
 }

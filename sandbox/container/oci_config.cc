@@ -44,9 +44,15 @@ constexpr const char* kReadonlyPaths[] = {"/proc/bus", "/proc/fs", "/proc/irq", 
 }  // namespace
 
 absl::StatusOr<std::string> OciConfigJson(const ContainerSpec& spec) {
-  if (spec.args.empty() || !absl::StartsWith(spec.args[0], "/")) {
+  if (spec.args.empty() || spec.args[0].empty() ||
+      (!absl::StartsWith(spec.args[0], "/") && absl::StrContains(spec.args[0], "/"))) {
     return absl::InvalidArgumentError(
-        "a container's process needs an absolute path inside the image");
+        "a container's program is an absolute path inside the image, or a name found on its "
+        "PATH");
+  }
+  if (!absl::StartsWith(spec.storage_dir, "/")) {
+    return absl::InvalidArgumentError(
+        "a container needs its scratch folder (an absolute host path holding work/ and tmp/)");
   }
   if (!absl::StartsWith(spec.init_path, "/")) {
     return absl::InvalidArgumentError(
@@ -103,12 +109,12 @@ absl::StatusOr<std::string> OciConfigJson(const ContainerSpec& spec) {
       Mount("/dev/mqueue", "mqueue", "mqueue", {"nosuid", "noexec", "nodev"}),
       // Its own network namespace makes sysfs mountable in the user namespace; read-only.
       Mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}),
-      Mount("/work", "tmpfs", "tmpfs",
-            {"nosuid", "nodev", absl::StrCat("size=", l.storage_bytes),
-             absl::StrCat("nr_inodes=", l.storage_inodes)}),
-      Mount("/tmp", "tmpfs", "tmpfs",
-            {"nosuid", "nodev", "mode=1777", absl::StrCat("size=", l.storage_bytes),
-             absl::StrCat("nr_inodes=", l.storage_inodes)}),
+      // Two binds of the one scratch tmpfs the vault mounted with the storage quota, so that
+      // the vault reads the work folder after the container is gone.
+      Mount("/work", "bind", absl::StrCat(spec.storage_dir, "/work"),
+            {"rbind", "nosuid", "nodev", "noexec"}),
+      Mount("/tmp", "bind", absl::StrCat(spec.storage_dir, "/tmp"),
+            {"rbind", "nosuid", "nodev", "noexec"}),
   };
   mounts.push_back(Mount(kInitInside, "bind", spec.init_path, {"bind", "ro", "nosuid", "nodev"}));
   for (const auto& [host, inside] : spec.read_only_binds) {

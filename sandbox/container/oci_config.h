@@ -7,7 +7,8 @@
 //     of its sandbox (a single-id mapping), its network has only loopback;
 //   - cgroup limits from Limits: memory (swap included), pids, CPU shares and quota; no devices;
 //   - /proc with the usual paths masked or read-only, a private /dev, read-only /sys, and /work
-//     a tmpfs of Limits::storage_bytes (also the working directory and HOME);
+//     and /tmp the folders work/ and tmp/ of `storage_dir` (a tmpfs of Limits::storage_bytes the
+//     vault mounted: container_sandbox.h), noexec; /work is the working directory and HOME;
 //   - RLIMIT_NOFILE and RLIMIT_FSIZE from Limits.
 //   - the process is vault-container-init (init_main.cc, bound read-only at /.vault/init), which
 //     installs the posix sandbox's two seccomp filters, read from fd 4, and executes the agent's
@@ -21,6 +22,7 @@
 //   c.rootfs = "/var/lib/vault/data/rootfs/<hex>";
 //   c.init_path = "/usr/lib/vault/vault-container-init";
 //   c.args = {"/bin/agent"};
+//   c.storage_dir = "/var/lib/vault/data/containers/scratch/c-41-7";
 //   c.host_id = 200051;
 //   c.cgroups_path = "vault-sandbox/container-a1";
 //   VAULT_ASSIGN_OR_RETURN(std::string json, OciConfigJson(c));
@@ -40,12 +42,15 @@
 namespace vault::sandbox {
 
 struct ContainerSpec {
-  std::string rootfs;             // host path of the read-only root
-  std::string init_path;          // host path of vault-container-init
-  std::vector<std::string> args;  // the agent's program, args[0] an absolute path inside
-  std::vector<std::string> env;   // "KEY=VALUE"
+  std::string rootfs;     // host path of the read-only root
+  std::string init_path;  // host path of vault-container-init
+  // The agent's program and its arguments: args[0] an absolute path inside, or a name
+  // vault-container-init finds on the image's PATH.
+  std::vector<std::string> args;
+  std::vector<std::string> env;  // "KEY=VALUE"
   std::string cwd = "/work";
-  uint32_t host_id = 0;  // the container's root (uid and gid 0) is this host id
+  std::string storage_dir;  // host folder holding work/ and tmp/, bound at /work and /tmp
+  uint32_t host_id = 0;     // the container's root (uid and gid 0) is this host id
   Limits limits;
   std::string cgroups_path;  // relative: under the runtime's own cgroup, as posix sandboxes are
   std::string hostname = "agent";

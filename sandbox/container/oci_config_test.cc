@@ -26,6 +26,7 @@ ContainerSpec Spec() {
   c.limits.max_processes = 10;
   c.limits.cpu_percent = 50;
   c.limits.storage_bytes = 16 << 20;
+  c.storage_dir = "/var/lib/vault/containers/scratch/c-1";
   return c;
 }
 
@@ -87,11 +88,12 @@ TEST(OciConfig, EveryFenceWhateverTheImage) {
     const auto& f = mount.struct_value().fields();
     if (f.at("destination").string_value() != "/work") continue;
     work = true;
-    EXPECT_EQ(f.at("type").string_value(), "tmpfs");
+    EXPECT_EQ(f.at("type").string_value(), "bind");
+    EXPECT_EQ(f.at("source").string_value(), "/var/lib/vault/containers/scratch/c-1/work");
     std::vector<std::string> options;
     for (const Value& o : f.at("options").list_value().values())
       options.push_back(o.string_value());
-    EXPECT_THAT(options, ::testing::Contains(absl::StrCat("size=", 16 << 20)));
+    EXPECT_THAT(options, ::testing::IsSupersetOf({"nosuid", "nodev", "noexec"}));
   }
   EXPECT_TRUE(work);
   EXPECT_EQ(c.fields().count("hooks"), 0u);  // nothing runs on the host on the image's behalf
@@ -121,7 +123,13 @@ TEST(OciConfig, RefusesWhatCannotRunSafely) {
   c.init_path.clear();  // never without the seccomp filters
   EXPECT_EQ(code(c), absl::StatusCode::kInvalidArgument);
   c = Spec();
-  c.args = {"agent"};
+  c.args = {"bin/agent"};  // relative: neither a path inside nor a name on PATH
+  EXPECT_EQ(code(c), absl::StatusCode::kInvalidArgument);
+  c = Spec();
+  c.args = {"agent"};  // found on the image's PATH by vault-container-init
+  EXPECT_TRUE(OciConfigJson(c).ok());
+  c = Spec();
+  c.storage_dir.clear();
   EXPECT_EQ(code(c), absl::StatusCode::kInvalidArgument);
   c = Spec();
   c.args.clear();

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sandbox/container/oci_config.h"
+#include "sandbox/container/scratch.h"
 #include "sandbox/posix/seccomp.h"
 
 namespace vault::sandbox {
@@ -151,11 +153,18 @@ class RuncTest : public ::testing::Test {
     c.host_id = kHostId;
     c.cgroups_path = "vault-runc-test/" + id_;
     c.limits.storage_bytes = 1 << 20;  // /work fills at 1 MiB
+    if (!scratch_.has_value()) {
+      absl::StatusOr<Scratch> scratch = MountScratch(tmp_.Path("scratch"), c.limits, kHostId);
+      EXPECT_TRUE(scratch.ok()) << scratch.status();
+      if (scratch.ok()) scratch_ = std::move(*scratch);
+    }
+    c.storage_dir = tmp_.Path("scratch");
     return c;
   }
 
   common::testing::TempDir tmp_{"runc_test"};
   std::string root_, id_, programs_;
+  std::optional<Scratch> scratch_;
 };
 
 TEST_F(RuncTest, TheProbeFindsEveryFenceTheConfigNames) {

@@ -65,13 +65,9 @@ TEST_F(Hostile, Rlimits) {
 // Two sandboxes must never share a host uid: processes of one host uid share per-user kernel
 // accounting (pipe buffers, inotify instances, RLIMIT_NPROC counts in the initial namespace).
 //
-// SANDBOX BUG (reported, not fixed here): host uid slots are allocated per LinuxSandbox
-// instance (LinuxSandbox::Impl::AllocateSlot, from host_id_base), so two instances, in one
-// process or in two (two vault nodes on one machine, tests run by ctest -j), give their first
-// sandboxes the same host uid 200000. Impact found so far: per-user kernel accounting only
-// (the sandboxes cannot see or signal each other); e.g. one sandbox can push the shared uid past
-// pipe-user-pages-soft so that the other's new pipes get the minimum size. This test fails until
-// slots are unique machine-wide.
+// Host ids are claimed machine-wide (sandbox/host_ids.h: a flock per id), so two instances, in one
+// process or in two (two vault nodes on one machine, tests run by ctest -j), never give their
+// sandboxes the same host uid.
 TEST_F(Hostile, DistinctHostUidsAcrossSandboxInstances) {
   if (geteuid() != 0) GTEST_SKIP() << "unprivileged, every sandbox runs as the caller's uid";
   // Two fresh instances, as two vault processes would have.

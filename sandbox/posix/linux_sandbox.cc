@@ -124,6 +124,7 @@ absl::Status LinuxSandbox::Impl::Init(const LinuxSandboxOptions& options) {
     fences_.kept_groups = absl::StrJoin(kept, ",");
     if (n < 0) fences_.kept_groups = "unknown (getgroups failed)";
   }
+  std::string id_lock_dir;
   if (fences_.running_as_root) {
     std::error_code ec;
     std::filesystem::create_directories(options.id_lock_dir, ec);
@@ -132,9 +133,11 @@ absl::Status LinuxSandbox::Impl::Init(const LinuxSandboxOptions& options) {
                                       " to claim ids across processes (", ec.message(),
                                       "); ids are unique within this process only"));
     } else {
-      id_lock_dir_ = options.id_lock_dir;
+      id_lock_dir = options.id_lock_dir;
     }
   }
+  host_ids_ = std::make_unique<HostIdPool>(options.host_id_base, options.host_id_count,
+                                           std::move(id_lock_dir));
 
   std::string why;
   fences_.user_namespaces = ProbeUserNamespaces(&why);

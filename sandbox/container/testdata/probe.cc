@@ -1,5 +1,14 @@
 // container_probe: run as a container's process by runc_test.cc, it reports on stdout, one line
 // each, what the container lets it do. Statically linked: it is the whole image.
+//
+// With an argument it does one thing instead (container_sandbox_test.cc):
+//   exit N          exits with N
+//   sleep           sleeps until killed
+//   write NAME TEXT writes TEXT to /work/NAME and /tmp/NAME, prints "wrote", exits 0
+//   memory          touches memory until the limit stops it
+//   spin            burns CPU until a limit stops it
+//   fork            forks until the pids limit refuses, prints "fork refused after N"
+//   env NAME        prints the variable's value and the working directory
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -10,9 +19,11 @@
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace {
@@ -60,7 +71,62 @@ const char* ErrnoName(int e) {
 
 }  // namespace
 
-int main() {
+static int Mode(int argc, char** argv) {
+  const std::string mode = argv[1];
+  if (mode == "exit" && argc > 2) return atoi(argv[2]);
+  if (mode == "sleep") {
+    for (;;) pause();
+  }
+  if (mode == "write" && argc > 3) {
+    for (const std::string dir : {"/work/", "/tmp/"}) {
+      int fd = open((dir + argv[2]).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0 || write(fd, argv[3], strlen(argv[3])) < 0) {
+        std::printf("write %s: %s\n", dir.c_str(), strerror(errno));
+        return 1;
+      }
+      close(fd);
+    }
+    std::printf("wrote\n");
+    return 0;
+  }
+  if (mode == "memory") {
+    for (;;) {
+      char* p = static_cast<char*>(malloc(1 << 20));
+      if (p == nullptr) return 3;
+      memset(p, 1, 1 << 20);
+    }
+  }
+  if (mode == "spin") {
+    volatile unsigned long x = 0;
+    for (;;) x = x + 1;
+  }
+  if (mode == "fork") {
+    int n = 0;
+    for (;;) {
+      pid_t pid = fork();
+      if (pid < 0) break;
+      if (pid == 0) {
+        for (;;) pause();
+      }
+      ++n;
+    }
+    std::printf("fork refused after %d\n", n);
+    std::fflush(stdout);
+    return 0;
+  }
+  if (mode == "env" && argc > 2) {
+    const char* v = getenv(argv[2]);
+    char cwd[256];
+    std::printf("%s=%s cwd=%s\n", argv[2], v == nullptr ? "<unset>" : v,
+                getcwd(cwd, sizeof cwd) == nullptr ? "?" : cwd);
+    return 0;
+  }
+  std::printf("unknown mode %s\n", mode.c_str());
+  return 2;
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1) return Mode(argc, argv);
   std::printf("uid %d gid %d\n", getuid(), getgid());
   std::string map = ReadFile("/proc/self/uid_map");
   std::printf("uid_map %s", map.c_str());

@@ -113,41 +113,6 @@ void ReleaseCloneStack(SandboxState& state) {
   state.clone_stack = nullptr;
 }
 
-// A slot is claimed in this process (used_slots_) and, across processes, by an exclusive
-// flock on <id_lock_dir>/<uid>: two vaults on one host never give two live sandboxes the same
-// host uid, and a crashed process's claims vanish with it.
-int LinuxSandbox::Impl::AllocateSlot() {
-  absl::MutexLock lock(&mu_);
-  for (uint32_t tries = 0; tries < options_.host_id_count; ++tries) {
-    int slot = next_slot_;
-    next_slot_ = static_cast<int>((static_cast<uint32_t>(next_slot_) + 1) % options_.host_id_count);
-    if (used_slots_.contains(slot)) continue;
-    int lock_fd = -1;
-    if (!id_lock_dir_.empty()) {
-      std::string path =
-          absl::StrCat(id_lock_dir_, "/", options_.host_id_base + static_cast<uid_t>(slot));
-      lock_fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-      if (lock_fd < 0) continue;
-      if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-        close(lock_fd);
-        continue;  // another process's live sandbox has this id
-      }
-    }
-    used_slots_[slot] = lock_fd;
-    return slot;
-  }
-  return -1;
-}
-
-void LinuxSandbox::Impl::ReleaseSlot(int slot) {
-  if (slot < 0) return;
-  absl::MutexLock lock(&mu_);
-  auto it = used_slots_.find(slot);
-  if (it == used_slots_.end()) return;
-  if (it->second >= 0) close(it->second);
-  used_slots_.erase(it);
-}
-
 // Runs on the supervisor thread, so that the sandbox's parent-death signal is tied to a thread
 // that lives as long as this LinuxSandbox.
 void LinuxSandbox::Impl::DoClone(CloneRequest& request) {
@@ -312,7 +277,7 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
   uid_t host_uid = self_uid_;
   gid_t host_gid = self_gid_;
   if (fences_.running_as_root) {
-    slot = AllocateSlot();
+    slot = host_ids_->Claim();
     if (slot < 0) return absl::ResourceExhaustedError("no free sandbox host id");
     host_uid = options_.host_id_base + static_cast<uid_t>(slot);
     host_gid = options_.host_id_base + static_cast<gid_t>(slot);
@@ -321,7 +286,7 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
 
   auto cleanup_early = [&](absl::Status status) {
     if (state->cgroup != nullptr) (void)state->cgroup->Remove();
-    ReleaseSlot(slot);
+    host_ids_->Release(slot);
     return status;
   };
   // The cgroup first: the supervisor clones the child into it (on cgroup v1; see

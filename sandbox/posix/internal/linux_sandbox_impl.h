@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/unique_fd.h"
+#include "sandbox/host_ids.h"
 #include "sandbox/posix/cgroup.h"
 #include "sandbox/posix/fences.h"
 #include "sandbox/posix/internal/child.h"
@@ -116,8 +117,6 @@ class LinuxSandbox::Impl : public std::enable_shared_from_this<LinuxSandbox::Imp
   void DoClone(CloneRequest& request);
   void Reap(const std::shared_ptr<SandboxState>& state);
   void Wake();
-  int AllocateSlot();
-  void ReleaseSlot(int slot);
 
   LinuxSandboxOptions options_;
   FenceReport fences_;
@@ -142,9 +141,9 @@ class LinuxSandbox::Impl : public std::enable_shared_from_this<LinuxSandbox::Imp
   // When the supervisor next looks at every live sandbox (see SupervisorLoop).
   absl::Time scan_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   int missing_from_epoll_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::flat_hash_map<int, int> used_slots_ ABSL_GUARDED_BY(mu_);  // slot -> its lock fd
-  std::string id_lock_dir_;
-  int next_slot_ ABSL_GUARDED_BY(mu_) = 0;
+  // Host ids, claimed across processes by a flock on <id_lock_dir>/<uid>: two vaults on one host
+  // never give two live sandboxes the same host uid, and a crashed process's claims vanish with it.
+  std::unique_ptr<HostIdPool> host_ids_;
 };
 
 // The handle Spawn returns for `state` (internal/handle.cc). It keeps `impl` alive; its destructor

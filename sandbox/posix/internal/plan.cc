@@ -164,6 +164,10 @@ std::vector<MountOp> SystemMountOps() {
 absl::Status ValidateSpec(const SandboxSpec& spec) {
   VAULT_RETURN_IF_ERROR(ValidateLimits(spec.limits));
   VAULT_RETURN_IF_ERROR(CheckInsidePath("program", spec.program));
+  if (!spec.root_dir.empty() || !spec.cwd.empty()) {
+    return absl::InvalidArgumentError(
+        "a posix sandbox builds its own root: root_dir and cwd are the container type's");
+  }
   if (!spec.name.empty() && !ValidName(spec.name)) {
     return absl::InvalidArgumentError(
         absl::StrCat("sandbox name must match [A-Za-z0-9._-]{1,64}: \"", spec.name, "\""));

@@ -26,8 +26,8 @@
 #include "absl/status/statusor.h"
 #include "sandbox/posix/fences.h"
 #include "sandbox/posix/internal/child.h"
-#include "sandbox/sandbox.h"
 #include "sandbox/posix/seccomp.h"
+#include "sandbox/sandbox.h"
 
 namespace vault::sandbox::internal {
 

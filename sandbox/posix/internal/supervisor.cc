@@ -134,7 +134,7 @@ void LinuxSandbox::Impl::Reap(const std::shared_ptr<SandboxState>& state) {
     final_usage.work_bytes = (fs.f_blocks - fs.f_bfree) * static_cast<uint64_t>(fs.f_bsize);
     final_usage.work_inodes = fs.f_files - fs.f_ffree;
   }
-  ReleaseSlot(state->uid_slot);
+  host_ids_->Release(state->uid_slot);
 
   state->mu.Lock();
   exit.killed = state->kill_requested;
