@@ -251,6 +251,12 @@ absl::StatusOr<std::shared_ptr<LiveAgent>> AgentRuntime::Impl::CreateAndLaunch(
         {"code", DigestText(live->record.spec().code_digest())},
         {"parent", live->record.parent()},
     };
+    if (live->record.spec().sandbox() == "container") {
+      // A container agent's code is its image: the journey shows which (docs/containers.md).
+      details.emplace_back(
+          "image", absl::StrCat("sha256:", absl::BytesToHexString(
+                                               live->record.spec().code_digest().sha256())));
+    }
     std::string grants;
     for (const vault::v1::Grant& g : live->record.grants()) {
       absl::StrAppend(&grants, grants.empty() ? "" : "; ", capability::GrantToString(g));
@@ -300,6 +306,7 @@ absl::Status AgentRuntime::Impl::StartProcess(const std::shared_ptr<LiveAgent>& 
 
   // How to run the code is the sandbox type's to say.
   sandbox::SandboxSpec spec;
+  code.command.assign(agent_spec.command().begin(), agent_spec.command().end());
   if (absl::Status set = box->SetProgram(code, &spec); !set.ok()) return fail(set);
   if (absl::Status set =
           box->SetArguments({agent_spec.args().begin(), agent_spec.args().end()},

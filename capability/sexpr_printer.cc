@@ -196,6 +196,12 @@ std::string AgentSpecToSexpr(const AgentSpec& spec) {
   } else if (spec.has_code_source()) {
     items.push_back(absl::StrCat("(code '", spec.code_source(), ")"));
   }
+  if (!spec.image().empty()) items.push_back(absl::StrCat("(image ", Quote(spec.image()), ")"));
+  if (spec.command_size() > 0) {
+    std::string command = "(command";
+    for (const std::string& c : spec.command()) absl::StrAppend(&command, " ", Quote(c));
+    items.push_back(command + ")");
+  }
   if (!spec.id().empty()) items.push_back(absl::StrCat("(id ", Quote(spec.id()), ")"));
   if (!spec.name().empty()) items.push_back(absl::StrCat("(name ", NameText(spec.name()), ")"));
   if (spec.groups_size() > 0) {

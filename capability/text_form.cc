@@ -101,17 +101,37 @@ absl::StatusOr<AgentSpec> ParseAgentSpec(absl::string_view text, absl::string_vi
 
 absl::Status CheckSandboxFields(const AgentSpec& spec) {
   const std::string type = spec.sandbox().empty() ? "posix" : spec.sandbox();
-  if ((spec.args_size() > 0 || spec.env_size() > 0) && type != "posix" && type != "wasm") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "args and env are given to a program: a posix or wasm agent's, not a ", type, " agent's"));
+  if ((spec.args_size() > 0 || spec.env_size() > 0) && type != "posix" && type != "wasm" &&
+      type != "container") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("args and env are given to a program: a posix, wasm or container agent's, "
+                     "not a ",
+                     type, " agent's"));
   }
-  if (spec.args_size() > 64 || spec.env_size() > 64) {
-    return absl::InvalidArgumentError("a spec has at most 64 args and 64 env entries");
+  if ((!spec.image().empty() || spec.command_size() > 0) && type != "container") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("(image ...) and (command ...) are a container agent's, not a ", type,
+                     " agent's: add (sandbox container)"));
   }
-  for (const std::string& a : spec.args()) {
-    if (a.size() > 4096 || a.find('\0') != std::string::npos) {
-      return absl::InvalidArgumentError("an arg is at most 4096 bytes, without NUL");
+  if (type == "container" && (spec.has_code_file() || spec.has_code_source())) {
+    return absl::InvalidArgumentError(
+        "a container agent's code is an image the vault imported: (image \"NAME\") or "
+        "(image \"sha256:<manifest hex>\"), not a code file");
+  }
+  if (spec.args_size() > 64 || spec.env_size() > 64 || spec.command_size() > 64) {
+    return absl::InvalidArgumentError(
+        "a spec has at most 64 args, 64 env entries and 64 command entries");
+  }
+  for (const auto* list : {&spec.args(), &spec.command()}) {
+    for (const std::string& a : *list) {
+      if (a.size() > 4096 || a.find('\0') != std::string::npos) {
+        return absl::InvalidArgumentError(
+            "an arg or command entry is at most 4096 bytes, without NUL");
+      }
     }
+  }
+  if (spec.command_size() > 0 && spec.command(0).empty()) {
+    return absl::InvalidArgumentError("(command ...) starts with the program to run");
   }
   for (const std::string& e : spec.env()) {
     const size_t eq = e.find('=');

@@ -178,13 +178,44 @@ TEST(ParseAgentSpec, ArgsAndEnv) {
     return std::string(r.status().message());
   };
   EXPECT_EQ(refused("(agent (purpose \"p\") (sandbox scheme) (args \"a\"))"),
-            "s.scm: args and env are given to a program: a posix or wasm agent's, not a scheme "
-            "agent's");
+            "s.scm: args and env are given to a program: a posix, wasm or container agent's, not a "
+            "scheme agent's");
   EXPECT_EQ(refused("(agent (purpose \"p\") (env (\"VAULT_AGENT_ID\" \"x\")))"),
             "s.scm: env entry \"VAULT_AGENT_ID=x\" is not KEY=VALUE with a key of "
             "[A-Za-z_][A-Za-z0-9_]* (VAULT_* is the vault's)");
   EXPECT_THAT(refused("(agent (purpose \"p\") (env (\"1A\" \"x\")))"), HasSubstr("1A=x"));
   EXPECT_THAT(refused("(agent (purpose \"p\") (env (\"A-B\" \"x\")))"), HasSubstr("A-B=x"));
+}
+
+TEST(ParseAgentSpec, ContainerAgentsNameAnImageAndACommand) {
+  absl::StatusOr<ParsedSpec> p = ParseAgentSpecWithOptions(
+      "(agent (purpose \"p\") (image \"web:1\") (command \"/bin/agent\" \"--serve\") (args \"x\")\n"
+      "  (env \"LANG=C\"))",
+      "spec.scm", {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->spec.sandbox(), "container");  // (image ...) says so
+  EXPECT_EQ(p->spec.image(), "web:1");
+  EXPECT_THAT(p->spec.command(), ElementsAre("/bin/agent", "--serve"));
+  EXPECT_THAT(p->spec.args(), ElementsAre("x"));
+  ExpectRoundTrip(p->spec);
+  auto refused = [](const std::string& text) {
+    absl::StatusOr<ParsedSpec> r = ParseAgentSpecWithOptions(text, "s.scm", {});
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    return std::string(r.status().message());
+  };
+  EXPECT_EQ(refused("(agent (purpose \"p\") (sandbox posix) (image \"web:1\"))"),
+            "s.scm: (image ...) and (command ...) are a container agent's, not a posix agent's: "
+            "add (sandbox container)");
+  EXPECT_EQ(refused("(agent (purpose \"p\") (command \"/bin/agent\"))"),
+            "s.scm: (image ...) and (command ...) are a container agent's, not a posix agent's: "
+            "add (sandbox container)");
+  EXPECT_THAT(refused("(agent (purpose \"p\") (image \"web:1\") (code-file \"a.py\"))"),
+              HasSubstr("(image ...) is a container agent's code"));
+  EXPECT_THAT(refused("(agent (purpose \"p\") (sandbox container) (code-file \"a.py\"))"),
+              HasSubstr("a container agent's code is an image the vault imported"));
+  EXPECT_THAT(refused("(agent (purpose \"p\") (image \"web:1\") (command))"),
+              HasSubstr("(command ...) names the program to run"));
+  EXPECT_THAT(refused("(agent (purpose \"p\") (image \"\"))"), HasSubstr("(image ...) is empty"));
 }
 
 TEST(ParseAgentSpec, ThreeFormatsGiveTheSameMessage) {
@@ -344,7 +375,7 @@ TEST(ParseAgentSpec, SexprErrors) {
       {"(agent\n  (colour blue))",
        "spec.scm:2:3: unknown form (colour ...) in (agent ...); the forms are purpose, "
        "instructions, code, code-file, capabilities, constraints, sandbox, id, name, groups, "
-       "spawned-by, status, args, env"},
+       "spawned-by, status, args, env, image, command"},
       {"(agent (env (\"A\" \"b\" \"c\")))",
        "spec.scm:1:13: (env ...) takes (\"KEY\" \"VALUE\") pairs or \"KEY=VALUE\""},
       {"(agent (args (\"a\")))", "spec.scm:1:14: (args ...) takes strings: (args \"--n\" \"3\")"},

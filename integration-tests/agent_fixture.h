@@ -7,6 +7,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <map>
 #include <optional>
@@ -93,6 +94,11 @@ class AgentTest : public VaultTest {
   void StartVault(const std::string& name, const std::string& agents_lines = "") {
     absl::StatusOr<VaultDir> v = InitVault(name, /*ca_dir=*/"");
     ASSERT_TRUE(v.ok()) << v.status();
+    if (searchable_) {
+      // Container agents' host ids walk to the vault's data folder (docs/containers.md).
+      ASSERT_EQ(chmod(root().c_str(), 0711), 0);
+      ASSERT_EQ(chmod(v->dir.c_str(), 0711), 0);
+    }
     if (!agents_lines.empty()) {
       absl::StatusOr<std::string> conf = ReadFile(v->config);
       ASSERT_TRUE(conf.ok()) << conf.status();
@@ -115,6 +121,10 @@ class AgentTest : public VaultTest {
                    << JsonField(status.out, "agents_disabled_reason").value_or("?");
     }
   }
+
+  // StartVault makes the folders above the data folder searchable by others (o+x), as container
+  // agents need.
+  void MakeFoldersSearchable() { searchable_ = true; }
 
   RunResult Ctl(std::vector<std::string> args) {
     args.insert(args.begin(), {"--vault", sock_});
@@ -266,6 +276,7 @@ class AgentTest : public VaultTest {
   VaultDir vault_;
   std::string sock_;
   std::string admin_key_;
+  bool searchable_ = false;
   std::map<std::string, std::string> codes_;
 };
 

@@ -193,6 +193,10 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
   if (containers->max_image_entries() == 0) containers->set_max_image_entries(500000);
   if (containers->max_import_bytes() == 0) containers->set_max_import_bytes(uint64_t{16} << 30);
   if (containers->max_import_seconds() == 0) containers->set_max_import_seconds(3600);
+  if (containers->runtime().empty()) containers->set_runtime("runc");
+  if (containers->state_dir().empty() && !c->data_dir().empty()) {
+    containers->set_state_dir(absl::StrCat(c->data_dir(), "/containers"));
+  }
   auto* agents = c->mutable_agents();
   if (agents->files_dir().empty() && !c->data_dir().empty()) {
     agents->set_files_dir(absl::StrCat(c->data_dir(), "/files"));

@@ -243,6 +243,8 @@ TEST(FinalizeConfig, KeepsExplicitValues) {
   containers->set_max_image_entries(15);
   containers->set_max_import_bytes(16 << 20);
   containers->set_max_import_seconds(17);
+  containers->set_runtime("/opt/runc");
+  containers->set_state_dir("/srv/vault-containers");
   const vault::v1::VaultConfig before = c;
   ASSERT_TRUE(FinalizeConfig(kSource, &c, /*check_files=*/false).ok());
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(c, before))
@@ -258,6 +260,8 @@ TEST(FinalizeConfig, FillsTheContainerDefaults) {
   EXPECT_EQ(c.containers().max_image_entries(), 500000u);
   EXPECT_EQ(c.containers().max_import_bytes(), uint64_t{16} << 30);
   EXPECT_EQ(c.containers().max_import_seconds(), 3600u);
+  EXPECT_EQ(c.containers().runtime(), "runc");
+  EXPECT_EQ(c.containers().state_dir(), c.data_dir() + "/containers");
 }
 
 TEST(FinalizeConfig, RefusesBadAgentSettings) {

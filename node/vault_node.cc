@@ -27,6 +27,56 @@
 namespace vault::node {
 namespace {
 
+void AppendLine(std::string& text, absl::string_view line) {
+  if (!text.empty() && text.back() != '\n') text.push_back('\n');
+  absl::StrAppend(&text, line);
+}
+
+// The container sandbox type over `images` (docs/containers.md): FAILED_PRECONDITION, naming the
+// fix, when it cannot run here.
+absl::StatusOr<std::unique_ptr<sandbox::ContainerSandbox>> StartContainers(
+    const vault::v1::VaultConfig& config, image::ImageStore* images,
+    const std::string& stage_root) {
+  const vault::v1::ContainersConfig& c = config.containers();
+  if (c.runtime() == "none") {
+    return absl::FailedPreconditionError("containers.runtime is \"none\" in the config");
+  }
+  if (geteuid() != 0) {
+    return absl::FailedPreconditionError(
+        "container agents need vaultd to run as root (runc creates their user namespaces)");
+  }
+  // The containers' host ids walk to their roots and scratch folders through the data folder:
+  // search (o+x), never listing. Everything in it stays 0600/0700.
+  struct stat st;
+  if (stat(config.data_dir().c_str(), &st) == 0 && (st.st_mode & S_IXOTH) == 0) {
+    if (chmod(config.data_dir().c_str(), (st.st_mode & 07777) | S_IXOTH) == 0) {
+      spdlog::info("data folder {}: o+x added, so that container agents reach their image roots",
+                   config.data_dir());
+    }
+  }
+  sandbox::ContainerSandboxOptions options;
+  options.runtime = c.runtime();
+  options.state_dir = c.state_dir();
+  options.stage_root = stage_root;
+  options.reachable = {c.rootfs_dir()};
+  options.images = [images](const std::string& hex) -> absl::StatusOr<sandbox::ContainerImage> {
+    absl::StatusOr<vault::v1::ImageRecord> record = images->Resolve(absl::StrCat("sha256:", hex));
+    if (!record.ok()) {
+      return absl::NotFoundError(absl::StrCat(
+          "this vault has no image sha256:", hex,
+          " (a container agent's code is an imported image: vaultctl image import FILE)"));
+    }
+    sandbox::ContainerImage image;
+    image.rootfs = images->RootfsPath(*record);
+    image.entrypoint.assign(record->entrypoint().begin(), record->entrypoint().end());
+    image.cmd.assign(record->cmd().begin(), record->cmd().end());
+    image.env.assign(record->env().begin(), record->env().end());
+    image.working_dir = record->working_dir();
+    return image;
+  };
+  return sandbox::ContainerSandbox::Create(options);
+}
+
 // Admits one refusal entry per certificate name per minute; the admitted one carries the count of
 // refusals since the last entry for that name.
 class RefusalThrottle {
@@ -210,6 +260,17 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
            return {.ready = starts.ready, .warm = starts.warm, .cold = starts.cold};
          }});
   }
+  // Images: their folders are made here, before the admin socket's umask,
+  // and before the agents (a container agent resumed at start runs from one).
+  image::UnpackLimits unpack;
+  unpack.max_bytes = config.containers().max_image_bytes();
+  unpack.max_entries = config.containers().max_image_entries();
+  VAULT_ASSIGN_OR_RETURN(
+      node->images_,
+      image::ImageStore::Open(node->db_.get(), node->store_.get(),
+                              {.rootfs_dir = config.containers().rootfs_dir(),
+                               .limits = unpack,
+                               .max_archive_bytes = config.containers().max_import_bytes()}));
   // The agents' sandbox: probe the kernel once and say plainly what is active. A missing fence
   // that the config requires disables agents; it does not stop the vault.
   {
@@ -283,8 +344,21 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
       } else {
         node->sandbox_types_.AddUnavailable("wasm", std::string(wasm.status().message()));
       }
+      absl::StatusOr<std::unique_ptr<sandbox::ContainerSandbox>> containers =
+          StartContainers(config, node->images_.get(), stage_root);
+      if (containers.ok()) {
+        node->container_sandbox_ = *std::move(containers);
+        node->sandbox_types_.Add(node->container_sandbox_.get());
+        AppendLine(node->sandbox_state_.fences,
+                   absl::StrCat("container: ", node->container_sandbox_->description()));
+      } else {
+        node->sandbox_types_.AddUnavailable("container",
+                                            std::string(containers.status().message()));
+        AppendLine(node->sandbox_state_.fences,
+                   absl::StrCat("container: unavailable: ", containers.status().message()));
+      }
     } else {
-      for (const char* type : {"posix", "scheme", "wasm"}) {
+      for (const char* type : {"posix", "scheme", "wasm", "container"}) {
         node->sandbox_types_.AddUnavailable(type, node->sandbox_state_.disabled_reason);
       }
     }
@@ -399,16 +473,6 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
   node->admin_ = std::make_unique<AdminService>(
       config, node->key_->public_key().ToText(), node->listen_address_, node->store_.get(),
       node->sandbox_state_, node->auditor_.get(), node->members_.get());
-  // Images: their folders are made here, before the socket's umask.
-  image::UnpackLimits unpack;
-  unpack.max_bytes = config.containers().max_image_bytes();
-  unpack.max_entries = config.containers().max_image_entries();
-  VAULT_ASSIGN_OR_RETURN(
-      node->images_,
-      image::ImageStore::Open(node->db_.get(), node->store_.get(),
-                              {.rootfs_dir = config.containers().rootfs_dir(),
-                               .limits = unpack,
-                               .max_archive_bytes = config.containers().max_import_bytes()}));
   node->import_executor_ = std::make_unique<common::Executor>(/*threads=*/1, /*max_queue=*/4);
   node->image_service_ = std::make_unique<ImageService>(
       node->images_.get(), node->unix_executor_.get(), node->import_executor_.get(),

@@ -41,6 +41,7 @@
 #include "replication/follower.h"
 #include "replication/member_channels.h"
 #include "replication/scrubber.h"
+#include "sandbox/container/container_sandbox.h"
 #include "sandbox/posix/linux_sandbox.h"
 #include "sandbox/registry.h"
 #include "sandbox/scheme/scheme_sandbox.h"
@@ -104,6 +105,7 @@ class VaultNode {
   std::unique_ptr<sandbox::Sandbox> counted_sandbox_;   // sandbox_, its spawns counted
   std::unique_ptr<sandbox::Sandbox> scheme_sandbox_;    // runs its runner in counted_sandbox_
   std::unique_ptr<sandbox::WasmSandbox> wasm_sandbox_;  // likewise
+  std::unique_ptr<sandbox::ContainerSandbox> container_sandbox_;  // runs images_' images
   // The sandbox types agents can ask for: counted_sandbox_ as "posix", the others unavailable
   // with the reason.
   sandbox::SandboxRegistry sandbox_types_;

@@ -32,6 +32,7 @@
 #include "common/unique_fd.h"
 #include "node/grpc_status.h"
 #include "vault/v1/agent.pb.h"
+#include "vault/v1/image.grpc.pb.h"
 #include "vaultctl/cas_upload.h"
 #include "vaultctl/commands.h"
 #include "vaultctl/internal/agent_commands.h"
@@ -145,7 +146,7 @@ int SpawnCommand(const GlobalOptions& g, const AgentFlags& f) {
       VAULT_ASSIGN_OR_RETURN(TempFile file, TempFile::Create("vaultctl-code-", spec.code_source()));
       code_path = file.path();
       inline_code.emplace(std::move(file));
-    } else if (!spec.has_code_digest()) {
+    } else if (!spec.has_code_digest() && spec.image().empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat(f.spec,
                        " names no code: put (code \"sha256:<hex>/<size>\"), (code '(lambda () "
@@ -200,6 +201,28 @@ int SpawnCommand(const GlobalOptions& g, const AgentFlags& f) {
   absl::StatusOr<vault::v1::SpawnResponse> resp =
       [&]() -> absl::StatusOr<vault::v1::SpawnResponse> {
     VAULT_ASSIGN_OR_RETURN(PublicKey vault_key, VaultKey(*conn));
+    if (!spec.image().empty()) {
+      // A container agent's code is its image's manifest, which the chain binds.
+      vault::v1::Images::Stub images(conn->channel());
+      vault::v1::InspectImageRequest inspect;
+      inspect.set_ref(spec.image());
+      vault::v1::ImageRecord image;
+      absl::Status found = node::FromGrpc(images.Inspect(conn->Context().get(), inspect, &image));
+      if (!found.ok()) {
+        return absl::Status(
+            found.code(),
+            absl::StrCat(
+                "(image \"", spec.image(), "\"): ", found.message(),
+                absl::IsNotFound(found) ? "; import it first: vaultctl image import FILE" : ""));
+      }
+      if (spec.has_code_digest() && (spec.code_digest().sha256() != image.manifest().sha256() ||
+                                     spec.code_digest().size() != image.manifest().size())) {
+        return absl::InvalidArgumentError(absl::StrCat(f.spec, ": (image \"", spec.image(),
+                                                       "\") is ", image.id(),
+                                                       " here, not the (code ...) it also names"));
+      }
+      *spec.mutable_code_digest() = image.manifest();
+    }
     if (!code_path.empty()) {
       VAULT_ASSIGN_OR_RETURN(cas::Digest code, UploadFile(*conn, code_path));
       node::ToProto(code, spec.mutable_code_digest());  // replaces code_file (a oneof)

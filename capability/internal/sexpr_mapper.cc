@@ -78,14 +78,15 @@ class SexpMapper {
       absl::string_view head = form.head();
       std::string slot(head == "code-file" ? "code" : head);
       static constexpr absl::string_view kForms[] = {
-          "purpose",     "instructions", "code", "code-file", "capabilities",
-          "constraints", "sandbox",      "id",   "name",      "groups",
-          "spawned-by",  "status",       "args", "env"};
+          "purpose", "instructions", "code",  "code-file", "capabilities", "constraints",
+          "sandbox", "id",           "name",  "groups",    "spawned-by",   "status",
+          "args",    "env",          "image", "command"};
       if (std::find(std::begin(kForms), std::end(kForms), head) == std::end(kForms)) {
         return Error(form, absl::StrCat("unknown form (", head, " ...) in (", top,
                                         " ...); the forms are purpose, instructions, code, "
                                         "code-file, capabilities, constraints, sandbox, id, "
-                                        "name, groups, spawned-by, status, args, env"));
+                                        "name, groups, spawned-by, status, args, env, image, "
+                                        "command"));
       }
       auto [it, inserted] = seen.emplace(slot, &form);
       if (!inserted) return Repeated(form, *it->second);
@@ -120,15 +121,27 @@ class SexpMapper {
         VAULT_ASSIGN_OR_RETURN(std::vector<std::string> groups, Names(form, 1));
         if (groups.empty()) return Error(form, "(groups ...) names one or more groups");
         for (std::string& g : groups) spec.add_groups(std::move(g));
-      } else if (head == "args") {
+      } else if (head == "args" || head == "command") {
         for (size_t a = 1; a < form.items.size(); ++a) {
           const Sexp& arg = form.items[a];
           if (arg.type != Sexp::Type::kString && arg.type != Sexp::Type::kSymbol &&
               arg.type != Sexp::Type::kInteger) {
-            return Error(arg, "(args ...) takes strings: (args \"--n\" \"3\")");
+            return Error(arg, absl::StrCat("(", head, " ...) takes strings: (", head,
+                                           head == "args" ? " \"--n\" \"3\")"
+                                                          : " \"/bin/agent\" \"--serve\")"));
           }
-          spec.add_args(arg.text);
+          if (head == "args") {
+            spec.add_args(arg.text);
+          } else {
+            spec.add_command(arg.text);
+          }
         }
+        if (head == "command" && spec.command_size() == 0) {
+          return Error(form, "(command ...) names the program to run: (command \"/bin/agent\")");
+        }
+      } else if (head == "image") {
+        VAULT_ASSIGN_OR_RETURN(*spec.mutable_image(), OneString(form));
+        if (spec.image().empty()) return Error(form.items[1], "(image ...) is empty");
       } else if (head == "env") {
         // (env ("KEY" "VALUE") ...) or (env "KEY=VALUE" ...)
         for (size_t e = 1; e < form.items.size(); ++e) {
@@ -153,6 +166,12 @@ class SexpMapper {
                                 ") ignored: an agent's status is the vault's to set"));
       }
     }
+    if (!spec.image().empty() && (spec.has_code_file() || spec.has_code_source())) {
+      return Error(*seen["image"],
+                   "(image ...) is a container agent's code: drop (code-file ...) or the inline "
+                   "(code ...)");
+    }
+    if (!spec.image().empty() && spec.sandbox().empty()) spec.set_sandbox("container");
     if (spec.purpose().empty()) {
       Warn(doc, absl::StrCat("(", top,
                              " ...) has no (purpose \"...\"); the vault records a default, "

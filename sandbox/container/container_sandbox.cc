@@ -174,6 +174,10 @@ absl::Status ContainerSandbox::Impl::Init(const ContainerSandboxOptions& options
   chmod(bundles_.c_str(), 0700);
   chmod(scratch_.c_str(), 0711);
   VAULT_RETURN_IF_ERROR(CheckSearchable(scratch_));
+  for (const std::string& dir : options_.reachable) {
+    std::filesystem::create_directories(dir, ec);
+    VAULT_RETURN_IF_ERROR(CheckSearchable(dir));
+  }
 
   CgroupManager::Options cgroup_options;
   cgroup_options.folder = options_.cgroup_folder;

@@ -67,6 +67,9 @@ struct ContainerSandboxOptions {
   std::string id_lock_dir = "/run/vault-sandbox/ids";
   // The cgroup folder under this process's own cgroup, one per controller.
   std::string cgroup_folder = "vault-container";
+  // Other folders the containers' host ids must reach (where the image roots are): checked as
+  // state_dir is.
+  std::vector<std::string> reachable;
   // The image whose manifest digest (lowercase hex) is `hex`: NOT_FOUND naming the fix when the
   // vault has no such image. Required.
   std::function<absl::StatusOr<ContainerImage>(const std::string& hex)> images;
