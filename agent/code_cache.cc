@@ -109,6 +109,7 @@ absl::StatusOr<sandbox::CodeObject> CodeCache::Acquire(const cas::Digest& digest
   VAULT_ASSIGN_OR_RETURN(std::string code, cas_->ReadAll(digest));
   sandbox::CodeObject layout;
   layout.digest = absl::BytesToHexString(digest.sha256());
+  layout.size = digest.size();
   if (IsPythonScript(code)) {
     layout.kind = sandbox::CodeObject::Kind::kPython;
     layout.python_sdk_dir = python_sdk_dir_;

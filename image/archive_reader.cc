@@ -185,11 +185,7 @@ class Reader {
 
   template <typename M>
   absl::Status ParseJson(absl::string_view what, const std::string& text, M* out) {
-    google::protobuf::util::JsonParseOptions options;
-    options.ignore_unknown_fields = true;
-    const auto s = google::protobuf::util::JsonStringToMessage(text, out, options);
-    if (!s.ok()) return Bad(absl::StrCat(what, " is not valid JSON of its kind: ", s.ToString()));
-    return absl::OkStatus();
+    return ParseOciJson(what, text, out);
   }
 
   absl::StatusOr<std::string> Document(const std::string& name) {
@@ -273,31 +269,12 @@ class Reader {
 
   // Checks the config and the layers, and reads the config.
   absl::StatusOr<ArchivePlan> Finish(ArchivePlan plan, const vault::v1::OciManifest& manifest) {
-    if (!manifest.has_config()) return Bad("the manifest names no config");
-    if (manifest.config().media_type() != kOciConfig &&
-        manifest.config().media_type() != kDockerConfig) {
-      return Bad(absl::StrCat("config has media type \"",
-                              absl::CHexEscape(manifest.config().media_type()),
-                              "\", not an OCI or Docker image config"));
-    }
-    VAULT_ASSIGN_OR_RETURN(plan.config, Blob(manifest.config(), "config"));
-    VAULT_ASSIGN_OR_RETURN(std::string config_text, Document(plan.config.path));
-    VAULT_RETURN_IF_ERROR(ParseJson("the image config", config_text, &plan.image_config));
-    if (plan.image_config.os() != "linux") {
-      return Bad(absl::StrCat("the image is for os \"", absl::CHexEscape(plan.image_config.os()),
-                              "\"; this vault runs linux images"));
-    }
-    if (manifest.layers().empty()) return Bad("the manifest names no layers");
-    if (static_cast<size_t>(manifest.layers_size()) > kMaxArchiveLayers) {
-      return Bad(absl::StrCat("the manifest names ", manifest.layers_size(),
-                              " layers; this vault takes at most ", kMaxArchiveLayers));
-    }
-    for (int i = 0; i < manifest.layers_size(); ++i) {
-      const vault::v1::OciDescriptor& l = manifest.layers(i);
-      VAULT_RETURN_IF_ERROR(CompressionOf(l.media_type()).status());
-      VAULT_ASSIGN_OR_RETURN(PlannedBlob blob, Blob(l, absl::StrCat("layer ", i)));
-      plan.layers.push_back(std::move(blob));
-    }
+    BlobFinder finder;
+    finder.find = [this](const vault::v1::OciDescriptor& d, absl::string_view role) {
+      return Blob(d, role);
+    };
+    finder.read = [this](const PlannedBlob& b) { return Document(b.path); };
+    VAULT_RETURN_IF_ERROR(CompleteManifest(manifest, finder, &plan));
     return plan;
   }
 
@@ -413,6 +390,49 @@ class Reader {
 };
 
 }  // namespace
+
+absl::Status ParseOciJson(absl::string_view what, const std::string& text,
+                          google::protobuf::Message* out) {
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  const auto s = google::protobuf::util::JsonStringToMessage(text, out, options);
+  if (!s.ok()) return Bad(absl::StrCat(what, " is not valid JSON of its kind: ", s.ToString()));
+  return absl::OkStatus();
+}
+
+bool IsImageManifestType(absl::string_view media_type) {
+  return media_type == kOciManifest || media_type == kDockerManifest;
+}
+
+absl::Status CompleteManifest(const vault::v1::OciManifest& manifest, const BlobFinder& finder,
+                              ArchivePlan* plan) {
+  if (!manifest.has_config()) return Bad("the manifest names no config");
+  if (manifest.config().media_type() != kOciConfig &&
+      manifest.config().media_type() != kDockerConfig) {
+    return Bad(absl::StrCat("config has media type \"",
+                            absl::CHexEscape(manifest.config().media_type()),
+                            "\", not an OCI or Docker image config"));
+  }
+  VAULT_ASSIGN_OR_RETURN(plan->config, finder.find(manifest.config(), "config"));
+  VAULT_ASSIGN_OR_RETURN(std::string config_text, finder.read(plan->config));
+  VAULT_RETURN_IF_ERROR(ParseOciJson("the image config", config_text, &plan->image_config));
+  if (plan->image_config.os() != "linux") {
+    return Bad(absl::StrCat("the image is for os \"", absl::CHexEscape(plan->image_config.os()),
+                            "\"; this vault runs linux images"));
+  }
+  if (manifest.layers().empty()) return Bad("the manifest names no layers");
+  if (static_cast<size_t>(manifest.layers_size()) > kMaxArchiveLayers) {
+    return Bad(absl::StrCat("the manifest names ", manifest.layers_size(),
+                            " layers; this vault takes at most ", kMaxArchiveLayers));
+  }
+  for (int i = 0; i < manifest.layers_size(); ++i) {
+    const vault::v1::OciDescriptor& l = manifest.layers(i);
+    VAULT_RETURN_IF_ERROR(CompressionOf(l.media_type()).status());
+    VAULT_ASSIGN_OR_RETURN(PlannedBlob blob, finder.find(l, absl::StrCat("layer ", i)));
+    plan->layers.push_back(std::move(blob));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<ArchivePlan> ReadArchive(const std::string& path, const ArchiveLimits& limits) {
   return Reader(path, limits).Read();

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "cas/digest.h"
 #include "image/layer_unpack.h"
 #include "vault/v1/image.pb.h"
@@ -53,6 +54,28 @@ struct ArchiveLimits {
   // Asked as the archive is read: a non-OK answer ends the pass with it.
   std::function<absl::Status()> keep_going;
 };
+
+// How CompleteManifest finds the blobs a manifest names: in an archive, or in the CAS.
+struct BlobFinder {
+  // The blob `d` names, checked against it (its digest's form, its presence, its size); `role`
+  // ("config", "layer 2") for errors.
+  std::function<absl::StatusOr<PlannedBlob>(const vault::v1::OciDescriptor& d,
+                                            absl::string_view role)>
+      find;
+  // A small document's bytes (the config).
+  std::function<absl::StatusOr<std::string>(const PlannedBlob& blob)> read;
+};
+
+// Checks a manifest's config and layers the way ReadArchive does (media types, an image for
+// linux, 1 to kMaxArchiveLayers layers of a known compression), and fills plan->config,
+// plan->image_config and plan->layers. INVALID_ARGUMENT naming what does not hold.
+absl::Status CompleteManifest(const vault::v1::OciManifest& manifest, const BlobFinder& finder,
+                              ArchivePlan* plan);
+// An OCI JSON document (unknown fields ignored) into `out`; INVALID_ARGUMENT naming `what`.
+absl::Status ParseOciJson(absl::string_view what, const std::string& text,
+                          google::protobuf::Message* out);
+// An OCI or Docker image manifest's media type (not an index's).
+bool IsImageManifestType(absl::string_view media_type);
 
 // Reads and checks the archive at `path`. INVALID_ARGUMENT, naming the blob or document and the
 // fix, for anything that does not hold: a blob that does not hash to its name, a missing blob, a

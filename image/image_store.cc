@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -30,6 +31,10 @@ constexpr absl::string_view kImages = "images";
 constexpr absl::string_view kRecordPrefix = "m/";
 constexpr absl::string_view kNamePrefix = "n/";
 constexpr size_t kMinPrefix = 12;
+// A manifest or config read from the CAS is parsed in memory: at most this large.
+constexpr uint64_t kMaxStoredDocument = 4 << 20;
+// Layers stream from the CAS in pieces of this size.
+constexpr uint64_t kStorePiece = 1 << 20;
 
 std::string RecordKey(absl::string_view hex) { return absl::StrCat(kRecordPrefix, hex); }
 std::string NameKey(absl::string_view name) { return absl::StrCat(kNamePrefix, name); }
@@ -110,9 +115,9 @@ std::string ImageStore::RootfsPath(const vault::v1::ImageRecord& image) const {
   return absl::StrCat(options_.rootfs_dir, "/", Hex(image));
 }
 
-absl::StatusOr<UnpackReport> ImageStore::Unpack(const std::string& archive_path,
-                                                const ArchivePlan& plan, const std::string& hex,
-                                                const ArchiveLimits& limits) {
+absl::StatusOr<UnpackReport> ImageStore::Unpack(const BlobReader& read, const ArchivePlan& plan,
+                                                const std::string& hex,
+                                                const std::function<absl::Status()>& keep_going) {
   VAULT_ASSIGN_OR_RETURN(std::string tag, common::RandomHex(8));
   const std::string staging = absl::StrCat(options_.rootfs_dir, "/.staging-", hex, "-", tag);
   if (mkdir(staging.c_str(), 0755) != 0) return common::PosixError(errno, "mkdir " + staging);
@@ -123,14 +128,13 @@ absl::StatusOr<UnpackReport> ImageStore::Unpack(const std::string& archive_path,
     common::UniqueFd root(open(staging.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!root.valid()) return common::PosixError(errno, "open " + staging);
     UnpackBudget budget(options_.limits);
-    budget.keep_going = limits.keep_going;
+    budget.keep_going = keep_going;
     for (size_t i = 0; i < plan.layers.size(); ++i) {
       const PlannedBlob& layer = plan.layers[i];
       VAULT_ASSIGN_OR_RETURN(Compression c, CompressionOf(layer.media_type));
-      absl::Status applied =
-          ForBlob(archive_path, layer.path, limits, [&](const ByteSource& source) {
-            return ApplyLayer(source, c, root.get(), &budget, &report);
-          });
+      absl::Status applied = read(layer, [&](const ByteSource& source) {
+        return ApplyLayer(source, c, root.get(), &budget, &report);
+      });
       if (!applied.ok()) {
         return absl::Status(
             applied.code(),
@@ -153,6 +157,113 @@ absl::StatusOr<UnpackReport> ImageStore::Unpack(const std::string& archive_path,
     return common::PosixError(err, "rename " + staging);
   }
   return report;
+}
+
+vault::v1::ImageRecord ImageStore::RecordOf(const ArchivePlan& plan, const UnpackReport& report) {
+  vault::v1::ImageRecord record;
+  record.set_id(absl::StrCat("sha256:", plan.manifest.digest.hex()));
+  ToProto(plan.manifest.digest, record.mutable_manifest());
+  ToProto(plan.config.digest, record.mutable_config());
+  for (const PlannedBlob& l : plan.layers) {
+    vault::v1::ImageLayer* layer = record.add_layers();
+    ToProto(l.digest, layer->mutable_blob());
+    layer->set_media_type(l.media_type);
+  }
+  const vault::v1::OciImageConfig& c = plan.image_config;
+  record.set_architecture(c.architecture());
+  record.set_os(c.os());
+  *record.mutable_entrypoint() = c.config().entrypoint();
+  *record.mutable_cmd() = c.config().cmd();
+  *record.mutable_env() = c.config().env();
+  record.set_working_dir(c.config().working_dir());
+  record.set_user(c.config().user());
+  record.set_imported_unix_ms(absl::ToUnixMillis(absl::Now()));
+  record.set_source_format(plan.source_format);
+  record.set_files(report.files + report.hardlinks + report.symlinks);
+  record.set_unpacked_bytes(report.bytes);
+  record.set_dropped(report.skipped_devices + report.dropped_setid + report.ignored_xattrs);
+  return record;
+}
+
+absl::StatusOr<vault::v1::ImageRecord> ImageStore::ImportFromStore(const cas::Digest& manifest) {
+  const std::string hex = manifest.hex();
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<vault::v1::ImageRecord> before = Load(hex);
+  if (before.ok() || !absl::IsNotFound(before.status())) return before;
+  auto refused = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CAS object sha256:", hex, " is not an image this vault runs: ", why));
+  };
+  if (manifest.size() > kMaxStoredDocument) return refused("it is too large for a manifest");
+  ArchivePlan plan;
+  plan.source_format = "cas";
+  VAULT_ASSIGN_OR_RETURN(plan.manifest_bytes, store_->ReadAll(manifest));
+  vault::v1::OciManifest parsed;
+  if (absl::Status s = ParseOciJson("the manifest", plan.manifest_bytes, &parsed); !s.ok()) {
+    return refused(s.message());
+  }
+  if (parsed.schema_version() != 2) return refused("its schemaVersion is not 2");
+  if (!parsed.media_type().empty() && !IsImageManifestType(parsed.media_type())) {
+    return refused(absl::StrCat("its media type is \"", parsed.media_type(),
+                                "\", not an OCI or Docker image manifest"));
+  }
+  plan.manifest = {manifest, parsed.media_type(), ""};
+  BlobFinder finder;
+  finder.find = [&](const vault::v1::OciDescriptor& d,
+                    absl::string_view role) -> absl::StatusOr<PlannedBlob> {
+    absl::string_view blob_hex = d.digest();
+    std::string raw;
+    if (!absl::ConsumePrefix(&blob_hex, "sha256:") || blob_hex.size() != 64 ||
+        !std::all_of(blob_hex.begin(), blob_hex.end(),
+                     [](char c) { return absl::ascii_isxdigit(static_cast<unsigned char>(c)); }) ||
+        d.size() < 0) {
+      return refused(absl::StrCat(role, " digest \"", absl::CHexEscape(d.digest()),
+                                  "\" is not sha256:<64 hex digits>"));
+    }
+    raw = absl::HexStringToBytes(blob_hex);
+    VAULT_ASSIGN_OR_RETURN(cas::Digest digest,
+                           cas::Digest::FromParts(raw, static_cast<uint64_t>(d.size())));
+    VAULT_ASSIGN_OR_RETURN(bool present, store_->Contains(digest));
+    if (!present) {
+      return absl::NotFoundError(absl::StrCat("the ", role, " of image sha256:", hex, " (",
+                                              digest.ToString(), ") is not in this vault's CAS"));
+    }
+    return PlannedBlob{digest, d.media_type(), ""};
+  };
+  finder.read = [&](const PlannedBlob& b) -> absl::StatusOr<std::string> {
+    if (b.digest.size() > kMaxStoredDocument) return refused("its config is too large");
+    return store_->ReadAll(b.digest);
+  };
+  VAULT_RETURN_IF_ERROR(CompleteManifest(parsed, finder, &plan));
+  // Layers stream from the CAS, each piece checked against its chunk's hash as it is read.
+  BlobReader read = [&](const PlannedBlob& blob,
+                        const std::function<absl::Status(const ByteSource&)>& use) -> absl::Status {
+    VAULT_ASSIGN_OR_RETURN(std::unique_ptr<cas::ObjectReader> reader,
+                           store_->OpenReader(blob.digest));
+    uint64_t offset = 0;
+    std::string piece;
+    ByteSource source = [&]() -> absl::StatusOr<absl::string_view> {
+      piece.clear();
+      if (offset >= blob.digest.size()) return absl::string_view();
+      VAULT_RETURN_IF_ERROR(
+          reader->Read(offset, kStorePiece, kStorePiece, [&](uint64_t, absl::string_view bytes) {
+            piece.append(bytes.data(), bytes.size());
+            return absl::OkStatus();
+          }));
+      offset += piece.size();
+      if (piece.empty()) return absl::DataLossError("a layer ended before its size");
+      return absl::string_view(piece);
+    };
+    return use(source);
+  };
+  const std::string root = absl::StrCat(options_.rootfs_dir, "/", hex);
+  if (struct stat st; stat(root.c_str(), &st) == 0) RemoveTree(root);  // no record stands for it
+  VAULT_ASSIGN_OR_RETURN(UnpackReport report, Unpack(read, plan, hex, nullptr));
+  vault::v1::ImageRecord record = RecordOf(plan, report);
+  rocksdb::WriteBatch batch;
+  batch.Put(db_->Handle(kImages), storage::ToSlice(RecordKey(hex)), record.SerializeAsString());
+  VAULT_RETURN_IF_ERROR(db_->Write(&batch));
+  return record;
 }
 
 absl::StatusOr<ImageStore::Imported> ImageStore::Import(const std::string& archive_path,
@@ -193,7 +304,13 @@ absl::StatusOr<ImageStore::Imported> ImageStore::Import(const std::string& archi
   const bool have_root = stat(root.c_str(), &st) == 0;
   if (!out.already_present || !have_root) {
     if (have_root) RemoveTree(root);
-    VAULT_ASSIGN_OR_RETURN(report, Unpack(archive_path, plan, hex, limits));
+    VAULT_ASSIGN_OR_RETURN(report,
+                           Unpack(
+                               [&](const PlannedBlob& blob,
+                                   const std::function<absl::Status(const ByteSource&)>& use) {
+                                 return ForBlob(archive_path, blob.path, limits, use);
+                               },
+                               plan, hex, limits.keep_going));
   }
 
   // The blobs, each hashed again by the CAS as it stores it.
@@ -217,32 +334,7 @@ absl::StatusOr<ImageStore::Imported> ImageStore::Import(const std::string& archi
                          store_->Put(plan.manifest.digest, plan.manifest_bytes));
   if (!put.already_present) ++out.blobs_stored;
 
-  vault::v1::ImageRecord record;
-  if (out.already_present) {
-    record = *before;
-  } else {
-    record.set_id(absl::StrCat("sha256:", hex));
-    ToProto(plan.manifest.digest, record.mutable_manifest());
-    ToProto(plan.config.digest, record.mutable_config());
-    for (const PlannedBlob& l : plan.layers) {
-      vault::v1::ImageLayer* layer = record.add_layers();
-      ToProto(l.digest, layer->mutable_blob());
-      layer->set_media_type(l.media_type);
-    }
-    const vault::v1::OciImageConfig& c = plan.image_config;
-    record.set_architecture(c.architecture());
-    record.set_os(c.os());
-    *record.mutable_entrypoint() = c.config().entrypoint();
-    *record.mutable_cmd() = c.config().cmd();
-    *record.mutable_env() = c.config().env();
-    record.set_working_dir(c.config().working_dir());
-    record.set_user(c.config().user());
-    record.set_imported_unix_ms(absl::ToUnixMillis(absl::Now()));
-    record.set_source_format(plan.source_format);
-    record.set_files(report.files + report.hardlinks + report.symlinks);
-    record.set_unpacked_bytes(report.bytes);
-    record.set_dropped(report.skipped_devices + report.dropped_setid + report.ignored_xattrs);
-  }
+  vault::v1::ImageRecord record = out.already_present ? *before : RecordOf(plan, report);
 
   rocksdb::WriteBatch batch;
   rocksdb::ColumnFamilyHandle* cf = db_->Handle(kImages);

@@ -57,6 +57,12 @@ class ImageStore {
   // import in progress.
   absl::StatusOr<Imported> Import(const std::string& archive_path, const std::string& name,
                                   std::function<absl::Status()> keep_going = nullptr);
+  // The image whose manifest is the CAS object `manifest`, imported from the CAS when the vault
+  // has no record of it yet: its config and layers must be stored (a container agent arriving
+  // from another vault brings the blobs this vault lacks). The same checks and unpacking as an
+  // archive's import; no name. NOT_FOUND naming a missing blob; INVALID_ARGUMENT when the object
+  // is no image manifest or the image is refused.
+  absl::StatusOr<vault::v1::ImageRecord> ImportFromStore(const cas::Digest& manifest);
   // Every image, by id.
   absl::StatusOr<std::vector<vault::v1::ImageRecord>> List() const;
   // "sha256:<hex>", a unique prefix of at least 12 hex digits (with or without "sha256:"), or a
@@ -75,10 +81,17 @@ class ImageStore {
   ImageStore(storage::Database* db, cas::Store* store, Options options)
       : db_(db), store_(store), options_(std::move(options)) {}
   absl::StatusOr<vault::v1::ImageRecord> Load(absl::string_view hex) const;
-  // Unpacks the planned layers into a fresh root, renamed into place at the end.
-  absl::StatusOr<UnpackReport> Unpack(const std::string& archive_path, const ArchivePlan& plan,
-                                      const std::string& hex, const ArchiveLimits& limits)
+  // Streams one planned blob to `use`.
+  using BlobReader = std::function<absl::Status(
+      const PlannedBlob& blob, const std::function<absl::Status(const ByteSource&)>& use)>;
+  // Unpacks the planned layers, each read through `read`, into a fresh root, renamed into place
+  // at the end.
+  absl::StatusOr<UnpackReport> Unpack(const BlobReader& read, const ArchivePlan& plan,
+                                      const std::string& hex,
+                                      const std::function<absl::Status()>& keep_going)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The record of a plan's image, unpacked as `report` says.
+  static vault::v1::ImageRecord RecordOf(const ArchivePlan& plan, const UnpackReport& report);
 
   storage::Database* const db_;
   cas::Store* const store_;

@@ -380,5 +380,62 @@ TEST_F(ImageStoreTest, BoundsLayersNamesAndDecompressedBytes) {
   }
 }
 
+// An image whose blobs reached the CAS another way (a container agent's hop brings them) is
+// imported from there: the same checks, the same root.
+TEST_F(ImageStoreTest, ImportsFromBlobsAlreadyInTheCas) {
+  Layout l;
+  l.layers = {MakeTar({File("bin/agent", "#!agent", 0755)}), MakeTar({File("etc/motd", "hi")})};
+  for (const std::string& blob : {l.Manifest(), l.config, l.layers[0], l.layers[1]}) {
+    ASSERT_TRUE(store_->Put(cas::Digest::Of(blob), blob).ok());
+  }
+  absl::StatusOr<vault::v1::ImageRecord> got =
+      images_->ImportFromStore(cas::Digest::Of(l.Manifest()));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->id(), "sha256:" + Sha(l.Manifest()));
+  EXPECT_EQ(got->source_format(), "cas");
+  EXPECT_THAT(got->entrypoint(), ElementsAre("/bin/agent"));
+  EXPECT_TRUE(got->names().empty());
+  const std::string root = images_->RootfsPath(*got);
+  EXPECT_EQ(*common::ReadFile(root + "/bin/agent"), "#!agent");
+  EXPECT_EQ(*common::ReadFile(root + "/etc/motd"), "hi");
+  EXPECT_TRUE(std::filesystem::is_directory(root + "/.vault"));  // mount points made
+  EXPECT_EQ(images_->Resolve(got->id())->id(), got->id());
+  // Again: the record that exists.
+  absl::StatusOr<vault::v1::ImageRecord> again =
+      images_->ImportFromStore(cas::Digest::Of(l.Manifest()));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->imported_unix_ms(), got->imported_unix_ms());
+}
+
+TEST_F(ImageStoreTest, FromTheCasAMissingBlobOrAnotherObjectIsRefused) {
+  Layout l;
+  l.layers = {MakeTar({File("bin/agent", "#!agent", 0755)})};
+  ASSERT_TRUE(store_->Put(cas::Digest::Of(l.Manifest()), l.Manifest()).ok());
+  ASSERT_TRUE(store_->Put(cas::Digest::Of(l.config), l.config).ok());
+  absl::StatusOr<vault::v1::ImageRecord> got =
+      images_->ImportFromStore(cas::Digest::Of(l.Manifest()));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(got.status().message(), HasSubstr("the layer 0 of image sha256:"));
+  EXPECT_TRUE(images_->List()->empty());
+
+  const std::string code = "#!/bin/sh\necho not an image\n";
+  ASSERT_TRUE(store_->Put(cas::Digest::Of(code), code).ok());
+  got = images_->ImportFromStore(cas::Digest::Of(code));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(got.status().message(), HasSubstr("is not an image this vault runs"));
+
+  // A hostile layer from the CAS is refused as from an archive, with nothing left.
+  Layout bad;
+  bad.layers = {RawHeader("../escape", '0', 4) + testing::Block("evil") + testing::EndOfTar()};
+  for (const std::string& blob : {bad.Manifest(), bad.config, bad.layers[0]}) {
+    ASSERT_TRUE(store_->Put(cas::Digest::Of(blob), blob).ok());
+  }
+  got = images_->ImportFromStore(cas::Digest::Of(bad.Manifest()));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(got.status().message(), HasSubstr("`..`"));
+  EXPECT_TRUE(images_->List()->empty());
+  EXPECT_TRUE(std::filesystem::is_empty(tmp_.Path("rootfs")));
+}
+
 }  // namespace
 }  // namespace vault::image

@@ -13,6 +13,7 @@
 // home another report.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <map>
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -36,6 +38,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 using vault::v1::AgentStatus;
 
@@ -71,9 +74,13 @@ class MobilePatternTest : public VaultTest {
     ASSERT_EQ(AddMember(vaults_[kRemote], vaults_[kHome]), absl::OkStatus());
     ASSERT_NO_FATAL_FAILURE(PutFiles(kHome, kList, kHomePrices));
     ASSERT_NO_FATAL_FAILURE(PutFiles(kRemote, kRemoteList, kPrices));
+    // Container agents' host ids reach the data folders through these (docs/containers.md).
+    ASSERT_EQ(chmod(root().c_str(), 0711), 0);
     for (const char* name : {kHome, kRemote}) {
+      ASSERT_EQ(chmod(vaults_[name].dir.c_str(), 0711), 0);
       absl::StatusOr<Vaultd*> d = StartVaultd(vaults_[name]);
       ASSERT_TRUE(d.ok()) << d.status();
+      daemons_[name] = *d;
       agents_[name] = vault::v1::Agents::NewStub(UnixChannel(vaults_[name].socket));
     }
     RunResult status = Ctl(kHome, {"-o", "json", "status"});
@@ -206,6 +213,7 @@ class MobilePatternTest : public VaultTest {
   }
 
   std::map<std::string, VaultDir> vaults_;
+  std::map<std::string, Vaultd*> daemons_;
   std::map<std::string, std::unique_ptr<vault::v1::Agents::Stub>> agents_;
   std::string owner_key_;
 };
@@ -245,6 +253,55 @@ TEST_F(MobilePatternTest, CppExampleBringsThePricedListHome) {
       Spawn(VAULT_IT_SDK_DIR "/cpp/examples/mobile.scm", VAULT_IT_MOBILE_CPP, "remote=vault-b");
   ASSERT_FALSE(id.empty());
   ExpectJourney(id);
+}
+
+// The C++ example as a container agent (docs/containers.md): the same program, as the root of the
+// example image (sdk/cpp/make-image.sh), imported on the home vault only. Its code is the image's
+// manifest; the hop brings vault-b the blobs it lacks, from which vault-b imports the image, and
+// nothing of the image travels back home, which has it all.
+TEST_F(MobilePatternTest, CppExampleAsAContainerAgentTakesItsImageAlong) {
+  for (const char* name : {kHome, kRemote}) {
+    RunResult status = Ctl(name, {"status"});
+    if (!absl::StrContains(status.out, "container: runc version")) {
+      GTEST_SKIP() << "container agents are unavailable here: " << status.out;
+    }
+  }
+  RunResult imported = Ctl(kHome, {"-o", "json", "image", "import",
+                                   VAULT_IT_EXAMPLE_IMAGES "/vault-example-mobile.oci.tar"});
+  ASSERT_EQ(imported.exit_code, kExitOk) << imported;
+  const std::string image = JsonField(imported.out, "id").value_or("?");
+  RunResult remote_images = Ctl(kRemote, {"-o", "json", "image", "ls"});
+  ASSERT_EQ(remote_images.exit_code, kExitOk) << remote_images;
+  EXPECT_THAT(remote_images.out, Not(HasSubstr(image)));
+  // The example's spec, naming the image instead of code.
+  absl::StatusOr<std::string> shipped = ReadFile(VAULT_IT_SDK_DIR "/cpp/examples/mobile.scm");
+  ASSERT_TRUE(shipped.ok()) << shipped.status();
+  std::string spec_text = *shipped;
+  spec_text.insert(spec_text.rfind(')'), "\n       (image \"vault-example-mobile\")");
+  const std::string spec = root() + "/mobile-container.scm";
+  ASSERT_TRUE(WriteFile(spec, spec_text).ok());
+  std::string id = Spawn(spec, "", "remote=vault-b");
+  ASSERT_FALSE(id.empty());
+  ExpectJourney(id);
+
+  // vault-b imported the image from what the hop brought, and runs it as its own.
+  remote_images = Ctl(kRemote, {"-o", "json", "image", "ls"});
+  EXPECT_THAT(remote_images.out, HasSubstr(image));
+  EXPECT_THAT(remote_images.out, HasSubstr(R"("source_format":"cas")"));
+  // What crossed each link: home -> vault-b, the manifest, the config and the layer, with the
+  // state; vault-b -> home, the state alone.
+  auto hop_line = [&](const std::string& from, const std::string& to) {
+    absl::StatusOr<std::string> log = ReadFile(daemons_[from]->log_path());
+    EXPECT_TRUE(log.ok()) << log.status();
+    for (absl::string_view line : absl::StrSplit(log.value_or(""), '\n')) {
+      if (absl::StrContains(line, absl::StrCat("agent ", id, ": handed to ", to))) {
+        return std::string(line);
+      }
+    }
+    return std::string("no hop line");
+  };
+  EXPECT_THAT(hop_line(kHome, kRemote), HasSubstr(" and 4 objects "));
+  EXPECT_THAT(hop_line(kRemote, kHome), HasSubstr(" and 1 objects "));
 }
 
 // The Scheme example: the RFC's pattern 4 code as written (sdk/scheme/examples/mobile.scm). The

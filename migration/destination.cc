@@ -126,9 +126,11 @@ absl::StatusOr<std::vector<vault::v1::Digest>> Migration::OfferIn(
     VAULT_ASSIGN_OR_RETURN(bool present, deps_.cas->Contains(digest));
     if (!present) missing.push_back(d);
   }
+  // (A container agent's code is its whole image: the manifest and every blob it names.)
   const bool code_here =
-      missing.empty() || !(missing.front().sha256() == p.spec().code_digest().sha256() &&
-                           missing.front().size() == p.spec().code_digest().size());
+      missing.empty() || (p.spec().sandbox() != "container" &&
+                          !(missing.front().sha256() == p.spec().code_digest().sha256() &&
+                            missing.front().size() == p.spec().code_digest().size()));
   // (Not for a paused arrival: it must not run before it is frozen.)
   if (code_here && !p.paused()) PrestartArrival(p, *v);
   return missing;

@@ -10,6 +10,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "audit/log.h"
 #include "capability/chain.h"
@@ -19,10 +20,12 @@
 #include "common/log_fields.h"
 #include "common/random.h"
 #include "common/status_macros.h"
+#include "google/protobuf/util/json_util.h"
 #include "migration/internal/transfer.h"
 #include "migration/migration.h"
 #include "migration/receipt.h"
 #include "spdlog/spdlog.h"
+#include "vault/v1/image.pb.h"
 
 namespace vault::migration {
 namespace {
@@ -235,8 +238,43 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> Migration::Migrate(
   return out;
 }
 
+namespace {
+
+// A container agent's image travels with it: its code is the image's manifest, and the config and
+// layers the manifest names go as carried objects, so that the destination asks for the ones it
+// lacks (an image crosses each link once) and imports the image from its CAS (docs/containers.md).
+std::vector<vault::v1::Digest> ImageBlobsOf(const cas::Store& store, const AgentRecord& r) {
+  std::vector<vault::v1::Digest> out;
+  if (r.spec().sandbox() != "container") return out;
+  absl::StatusOr<cas::Digest> manifest = cas::FromProto(r.spec().code_digest());
+  if (!manifest.ok() || manifest->size() > (4u << 20)) return out;
+  absl::StatusOr<std::string> bytes = store.ReadAll(*manifest);
+  vault::v1::OciManifest m;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  if (!bytes.ok() || !google::protobuf::util::JsonStringToMessage(*bytes, &m, options).ok()) {
+    return out;  // the destination refuses what it cannot import, naming why
+  }
+  std::vector<const vault::v1::OciDescriptor*> blobs = {&m.config()};
+  for (const vault::v1::OciDescriptor& l : m.layers()) blobs.push_back(&l);
+  for (const vault::v1::OciDescriptor* d : blobs) {
+    absl::string_view hex = d->digest();
+    if (!absl::ConsumePrefix(&hex, "sha256:") || hex.size() != 64 || d->size() < 0) continue;
+    absl::StatusOr<cas::Digest> digest =
+        cas::Digest::FromParts(absl::HexStringToBytes(hex), static_cast<uint64_t>(d->size()));
+    if (!digest.ok()) continue;
+    vault::v1::Digest proto;
+    cas::ToProto(*digest, &proto);
+    out.push_back(std::move(proto));
+  }
+  return out;
+}
+
+}  // namespace
+
 vault::v1::MigrationPackage Migration::PackageOf(const AgentRecord& r) const {
   vault::v1::MigrationPackage p;
+  for (vault::v1::Digest& d : ImageBlobsOf(*deps_.cas, r)) *p.add_carried() = std::move(d);
   p.set_agent_id(r.id());
   *p.mutable_spec() = r.spec();
   *p.mutable_chain() = r.migration().chain();

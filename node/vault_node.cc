@@ -59,13 +59,25 @@ absl::StatusOr<std::unique_ptr<sandbox::ContainerSandbox>> StartContainers(
   options.state_dir = c.state_dir();
   options.stage_root = stage_root;
   options.reachable = {c.rootfs_dir()};
-  options.images = [images](const std::string& hex) -> absl::StatusOr<sandbox::ContainerImage> {
+  options.images = [images](const std::string& hex,
+                            uint64_t size) -> absl::StatusOr<sandbox::ContainerImage> {
     absl::StatusOr<vault::v1::ImageRecord> record = images->Resolve(absl::StrCat("sha256:", hex));
-    if (!record.ok()) {
-      return absl::NotFoundError(absl::StrCat(
-          "this vault has no image sha256:", hex,
-          " (a container agent's code is an imported image: vaultctl image import FILE)"));
+    if (absl::IsNotFound(record.status())) {
+      // Not imported here, but its blobs may be in the CAS: an agent arriving from another vault
+      // brought the ones this vault lacked.
+      absl::StatusOr<cas::Digest> manifest =
+          cas::Digest::FromParts(absl::HexStringToBytes(hex), size);
+      if (!manifest.ok()) return manifest.status();
+      record = images->ImportFromStore(*manifest);
+      if (absl::IsNotFound(record.status())) {
+        return absl::NotFoundError(absl::StrCat(
+            "this vault has no image sha256:", hex, " (", record.status().message(),
+            "); a container agent's code is an imported image: vaultctl image import FILE"));
+      }
+      if (!record.ok()) return record.status();
+      spdlog::info("image {} imported from the CAS for a container agent", record->id());
     }
+    if (!record.ok()) return record.status();
     sandbox::ContainerImage image;
     image.rootfs = images->RootfsPath(*record);
     image.entrypoint.assign(record->entrypoint().begin(), record->entrypoint().end());

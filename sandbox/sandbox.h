@@ -110,6 +110,7 @@ struct CodeObject {
   std::string dir;     // the host folder
   std::string digest;  // the code object's SHA-256, lowercase hex (a container's: its image's
                        // manifest digest)
+  uint64_t size = 0;   // the code object's size in bytes
   // The spec's (command ...), for a container agent: the program and its arguments, in place of
   // the image's entrypoint and cmd. Empty: the image's.
   std::vector<std::string> command;

@@ -279,7 +279,7 @@ absl::Status ContainerSandbox::Impl::SetProgram(const CodeObject& code, SandboxS
   if (code.digest.size() != 64) {
     return absl::InvalidArgumentError("a container agent's code is an image's manifest digest");
   }
-  VAULT_ASSIGN_OR_RETURN(ContainerImage image, options_.images(code.digest));
+  VAULT_ASSIGN_OR_RETURN(ContainerImage image, options_.images(code.digest, code.size));
   std::vector<std::string> argv = code.command;
   if (argv.empty()) {
     argv = image.entrypoint;

@@ -70,9 +70,9 @@ struct ContainerSandboxOptions {
   // Other folders the containers' host ids must reach (where the image roots are): checked as
   // state_dir is.
   std::vector<std::string> reachable;
-  // The image whose manifest digest (lowercase hex) is `hex`: NOT_FOUND naming the fix when the
-  // vault has no such image. Required.
-  std::function<absl::StatusOr<ContainerImage>(const std::string& hex)> images;
+  // The image whose manifest is the CAS object of SHA-256 `hex` (lowercase) and `size` bytes:
+  // NOT_FOUND naming the fix when the vault has no such image. Required.
+  std::function<absl::StatusOr<ContainerImage>(const std::string& hex, uint64_t size)> images;
 };
 
 class ContainerSandbox : public Sandbox {

@@ -52,7 +52,7 @@ class ContainerSandboxTest : public ::testing::Test {
     options.state_dir = tmp_.Path("state");
     options.init_dir = std::filesystem::path(CONTAINER_INIT).parent_path().string();
     options.stage_root = tmp_.Path("stage");
-    options.images = [this](const std::string& hex) -> absl::StatusOr<ContainerImage> {
+    options.images = [this](const std::string& hex, uint64_t) -> absl::StatusOr<ContainerImage> {
       if (hex != kImage) return absl::NotFoundError(absl::StrCat("no image sha256:", hex));
       ContainerImage image;
       image.rootfs = root_;

@@ -1,5 +1,5 @@
 #!/bin/sh
-# make-image.sh: an OCI image layout, as a tar, whose whole root is one static program.
+# make-image.sh: an OCI image layout, as a tar, whose root is one program and what it loads.
 #
 #   sdk/cpp/make-image.sh OUT.tar PROGRAM NAME
 #
