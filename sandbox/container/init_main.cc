@@ -5,7 +5,11 @@
 //                                   the program's)
 //
 // runc has set up every other fence (namespaces, the read-only root, no capabilities,
-// noNewPrivileges, cgroups) and executed this program. It reads from fd 4 the posix sandbox's
+// noNewPrivileges, cgroups) and executed this program. Where the kernel has Landlock, it first
+// restricts itself and what it starts to the posix sandbox's file rules, made for an image: the
+// image's root readable and executable, /proc readable, /dev/null and /dev/zero read-write,
+// /dev/random and /dev/urandom readable, /work and /tmp read-write, nothing else writable (not
+// /dev, not /proc/self/mem), TCP bind and connect refused. It reads from fd 4 the posix sandbox's
 // two seccomp filters, which the vault built with libseccomp and serialized
 // (SerializeSeccompPrograms: per program a 32-bit little-endian instruction count, then the
 // instructions, in install order), installs them and closes fd 4. So a container agent runs under
@@ -35,6 +39,8 @@
 #include <cstdio>
 #include <string>
 #include <vector>
+
+#include "sandbox/posix/landlock.h"
 
 extern char** environ;
 
@@ -92,6 +98,24 @@ int main(int argc, char** argv) {
   if (programs.size() != 2) Fail("expected two seccomp programs", EINVAL);
   // runc set it already (noNewPrivileges); without it the kernel would refuse the filters.
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) Fail("PR_SET_NO_NEW_PRIVS", errno);
+  namespace landlock = vault::sandbox::landlock;
+  if (const int abi = landlock::ProbeAbi(); abi > 0) {
+    const landlock::Plan plan =
+        landlock::MakePlan(abi, {{"/", landlock::kReadOnly},
+                                 {"/proc", landlock::kReadFile | landlock::kReadDir},
+                                 {"/dev/null", landlock::kReadFile | landlock::kWriteFile},
+                                 {"/dev/zero", landlock::kReadFile | landlock::kWriteFile},
+                                 {"/dev/random", landlock::kReadFile},
+                                 {"/dev/urandom", landlock::kReadFile},
+                                 {"/work", landlock::kReadWrite},
+                                 {"/tmp", landlock::kReadWrite}});
+    int failed_rule = -1;
+    if (const int err = landlock::Apply(plan, &failed_rule); err != 0) {
+      Fail(failed_rule >= 0 ? plan.rules[static_cast<size_t>(failed_rule)].path.c_str()
+                            : "apply the Landlock ruleset",
+           -err);
+    }
+  }
   for (std::vector<sock_filter>& p : programs) {
     sock_fprog prog{};
     prog.len = static_cast<unsigned short>(p.size());

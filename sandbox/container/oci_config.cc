@@ -102,11 +102,8 @@ absl::StatusOr<std::string> OciConfigJson(const ContainerSpec& spec) {
   std::vector<std::string> mounts = {
       Mount("/proc", "proc", "proc", {"nosuid", "noexec", "nodev"}),
       Mount("/dev", "tmpfs", "tmpfs", {"nosuid", "strictatime", "mode=755", "size=65536k"}),
-      // gid=5 (tty) does not exist in a single-id user namespace.
-      Mount("/dev/pts", "devpts", "devpts",
-            {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}),
-      Mount("/dev/shm", "tmpfs", "shm", {"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}),
-      Mount("/dev/mqueue", "mqueue", "mqueue", {"nosuid", "noexec", "nodev"}),
+      // No /dev/pts, /dev/shm or /dev/mqueue: a posix agent has none (no terminal, shared
+      // memory in /tmp), and neither has a container agent.
       // Its own network namespace makes sysfs mountable in the user namespace; read-only.
       Mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}),
       // Two binds of the one scratch tmpfs the vault mounted with the storage quota, so that
