@@ -330,6 +330,10 @@ absl::Status AgentRuntime::Impl::StartProcess(const std::shared_ptr<LiveAgent>& 
   spec.stdout_fd = out_write.get();
   spec.stderr_fd = out_write.get();
   spec.limits = LimitsFor(constraints, options_.config);
+  // The RFC's container default, (pids-limit 10), unless the constraints say otherwise.
+  if (agent_spec.sandbox() == "container" && !constraints.has_max_processes()) {
+    spec.limits.max_processes = 10;
+  }
   // An interpreter sizes what it holds for the program from its memory limit.
   spec.env.push_back(absl::StrCat("VAULT_MEMORY_BYTES=", spec.limits.memory_bytes));
   spec.name = live->id;
