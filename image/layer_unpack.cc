@@ -200,6 +200,11 @@ class LayerWriter {
       ++report_->dropped_setid;
     }
     if (type != AE_IFDIR) mode &= ~(S_ISUID | S_ISGID);
+    // The root is read-only in every container and shared by all of them: nothing in it is
+    // writable but by its owner (the vault), so no local user can plant files in it (the data
+    // folder is searchable for the containers' host ids). Inside, the owner is unmapped: agents
+    // lose nothing.
+    mode &= ~(S_IWGRP | S_IWOTH | S_ISVTX);
 
     UniqueFd parent;
     if (type == AE_IFDIR || type == AE_IFREG || type == AE_IFLNK) {
@@ -510,7 +515,7 @@ absl::Status PrepareMountPoints(int root_fd) {
       continue;
     }
     if (errno != ENOENT) return PosixError(errno, absl::StrCat("stat /", dir));
-    const mode_t mode = std::string_view(dir) == "tmp" ? 01777 : 0755;
+    const mode_t mode = 0755;  // (/tmp too: the container's own is mounted over it)
     if (mkdirat(root_fd, dir, mode) != 0) return PosixError(errno, absl::StrCat("mkdir /", dir));
     if (fchmodat(root_fd, dir, mode, 0) != 0) {
       return PosixError(errno, absl::StrCat("chmod /", dir));

@@ -101,10 +101,10 @@ TEST(CompressionOf, KnowsTheOciAndDockerLayerTypesOnly) {
 }
 
 TEST_F(LayerUnpackTest, UnpacksFilesDirectoriesLinksAndModes) {
-  const std::string layer =
-      MakeTar({Dir("usr"), Dir("usr/bin"), File("usr/bin/tool", "#!x", 0755),
-               Symlink("bin", "usr/bin"), Hardlink("usr/bin/alias", "usr/bin/tool"),
-               Dir("tmp", 01777), File("etc/motd", "hi\n", 0600)});
+  const std::string layer = MakeTar(
+      {Dir("usr"), Dir("usr/bin"), File("usr/bin/tool", "#!x", 0755), Symlink("bin", "usr/bin"),
+       Hardlink("usr/bin/alias", "usr/bin/tool"), Dir("tmp", 01777), File("etc/motd", "hi\n", 0600),
+       Dir("app", 0777), File("app/run", "#!y", 0777)});
   ASSERT_TRUE(Apply(layer).ok());
   EXPECT_EQ(Read("usr/bin/tool"), "#!x");
   EXPECT_EQ(Read("bin/tool"), "#!x");  // through the symlink
@@ -114,14 +114,20 @@ TEST_F(LayerUnpackTest, UnpacksFilesDirectoriesLinksAndModes) {
   ASSERT_EQ(stat(Root("usr/bin/alias").c_str(), &b), 0);
   EXPECT_EQ(a.st_ino, b.st_ino);
   EXPECT_EQ(a.st_mode & 07777, 0755u);
+  // Nothing is writable but by the vault, whatever the layer says: no local user plants a file
+  // in a root every container of the image runs from.
   ASSERT_EQ(stat(Root("tmp").c_str(), &t), 0);
-  EXPECT_EQ(t.st_mode & 07777, 01777u);
+  EXPECT_EQ(t.st_mode & 07777, 0755u);
+  ASSERT_EQ(stat(Root("app").c_str(), &t), 0);
+  EXPECT_EQ(t.st_mode & 07777, 0755u);
+  ASSERT_EQ(stat(Root("app/run").c_str(), &t), 0);
+  EXPECT_EQ(t.st_mode & 07777, 0755u);
   ASSERT_EQ(stat(Root("etc/motd").c_str(), &m), 0);  // its directory made for it
   EXPECT_EQ(m.st_mode & 07777, 0600u);
-  EXPECT_EQ(report_.files, 2u);
+  EXPECT_EQ(report_.files, 3u);
   EXPECT_EQ(report_.symlinks, 1u);
   EXPECT_EQ(report_.hardlinks, 1u);
-  EXPECT_EQ(report_.bytes, 6u);
+  EXPECT_EQ(report_.bytes, 9u);
 }
 
 TEST_F(LayerUnpackTest, ReadsGzipAndZstdLayers) {

@@ -111,6 +111,7 @@ class AgentTest : public VaultTest {
     }
     absl::StatusOr<Vaultd*> d = StartVaultd(*v, {"--listen", "127.0.0.1:0"});
     ASSERT_TRUE(d.ok()) << d.status();
+    vaultd_ = *d;
     vault_ = *v;
     sock_ = (*d)->socket();
     admin_key_ = vault_.dir + "/admin.key";
@@ -277,6 +278,7 @@ class AgentTest : public VaultTest {
   std::string sock_;
   std::string admin_key_;
   bool searchable_ = false;
+  Vaultd* vaultd_ = nullptr;
   std::map<std::string, std::string> codes_;
 };
 

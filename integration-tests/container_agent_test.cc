@@ -5,6 +5,7 @@
 // result.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <string>
 
@@ -17,6 +18,7 @@ namespace vault::integration {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class ContainerAgentTest : public AgentTest {
  protected:
@@ -26,9 +28,11 @@ class ContainerAgentTest : public AgentTest {
     ASSERT_NO_FATAL_FAILURE(StartVault("ct"));
     if (IsSkipped()) return;
     RunResult status = Ctl({"status"});
-    if (!absl::StrContains(status.out, "container: runc version")) {
-      GTEST_SKIP() << "container agents are unavailable here: " << status.out;
+    // As root with runc installed, the type must be there: a regression fails, never skips.
+    if (geteuid() != 0 || access("/usr/sbin/runc", X_OK) != 0) {
+      GTEST_SKIP() << "container agents need root and runc";
     }
+    ASSERT_THAT(status.out, HasSubstr("container: runc version"));
     RunResult imported =
         Ctl({"image", "import", VAULT_IT_EXAMPLE_IMAGES "/vault-example-one_shot.oci.tar"});
     ASSERT_EQ(imported.exit_code, kExitOk) << imported;
@@ -74,6 +78,45 @@ TEST_F(ContainerAgentTest, TheExampleImageRunsTheCppSdkUnchanged) {
   RunResult journey = Ctl({"-o", "json", "agent", "journey", id});
   ASSERT_EQ(journey.exit_code, kExitOk) << journey;
   EXPECT_THAT(journey.out, HasSubstr(absl::StrCat(R"("image":")", image_id, R"(")"))) << journey;
+}
+
+// A vault killed with SIGKILL leaves no container running unwatched: vault-container-init sees
+// the vault's end of its report pipe close and ends the container (runc does not tie a
+// container's life to its caller's, as the posix sandbox's parent-death signal does).
+TEST_F(ContainerAgentTest, ContainersEndWhenTheirVaultIsKilled) {
+  RunResult imported =
+      Ctl({"image", "import", VAULT_IT_EXAMPLE_IMAGES "/vault-example-reactive.oci.tar"});
+  ASSERT_EQ(imported.exit_code, kExitOk) << imported;
+  const std::string path = absl::StrCat(root(), "/reactive.scm");
+  ASSERT_TRUE(WriteFile(path,
+                        "(agent (purpose \"wait for messages\")\n"
+                        "  (image \"vault-example-reactive\")\n"
+                        "  (capabilities (receive (from \"*\")))\n"
+                        "  (constraints (max-runtime 600)))\n")
+                  .ok());
+  const std::string id = Spawn(path);
+  ASSERT_FALSE(id.empty());
+  const std::string runc_root = vault_.data_dir + "/containers/runc";
+  auto running = [&] {
+    RunResult list = RunProgram({"/usr/sbin/runc", "--root", runc_root, "list"}, absl::Seconds(10));
+    return absl::StrContains(list.out, " running ");
+  };
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!running() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_TRUE(running()) << Ctl({"agent", "status", id});
+  const std::string before = Trim(
+      RunProgram({"/usr/sbin/runc", "--root", runc_root, "list", "-q"}, absl::Seconds(10)).out);
+  ASSERT_FALSE(before.empty());
+  vaultd_->Kill();
+  const absl::Time gone = absl::Now() + absl::Seconds(10);
+  while (running() && absl::Now() < gone) absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(running()) << "a container outlived its vault";
+  // The next start deletes what is left of it (and starts the agent again, in a new one).
+  absl::StatusOr<Vaultd*> again = StartVaultd(vault_, {"--listen", "127.0.0.1:0"});
+  ASSERT_TRUE(again.ok()) << again.status();
+  RunResult list =
+      RunProgram({"/usr/sbin/runc", "--root", runc_root, "list", "-q"}, absl::Seconds(10));
+  EXPECT_THAT(list.out, Not(HasSubstr(before))) << list;
 }
 
 TEST_F(ContainerAgentTest, ACommandTheImageLacksOrAnUnknownImageIsAClearError) {

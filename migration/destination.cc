@@ -18,6 +18,7 @@
 #include "cas/digest_proto.h"
 #include "common/log_fields.h"
 #include "common/status_macros.h"
+#include "migration/internal/image_blobs.h"
 #include "migration/internal/transfer.h"
 #include "migration/migration.h"
 #include "migration/receipt.h"
@@ -186,8 +187,19 @@ absl::StatusOr<vault::v1::SignedReceipt> Migration::CommitIn(const vault::v1::Mi
           /*high_priority=*/true);
     }
   }
-  // Every object is here, whole (the CAS verified each on the way in).
-  for (const vault::v1::Digest& d : {p.spec().code_digest(), p.state()}) {
+  // Every object is here, whole (the CAS verified each on the way in): for a container agent,
+  // every blob of its image too, as this vault reads its manifest (whatever the package's
+  // carried list said), so that it can import the image when the agent starts.
+  std::vector<vault::v1::Digest> needed = {p.spec().code_digest(), p.state()};
+  if (p.spec().sandbox() == "container") {
+    absl::StatusOr<std::vector<vault::v1::Digest>> blobs =
+        internal::ImageBlobsOf(*deps_.cas, p.spec());
+    if (!blobs.ok() && !absl::IsNotFound(blobs.status())) {
+      return RefusedArrival(p, "commit", blobs.status());
+    }
+    if (blobs.ok()) needed.insert(needed.end(), blobs->begin(), blobs->end());
+  }
+  for (const vault::v1::Digest& d : needed) {
     VAULT_ASSIGN_OR_RETURN(cas::Digest digest, cas::FromProto(d));
     VAULT_ASSIGN_OR_RETURN(bool present, deps_.cas->Contains(digest));
     if (!present) {

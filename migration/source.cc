@@ -21,6 +21,7 @@
 #include "common/random.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
+#include "migration/internal/image_blobs.h"
 #include "migration/internal/transfer.h"
 #include "migration/migration.h"
 #include "migration/receipt.h"
@@ -238,43 +239,16 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> Migration::Migrate(
   return out;
 }
 
-namespace {
-
-// A container agent's image travels with it: its code is the image's manifest, and the config and
-// layers the manifest names go as carried objects, so that the destination asks for the ones it
-// lacks (an image crosses each link once) and imports the image from its CAS (docs/containers.md).
-std::vector<vault::v1::Digest> ImageBlobsOf(const cas::Store& store, const AgentRecord& r) {
-  std::vector<vault::v1::Digest> out;
-  if (r.spec().sandbox() != "container") return out;
-  absl::StatusOr<cas::Digest> manifest = cas::FromProto(r.spec().code_digest());
-  if (!manifest.ok() || manifest->size() > (4u << 20)) return out;
-  absl::StatusOr<std::string> bytes = store.ReadAll(*manifest);
-  vault::v1::OciManifest m;
-  google::protobuf::util::JsonParseOptions options;
-  options.ignore_unknown_fields = true;
-  if (!bytes.ok() || !google::protobuf::util::JsonStringToMessage(*bytes, &m, options).ok()) {
-    return out;  // the destination refuses what it cannot import, naming why
-  }
-  std::vector<const vault::v1::OciDescriptor*> blobs = {&m.config()};
-  for (const vault::v1::OciDescriptor& l : m.layers()) blobs.push_back(&l);
-  for (const vault::v1::OciDescriptor* d : blobs) {
-    absl::string_view hex = d->digest();
-    if (!absl::ConsumePrefix(&hex, "sha256:") || hex.size() != 64 || d->size() < 0) continue;
-    absl::StatusOr<cas::Digest> digest =
-        cas::Digest::FromParts(absl::HexStringToBytes(hex), static_cast<uint64_t>(d->size()));
-    if (!digest.ok()) continue;
-    vault::v1::Digest proto;
-    cas::ToProto(*digest, &proto);
-    out.push_back(std::move(proto));
-  }
-  return out;
-}
-
-}  // namespace
-
 vault::v1::MigrationPackage Migration::PackageOf(const AgentRecord& r) const {
   vault::v1::MigrationPackage p;
-  for (vault::v1::Digest& d : ImageBlobsOf(*deps_.cas, r)) *p.add_carried() = std::move(d);
+  // A container agent's image travels with it (internal/image_blobs.h). An image the source
+  // cannot read leaves the list short, and the destination's Commit refuses the hop naming
+  // the blob it lacks: the agent stays here.
+  absl::StatusOr<std::vector<vault::v1::Digest>> blobs =
+      internal::ImageBlobsOf(*deps_.cas, r.spec());
+  if (blobs.ok()) {
+    for (vault::v1::Digest& d : *blobs) *p.add_carried() = std::move(d);
+  }
   p.set_agent_id(r.id());
   *p.mutable_spec() = r.spec();
   *p.mutable_chain() = r.migration().chain();

@@ -46,13 +46,12 @@ absl::StatusOr<std::unique_ptr<sandbox::ContainerSandbox>> StartContainers(
         "container agents need vaultd to run as root (runc creates their user namespaces)");
   }
   // The containers' host ids walk to their roots and scratch folders through the data folder:
-  // search (o+x), never listing. Everything in it stays 0600/0700.
+  // search (o+x), never listing. Taken back if the type cannot start.
   struct stat st;
-  if (stat(config.data_dir().c_str(), &st) == 0 && (st.st_mode & S_IXOTH) == 0) {
-    if (chmod(config.data_dir().c_str(), (st.st_mode & 07777) | S_IXOTH) == 0) {
-      spdlog::info("data folder {}: o+x added, so that container agents reach their image roots",
-                   config.data_dir());
-    }
+  mode_t restore = 0;
+  if (stat(config.data_dir().c_str(), &st) == 0 && (st.st_mode & S_IXOTH) == 0 &&
+      chmod(config.data_dir().c_str(), (st.st_mode & 07777) | S_IXOTH) == 0) {
+    restore = st.st_mode & 07777;
   }
   sandbox::ContainerSandboxOptions options;
   options.runtime = c.runtime();
@@ -86,7 +85,17 @@ absl::StatusOr<std::unique_ptr<sandbox::ContainerSandbox>> StartContainers(
     image.working_dir = record->working_dir();
     return image;
   };
-  return sandbox::ContainerSandbox::Create(options);
+  absl::StatusOr<std::unique_ptr<sandbox::ContainerSandbox>> created =
+      sandbox::ContainerSandbox::Create(options);
+  if (restore != 0) {
+    if (created.ok()) {
+      spdlog::info("data folder {}: o+x added, so that container agents reach their image roots",
+                   config.data_dir());
+    } else {
+      chmod(config.data_dir().c_str(), restore);
+    }
+  }
+  return created;
 }
 
 // Admits one refusal entry per certificate name per minute; the admitted one carries the count of

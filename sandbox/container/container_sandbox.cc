@@ -18,6 +18,7 @@
 #include <atomic>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -322,7 +323,11 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> ContainerSandbox::Impl::Spawn(
   bool created = false;
   auto fail = [&](absl::Status status) {
     if (created) (void)Runtime({"delete", "--force", state->id});
-    if (state->cgroup != nullptr) (void)state->cgroup->Remove();
+    if (state->cgroup != nullptr) {
+      // (A runc killed at its deadline leaves its `runc init` behind, unknown to its state.)
+      (void)state->cgroup->KillAll();
+      (void)state->cgroup->Remove();
+    }
     std::error_code ec;
     std::filesystem::remove_all(bundle, ec);
     host_ids_->Release(state->host_slot);
@@ -379,10 +384,10 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> ContainerSandbox::Impl::Spawn(
       {2, or_null(spec.stderr_fd)},  {kChannelFd, or_null(spec.channel_fd)},
       {kProgramsFd, programs.get()}, {kReportFd, report_write.get()}};
   const std::string log = bundle + "/runc.log";
-  absl::StatusOr<RuntimeResult> create =
-      RunRuntime({runtime_, "--root", runc_root_, "--log", log, "--log-format", "json", "create",
-                  "--bundle", bundle, "--preserve-fds", "3", state->id},
-                 fds, kStartTimeout);
+  absl::StatusOr<RuntimeResult> create = RunRuntime(
+      {runtime_, "--root", runc_root_, "--log", log, "--log-format", "json", "create", "--bundle",
+       bundle, "--pid-file", bundle + "/pid", "--preserve-fds", "3", state->id},
+      fds, kStartTimeout);
   report_write.Reset();
   programs.Reset();
   created = true;  // whatever it made, deleted on failure
@@ -390,6 +395,20 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> ContainerSandbox::Impl::Spawn(
   if (create->exit_code != 0) {
     return fail(absl::InternalError(
         absl::StrCat("runc create failed: ", RuntimeError(log, create->output))));
+  }
+  // The container's init must be in the cgroup the vault freezes, kills and reads: runc puts it
+  // under its own cgroup, which is this process's.
+  {
+    absl::StatusOr<std::string> pid_text = common::ReadFile(bundle + "/pid");
+    pid_t pid = 0;
+    absl::StatusOr<std::set<pid_t>> tasks = state->cgroup->Tasks();
+    if (!pid_text.ok() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*pid_text), &pid) ||
+        !tasks.ok() || !tasks->contains(pid)) {
+      return fail(absl::InternalError(
+          absl::StrCat("runc did not put the container in the cgroup the vault made for it (",
+                       options_.cgroup_folder, "/", state->id,
+                       " under vaultd's own cgroup): pause, kill and the limits would miss it")));
+    }
   }
   // The binds hold the scratch now; off the host's mount table with it (work_fd keeps it).
   state->work_fd = std::move(scratch->work_fd);
@@ -453,6 +472,7 @@ void ContainerSandbox::Impl::Release(const std::shared_ptr<ContainerState>& stat
   absl::StatusOr<std::string> deleted = Runtime({"delete", "--force", state->id});
   if (!deleted.ok()) spdlog::warn("container {}: {}", state->id, deleted.status().ToString());
   if (state->cgroup != nullptr) {
+    (void)state->cgroup->KillAll();  // nothing may outlive the container with its host id
     absl::Status removed = state->cgroup->Remove();
     if (!removed.ok()) spdlog::warn("container {}: {}", state->id, removed.ToString());
   }

@@ -197,6 +197,13 @@ void ContainerSandbox::Impl::Signal(const std::shared_ptr<ContainerState>& state
 
 void ContainerSandbox::Impl::Unregister(const std::shared_ptr<ContainerState>& state) {
   absl::MutexLock lock(&mu_);
+  {
+    absl::MutexLock state_lock(&state->mu);
+    if (!state->done) {
+      state->orphaned = true;  // Reap releases it and forgets it
+      return;
+    }
+  }
   live_.erase(state->report.get());
 }
 
@@ -245,9 +252,8 @@ void ContainerSandbox::Impl::Reap(const std::shared_ptr<ContainerState>& state) 
   exit.killed = state->kill_requested;
   exit.limit = state->limit;
   if (exit.limit == LimitHit::kNone && !exit.exited) {
-    if (exit.signal == SIGXCPU) {
-      exit.limit = LimitHit::kCpuTime;
-    } else if (exit.signal == SIGXFSZ) {
+    // (No RLIMIT_CPU here: a SIGXCPU would be the agent's own, and says nothing.)
+    if (exit.signal == SIGXFSZ) {
       exit.limit = LimitHit::kFileSize;
     } else if (exit.signal == SIGKILL && oom_kills > 0) {
       exit.limit = LimitHit::kMemory;
@@ -259,6 +265,9 @@ void ContainerSandbox::Impl::Reap(const std::shared_ptr<ContainerState>& state) 
   state->done = true;
   state->mu.Unlock();
   if (state->on_exit) state->on_exit(exit);
+  absl::MutexLock lock(&mu_);
+  absl::MutexLock state_lock(&state->mu);
+  if (state->orphaned) live_.erase(state->report.get());
 }
 
 void ContainerSandbox::Impl::EnforceLimits(const std::shared_ptr<ContainerState>& state,

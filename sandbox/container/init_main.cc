@@ -24,13 +24,18 @@
 //   "X <errno>\n"  it could not be (exit code 127)
 //   "E <code>\n"   PROGRAM exited with code (this init exits with it too)
 //   "S <signal>\n" PROGRAM was killed by signal (this init exits with 128 + signal)
-// Its exit ends the container: the kernel kills whatever is left in its PID namespace.
+// Its exit ends the container: the kernel kills whatever is left in its PID namespace. It also
+// exits (137) when the vault's end of fd 5 closes: a vault killed with SIGKILL leaves no
+// container running unwatched (runc does not tie a container's life to its caller's).
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <poll.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -124,8 +129,20 @@ int main(int argc, char** argv) {
       Fail("install a seccomp filter", errno);
     }
   }
-  fcntl(kReportFd, F_SETFD, FD_CLOEXEC);
-  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  // fd 5 is the vault's: close-on-exec, so the program never holds it, and this process not
+  // dumpable, so the program cannot open it through /proc/1/fd (both checked: a spoofed "E 0"
+  // would make the vault misjudge how the agent ended).
+  const bool lifeline = fcntl(kReportFd, F_GETFD) >= 0;
+  if (lifeline && fcntl(kReportFd, F_SETFD, FD_CLOEXEC) != 0) Fail("fd 5 close-on-exec", errno);
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) Fail("PR_SET_DUMPABLE", errno);
+  // SIGCHLD through a signalfd, so that one poll also watches fd 5: when the vault is gone
+  // (its end of the pipe closed), the container ends rather than run unwatched.
+  sigset_t chld, old_mask;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  if (sigprocmask(SIG_BLOCK, &chld, &old_mask) != 0) Fail("sigprocmask", errno);
+  const int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sfd < 0) Fail("signalfd", errno);
   int exec_pipe[2];
   if (pipe2(exec_pipe, O_CLOEXEC) != 0) Fail("pipe2", errno);
   const pid_t child = fork();
@@ -134,6 +151,7 @@ int main(int argc, char** argv) {
     Fail("fork", errno);
   }
   if (child == 0) {
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     execvp(argv[1], argv + 1);
     const int err = errno;
     ssize_t ignored = write(exec_pipe[1], &err, sizeof err);
@@ -154,23 +172,35 @@ int main(int argc, char** argv) {
     _exit(127);
   }
   Report('R', 0);
-  // Reap everything; stop when the program itself ends.
+  // Reap everything; stop when the program itself ends, or when the vault is gone.
   for (;;) {
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, __WALL);
-    if (pid < 0 && errno == EINTR) continue;
-    if (pid < 0) {
-      Report('X', errno);
-      _exit(127);
+    for (;;) {
+      int status = 0;
+      const pid_t pid = waitpid(-1, &status, __WALL | WNOHANG);
+      if (pid < 0 && errno == EINTR) continue;
+      if (pid < 0) {
+        Report('X', errno);
+        _exit(127);
+      }
+      if (pid == 0) break;
+      if (pid != child) continue;
+      if (WIFEXITED(status)) {
+        Report('E', WEXITSTATUS(status));
+        _exit(WEXITSTATUS(status));
+      }
+      if (WIFSIGNALED(status)) {
+        Report('S', WTERMSIG(status));
+        _exit(128 + WTERMSIG(status));
+      }
     }
-    if (pid != child) continue;
-    if (WIFEXITED(status)) {
-      Report('E', WEXITSTATUS(status));
-      _exit(WEXITSTATUS(status));
+    pollfd watched[2] = {{sfd, POLLIN, 0}, {kReportFd, 0, 0}};
+    if (poll(watched, lifeline ? 2 : 1, -1) < 0 && errno != EINTR) Fail("poll", errno);
+    if (lifeline && (watched[1].revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) {
+      // The vault's end is closed: it was killed. Leaving kills every process of the container.
+      _exit(137);
     }
-    if (WIFSIGNALED(status)) {
-      Report('S', WTERMSIG(status));
-      _exit(128 + WTERMSIG(status));
+    signalfd_siginfo info;
+    while (read(sfd, &info, sizeof info) > 0) {
     }
   }
 }

@@ -3,8 +3,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/json.h"
 #include "common/status_macros.h"
 
@@ -65,8 +67,23 @@ absl::StatusOr<std::string> OciConfigJson(const ContainerSpec& spec) {
   if (spec.host_id == 0) {
     return absl::InvalidArgumentError("a container needs its sandbox's own host id, never root");
   }
-  if (!absl::StartsWith(spec.cwd, "/")) {
-    return absl::InvalidArgumentError("the working directory must be an absolute path");
+  // An image's WorkingDir is the image author's: a clean absolute path, never under /proc, /sys
+  // or /dev (runc before 1.1.12 let "/proc/self/fd/N" leave the container: CVE-2024-21626).
+  {
+    bool clean = absl::StartsWith(spec.cwd, "/") && spec.cwd.size() <= 4096;
+    if (clean && spec.cwd != "/") {
+      for (absl::string_view part : absl::StrSplit(absl::string_view(spec.cwd).substr(1), '/')) {
+        clean = clean && !part.empty() && part != "." && part != "..";
+      }
+    }
+    for (absl::string_view kernel : {"/proc", "/sys", "/dev"}) {
+      clean = clean && spec.cwd != kernel && !absl::StartsWith(spec.cwd, absl::StrCat(kernel, "/"));
+    }
+    if (!clean) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the working directory \"", absl::CHexEscape(spec.cwd),
+          "\" is not a clean absolute path outside /proc, /sys and /dev (the image's WorkingDir)"));
+    }
   }
   if (spec.cgroups_path.empty() || absl::StartsWith(spec.cgroups_path, "/") ||
       absl::StrContains(spec.cgroups_path, "..")) {

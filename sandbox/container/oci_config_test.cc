@@ -131,6 +131,18 @@ TEST(OciConfig, RefusesWhatCannotRunSafely) {
   c = Spec();
   c.storage_dir.clear();
   EXPECT_EQ(code(c), absl::StatusCode::kInvalidArgument);
+  // An image's WorkingDir: CVE-2024-21626's /proc/self/fd/N, and anything not clean.
+  for (const char* cwd : {"/proc/self/fd/7", "/proc", "/sys/fs", "/dev", "/work/../proc",
+                          "/work/./x", "//work", "work", ""}) {
+    c = Spec();
+    c.cwd = cwd;
+    EXPECT_EQ(code(c), absl::StatusCode::kInvalidArgument) << cwd;
+  }
+  for (const char* cwd : {"/", "/work", "/app/src", "/procedures"}) {
+    c = Spec();
+    c.cwd = cwd;
+    EXPECT_TRUE(OciConfigJson(c).ok()) << cwd;
+  }
   c = Spec();
   c.args.clear();
   EXPECT_EQ(code(c), absl::StatusCode::kInvalidArgument);

@@ -46,6 +46,9 @@ struct ContainerState {
   bool done ABSL_GUARDED_BY(mu) = false;
   bool paused ABSL_GUARDED_BY(mu) = false;
   bool kill_requested ABSL_GUARDED_BY(mu) = false;
+  // Its handle is gone before it ended (a kill that timed out): the supervisor forgets it once
+  // it is reaped and released.
+  bool orphaned ABSL_GUARDED_BY(mu) = false;
   LimitHit limit ABSL_GUARDED_BY(mu) = LimitHit::kNone;
   absl::Time deadline ABSL_GUARDED_BY(mu);
   absl::Time paused_at ABSL_GUARDED_BY(mu);
