@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "agent/agent_store.h"
@@ -278,6 +279,13 @@ absl::StatusOr<vault::v1::SignedReceipt> Migration::CommitIn(const vault::v1::Mi
        {"narrowed", static_cast<int>(record.grants_size()) != static_cast<int>(v->grants.size())
                         ? "yes"
                         : "no"}});
+  if (p.spec().sandbox() == "container") {
+    // A container agent's code is its image: the journey shows which (docs/containers.md).
+    vault::v1::AuditEntry::Detail* image = entry.add_details();
+    image->set_key("image");
+    image->set_value(
+        absl::StrCat("sha256:", absl::BytesToHexString(p.spec().code_digest().sha256())));
+  }
   // The commit point: record, transfer id and audit entry in one durable write.
   const std::string transfer_bytes = t.SerializeAsString();
   VAULT_RETURN_IF_ERROR(
