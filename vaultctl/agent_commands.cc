@@ -96,7 +96,8 @@ void AddAgentCommands(CLI::App& app, GlobalOptions& g, Command& command) {
   auto* spawn = agent->add_subcommand(
       "spawn",
       "Spawn an agent from a spec; prints its id. The code (a file) is uploaded to the vault's "
-      "CAS first, and --as's key signs a SPAWN link to the vault for the spec's grants and "
+      "CAS first (a container agent's (image NAME) is looked up instead: its manifest digest is "
+      "the code), and --as's key signs a SPAWN link to the vault for the spec's grants and "
       "constraints (valid until the constraints' expiry, else one year)");
   spawn
       ->add_option("SPEC", f.spec,
