@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -25,6 +26,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/sha256.h"
 #include "common/unique_fd.h"
@@ -387,19 +389,40 @@ uint64_t VaultTest::Seed() {
   return seed;
 }
 
+// A port below the kernel's ephemeral range (ip_local_port_range), free when asked: a port the
+// kernel handed out would be free again once closed, and then any test's outgoing connection may
+// take it as its source port before the vaultd it was picked for binds it.
 absl::StatusOr<int> FreeLoopbackPort() {
-  Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (fd.get() < 0) return Errno("socket");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return Errno("bind");
-  socklen_t len = sizeof(addr);
-  if (getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    return Errno("getsockname");
+  auto try_bind = [](int port) -> absl::StatusOr<int> {
+    Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (fd.get() < 0) return Errno("socket");
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return Errno("bind");
+    socklen_t len = sizeof(addr);
+    if (getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return Errno("getsockname");
+    }
+    return ntohs(addr.sin_port);
+  };
+  int low = 32768;
+  if (absl::StatusOr<std::string> range = ReadFile("/proc/sys/net/ipv4/ip_local_port_range");
+      range.ok()) {
+    std::vector<std::string> parts =
+        absl::StrSplit(*range, absl::ByAnyChar(" \t\n"), absl::SkipEmpty());
+    if (!parts.empty()) (void)absl::SimpleAtoi(parts[0], &low);
   }
-  return ntohs(addr.sin_port);
+  if (low > 12000) {
+    thread_local std::mt19937 random{std::random_device{}()};
+    std::uniform_int_distribution<int> pick(low - 11000, low - 1);
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      absl::StatusOr<int> port = try_bind(pick(random));
+      if (port.ok()) return port;
+    }
+  }
+  return try_bind(0);
 }
 
 absl::Status WriteFile(const std::string& path, absl::string_view data) {
