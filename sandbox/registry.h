@@ -2,7 +2,7 @@
 // type an agent's spec asks for.
 //
 // Type names: "posix" (sandbox/posix/, a native program or a Python script in Linux namespaces
-// under every fence), "scheme", "wasm" and "container" (each its own folder when it is built).
+// under every fence), "scheme", "wasm" and "container" (each its own folder).
 // The RFC writes the posix type "posix-sandbox": that is another name of "posix". An empty name
 // is "posix". A vault registers the types it runs at start; a type it knows of but cannot run
 // here (not built, or a fence it needs is missing) is registered as unavailable with the reason,

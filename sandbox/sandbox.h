@@ -10,7 +10,8 @@
 //   - an interpreter type (WASM, Scheme) runs its interpreter as the program of a posix sandbox,
 //     so that every posix fence holds around it, and speaks the host-call protocol on fd 3 for
 //     the code it interprets;
-//   - a container type runs an OCI runtime as its process.
+//   - the container type (sandbox/container/) runs an OCI image under runc, with the posix
+//     type's Landlock rules and seccomp filters installed by its own init inside.
 // A type whose runner can capture a running program's whole execution state says so
 // (Sandbox::can_snapshot): the runner hands the snapshot to the vault over its host-call channel,
 // at a checkpoint or migrate, or when SandboxHandle::Interrupt asks (wasm: docs/wasm.md); the
