@@ -52,22 +52,6 @@ absl::Status AgentRuntime::Impl::AnswerQuery(uint64_t reply_to, const std::strin
   return absl::OkStatus();
 }
 
-std::optional<std::string> AgentRuntime::Impl::DepartedFor(LiveAgent& sender,
-                                                           const std::string& id) {
-  // Visible to the agents of its own principal, and to senders whose grants name it.
-  absl::StatusOr<vault::v1::AgentRecord> r = store_->Get(id);
-  if (!r.ok() || r->state() != vault::v1::DEPARTED) return std::nullopt;
-  if (r->principal() != sender.principal) {
-    absl::MutexLock lock(&sender.mu);
-    bool named = false;
-    for (const Grant& g : sender.record.grants()) {
-      named = named || (g.kind() == Grant::SEND && g.agent() == id);
-    }
-    if (!named) return std::nullopt;
-  }
-  return DepartedNote(id);
-}
-
 void AgentRuntime::Impl::Audit(vault::v1::AuditEntry entry, bool durable) {
   audit_writer_->Append(std::move(entry), durable);
 }
@@ -286,6 +270,7 @@ void AgentRuntime::Impl::RunCall(const std::shared_ptr<LiveAgent>& live, HostReq
     };
     if (c.grant.has_value()) details.emplace_back("grant", capability::GrantToString(*c.grant));
     if (!c.status.ok() && !denied) details.emplace_back("error", std::string(c.status.message()));
+    for (auto& d : c.details) details.push_back(std::move(d));
     Audit(audit::MakeEntry(live->id, absl::StrCat("host.", c.op), c.subject,
                            denied ? vault::v1::AuditEntry::DENIED : vault::v1::AuditEntry::ALLOWED,
                            denied ? std::string(c.status.message()) : std::string(),
@@ -334,7 +319,7 @@ absl::StatusOr<uint64_t> AgentRuntime::Impl::Deliver(const std::shared_ptr<LiveA
             absl::StrCat("the mailbox of agent ", to->id, " is full (",
                          options_.config.mailbox_capacity(), " messages)"));
       }
-      to->mailbox.push_back(std::move(message));
+      to->mailbox.push_back({std::move(message), 0});
       return id;
     }
   }

@@ -416,6 +416,8 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live,
     return s;
   };
   r.set_incarnation(r.incarnation() + 1);
+  // Its stored messages (docs/messages.md), before anything can be delivered to it.
+  if (absl::Status loaded = LoadMailLocked(*live); !loaded.ok()) return fail(loaded);
   // An agent that replays has its log ready before its process is served.
   {
     absl::StatusOr<sandbox::Sandbox*> box = SandboxFor(r.spec().sandbox());
@@ -711,6 +713,8 @@ void AgentRuntime::Impl::OnExit(const std::shared_ptr<LiveAgent>& live,
       break;
   }
   (void)Transition(*live, to, reason, high);
+  // Its stored mailbox goes (no process will read it); its outbox still drains.
+  ForgetReceived(live->id);
   {
     absl::MutexLock agents_lock(&mu_);
     ForgetLocked(live);

@@ -256,7 +256,9 @@ absl::Status AgentRuntime::Impl::MarkDeparted(
   // DEPARTED from now on, and after a crash before the write the record still reads MIGRATING,
   // which the next start settles with Status (COMMITTED, with the receipt) as for a lost answer.
   // Then the frozen process ends (it can do nothing meanwhile: frozen, its calls refused); the
-  // exit handler (kDeparted) forgets the agent here.
+  // exit handler (kDeparted) forgets the agent here. Its messages went with it: what arrives
+  // for it from now on is forwarded (docs/messages.md).
+  ForgetMailbox(agent->id);
   if (!process) {
     absl::MutexLock lock(&mu_);
     ForgetLocked(agent);
@@ -427,6 +429,8 @@ absl::Status AgentRuntime::Impl::StartArrival(const AgentRef& held, AgentRecord 
   // Its RUNNING state need not be synced: the committed record starts it again after a crash.
   const bool defer_io = prestarted && after_answer != nullptr;
   absl::Status launched = Launch(live, std::nullopt, /*sync_started=*/false, defer_io);
+  // The messages it sent that wait for their receivers' vaults: drained from here now.
+  AdoptArrivalOutbox(live->id);
   // (Also after a failed launch: StartIo serves a process that still runs, as Launch would have.)
   if (defer_io) *after_answer = [this, live] { StartIo(live); };
   if (launched.ok() && paused) {

@@ -37,6 +37,7 @@
 #include "rocksdb/write_batch.h"
 #include "vault/v1/agent.pb.h"
 #include "vault/v1/audit.pb.h"
+#include "vault/v1/message.pb.h"
 #include "vault/v1/migration.pb.h"
 
 namespace vault::agent {
@@ -100,7 +101,21 @@ class MigrationPort {
   virtual void FailMigrateCall(const AgentRef& agent, uint64_t call_id,
                                const absl::Status& why) = 0;
 
+  // Its messages for the hop (docs/messages.md): its mailbox, the sequence numbers it has seen
+  // and its outbox, stored as one CAS object (a MailboxTransfer); nullopt when it has none.
+  // Called frozen (deliveries are refused; those under way finish first).
+  virtual absl::StatusOr<std::optional<cas::Digest>> StoreMailbox(const AgentRef& agent) = 0;
+
   // ---- The destination of a hop ----
+  // An arrival's messages, read from the CAS, each checked (its vault's signature, its
+  // sender's chain, that it is to this agent, or from it for the outbox). INVALID_ARGUMENT
+  // when one is not.
+  virtual absl::StatusOr<vault::v1::MailboxTransfer> ReadArrivalMailbox(
+      const std::string& agent_id, const vault::v1::Digest& digest) = 0;
+  // For an arrival's commit batch: its messages (null: none) replace whatever this vault kept
+  // of it.
+  virtual void AddArrivalMailbox(rocksdb::WriteBatch* batch, const std::string& agent_id,
+                                 const vault::v1::MailboxTransfer* transfer) = 0;
   // A verification context with this vault's key, members and revocations.
   virtual capability::VerifyContext BaseContext() const = 0;
   virtual TrustPolicy& policy() = 0;
@@ -154,6 +169,9 @@ class Migrator {
   // The vault is stopping: arrivals not committed are ended, hops in flight leave their
   // outcome to the next start. Idempotent.
   virtual void Stop() = 0;
+  // The member that hosts agent `id` now, as far as the federation knows (NOT_FOUND when no
+  // member knows it).
+  virtual absl::StatusOr<std::string> WhereIs(const std::string& id) = 0;
 };
 
 }  // namespace vault::agent

@@ -223,11 +223,17 @@ absl::StatusOr<uint64_t> AgentRuntime::Impl::SendFromOperator(const std::string&
   if (type.empty() || type.size() > 64) {
     return absl::InvalidArgumentError("a message type is 1-64 characters");
   }
-  vault::v1::Message m;
-  m.set_from("operator");
-  m.set_type(type);
-  m.set_data(data);
-  VAULT_ASSIGN_OR_RETURN(uint64_t message_id, Deliver(live, std::move(m)));
+  // Stored like an agent's message (signed by this vault, from "operator"): it waits in the
+  // mailbox across a restart, and travels with the agent.
+  vault::v1::MessageRecord record;
+  record.set_from("operator");
+  record.set_to(id);
+  record.set_type(type);
+  record.set_sending_vault(options_.vault_name);
+  record.set_sent_unix_ms(absl::ToUnixMillis(absl::Now()));
+  VAULT_ASSIGN_OR_RETURN(vault::v1::SignedMessage signed_message,
+                         messaging::SignMessage(record, data, "", *deps_.vault_key));
+  VAULT_ASSIGN_OR_RETURN(uint64_t message_id, AcceptMail(live, signed_message, record, {}));
   Audit(audit::MakeEntry("local-admin", "agent.message", id, vault::v1::AuditEntry::ALLOWED, "",
                          {{"type", type},
                           {"bytes", absl::StrCat(data.size())},

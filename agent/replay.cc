@@ -244,6 +244,7 @@ void AgentRuntime::Impl::ReleaseHeldCalls(const std::shared_ptr<LiveAgent>& live
   std::vector<LiveAgent::HeldCall> held;
   std::optional<LiveAgent::PendingReceive> waiting;
   std::optional<vault::v1::Message> message;
+  uint64_t consumed = 0;
   {
     absl::MutexLock lock(&live->mu);
     held.swap(live->held_calls);
@@ -252,11 +253,15 @@ void AgentRuntime::Impl::ReleaseHeldCalls(const std::shared_ptr<LiveAgent>& live
     if (live->pending_receive.has_value() && !live->mailbox.empty()) {
       waiting = std::move(live->pending_receive);
       live->pending_receive.reset();
-      message = std::move(live->mailbox.front());
+      message = std::move(live->mailbox.front().message);
+      consumed = live->mailbox.front().n;
       live->mailbox.pop_front();
     }
   }
-  if (waiting.has_value()) AnswerReceive(live, *std::move(waiting), *std::move(message));
+  if (waiting.has_value()) {
+    AnswerReceive(live, *std::move(waiting), *std::move(message));
+    Consumed(live->id, consumed);
+  }
   for (LiveAgent::HeldCall& h : held) {
     live->in_flight.fetch_add(1);
     bool queued = workers_->Schedule(live->principal, [this, live, h = std::move(h)]() mutable {

@@ -69,6 +69,9 @@ std::vector<storage::ColumnFamilySpec> AgentRuntime::ColumnFamilies() {
   for (storage::ColumnFamilySpec& cf : capability::RevocationStore::ColumnFamilies()) {
     cfs.push_back(cf);
   }
+  for (storage::ColumnFamilySpec& cf : messaging::MailboxStore::ColumnFamilies()) {
+    cfs.push_back(cf);
+  }
   return cfs;
 }
 
@@ -117,6 +120,10 @@ absl::StatusOr<vault::v1::RevokeResponse> AgentRuntime::RevokeFromMember(
   return impl_->Revoke(request, caller);
 }
 AgentStore* AgentRuntime::store() const { return impl_->store_.get(); }
+absl::StatusOr<vault::v1::DeliverResponse> AgentRuntime::DeliverFromMember(
+    const vault::v1::DeliverRequest& request, const std::string& caller, absl::Time deadline) {
+  return impl_->DeliverFromMember(request, caller, deadline);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Setup and teardown.
@@ -137,6 +144,8 @@ absl::Status AgentRuntime::Impl::Init() {
   if (!policy_options.vaults.empty()) policy_options.vaults.push_back(options_.vault_name);
   VAULT_ASSIGN_OR_RETURN(policy_, TrustPolicy::Open(deps_.db, std::move(policy_options)));
   store_ = std::make_unique<AgentStore>(deps_.db);
+  mailboxes_ = std::make_unique<messaging::MailboxStore>(deps_.db);
+  VAULT_RETURN_IF_ERROR(LoadUnsent());
   VAULT_ASSIGN_OR_RETURN(revocations_, capability::RevocationStore::Open(deps_.db));
   VAULT_ASSIGN_OR_RETURN(files_, FileTree::Open(options_.config.files_dir()));
   audit_writer_ = std::make_unique<AuditWriter>(deps_.log);
@@ -178,6 +187,7 @@ absl::Status AgentRuntime::Impl::Init() {
   lifecycle_ = std::make_unique<common::Executor>(2, 1 << 20);
   VAULT_ASSIGN_OR_RETURN(reactor_, ChannelReactor::Start(this, poll_window_));
   watchdog_ = std::thread([this] { WatchdogLoop(); });
+  unsent_thread_ = std::thread([this] { UnsentLoop(); });
   return absl::OkStatus();
 }
 
@@ -303,6 +313,12 @@ void AgentRuntime::Impl::Stop() {
     live->mu.AwaitWithDeadline(absl::Condition(&done), deadline);
   }
   if (outbox_ != nullptr) outbox_->Stop();
+  {
+    absl::MutexLock lock(&unsent_mu_);
+    unsent_stop_ = true;
+    unsent_cv_.Signal();
+  }
+  if (unsent_thread_.joinable()) unsent_thread_.join();
   for (const auto& live : live_agents) End(live, EndCause::kVaultStop, "vault stopping");
   // Wait for the exits to be handled (records written).
   absl::Time exits_deadline = absl::Now() + absl::Seconds(10);

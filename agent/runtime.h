@@ -48,6 +48,7 @@
 #include "storage/database.h"
 #include "vault/v1/agent.pb.h"
 #include "vault/v1/config.pb.h"
+#include "vault/v1/message.pb.h"
 #include "vault/v1/migration.pb.h"
 
 namespace vault::agent {
@@ -77,6 +78,9 @@ class MemberClient {
   // Gossips a revocation to a member.
   virtual absl::StatusOr<vault::v1::RevokeResponse> Revoke(
       const std::string& vault, const vault::v1::RevokeRequest& request) = 0;
+  // Hands a message to a member, for the agent it names (docs/messages.md).
+  virtual absl::StatusOr<vault::v1::DeliverResponse> Deliver(
+      const std::string& vault, const vault::v1::DeliverRequest& request, absl::Time deadline) = 0;
 };
 
 struct RuntimeDeps {
@@ -121,6 +125,11 @@ class AgentRuntime {
                                             const std::string& data);
   // Sends a "vault.query" message and waits for the agent's reply (send with reply_to).
   absl::StatusOr<vault::v1::QueryResponse> Query(const vault::v1::QueryRequest& request);
+
+  // A message a member hands over (Messages.Deliver; `caller` is its name): verified, then
+  // delivered to the agent here, or forwarded to the member it departed to (docs/messages.md).
+  absl::StatusOr<vault::v1::DeliverResponse> DeliverFromMember(
+      const vault::v1::DeliverRequest& request, const std::string& caller, absl::Time deadline);
 
   // Stores a signed revocation (checked, durable, idempotent; audited) and terminates every
   // running agent whose chain it cuts: it counts only when its revoker is a principal of that

@@ -28,6 +28,9 @@ inline constexpr absl::string_view kCodeDomain("vault.agent.code.v1\0", 20);
 // The head of an agent's effect log, as the vault that wrote the log out vouches for it
 // (EffectLog.signature: agent id, NUL, head).
 inline constexpr absl::string_view kEffectLogDomain("vault.agent.effect-log.v1\0", 26);
+// A message between agents, as the vault its sender ran on vouches for it
+// (SignedMessage.record: MessageRecord).
+inline constexpr absl::string_view kMessageDomain("vault.message.v1\0", 17);
 
 }  // namespace vault::capability
 

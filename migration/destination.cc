@@ -208,6 +208,20 @@ absl::StatusOr<vault::v1::SignedReceipt> Migration::CommitIn(const vault::v1::Mi
           "object ", digest.ToString(), " has not arrived (Offer names what to send)"));
     }
   }
+  // Its messages (docs/messages.md), each checked before any is adopted.
+  std::optional<vault::v1::MailboxTransfer> mailbox;
+  if (p.has_mailbox()) {
+    VAULT_ASSIGN_OR_RETURN(cas::Digest digest, cas::FromProto(p.mailbox()));
+    VAULT_ASSIGN_OR_RETURN(bool present, deps_.cas->Contains(digest));
+    if (!present) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the agent's mailbox ", digest.ToString(), " has not arrived (Offer names what to send)"));
+    }
+    absl::StatusOr<vault::v1::MailboxTransfer> read =
+        deps_.port->ReadArrivalMailbox(p.agent_id(), p.mailbox());
+    if (!read.ok()) return RefusedArrival(p, "commit", read.status(), /*high_priority=*/true);
+    mailbox = *std::move(read);
+  }
   std::optional<vault::v1::TrustEntry> trust = deps_.port->policy().Lookup(*v->root);
   if (!trust.has_value()) return absl::PermissionDeniedError("the root principal is not trusted");
   // Never two: an agent may arrive only where it is not (or where it departed from).
@@ -275,6 +289,7 @@ absl::StatusOr<vault::v1::SignedReceipt> Migration::CommitIn(const vault::v1::Mi
        {"hop", absl::StrCat(v->hop)},
        {"state", state_digest.ok() ? state_digest->ToString() : "(invalid digest)"},
        {"state_in_commit", state != nullptr ? "yes" : "no"},
+       {"messages", absl::StrCat(mailbox.has_value() ? mailbox->mailbox_size() : 0)},
        {"grants", grants},
        {"narrowed", static_cast<int>(record.grants_size()) != static_cast<int>(v->grants.size())
                         ? "yes"
@@ -292,6 +307,8 @@ absl::StatusOr<vault::v1::SignedReceipt> Migration::CommitIn(const vault::v1::Mi
       deps_.port->CommitArrival(record, std::move(entry), [&](rocksdb::WriteBatch* batch) {
         batch->Put(deps_.db->Handle(kTransfers), storage::ToSlice(last.transfer_id()),
                    storage::ToSlice(transfer_bytes));
+        deps_.port->AddArrivalMailbox(batch, p.agent_id(),
+                                      mailbox.has_value() ? &*mailbox : nullptr);
       }));
   // Committed: from here on the answer is the receipt, whatever happens to the start.
   // The process started at the Offer, if it was started for exactly this hop, is adopted.

@@ -72,6 +72,14 @@ vault::v1::WhereResponse Migration::Where(const std::string& id) {
   return out;
 }
 
+absl::StatusOr<std::string> Migration::WhereIs(const std::string& id) {
+  VAULT_ASSIGN_OR_RETURN(vault::v1::LocateResponse l, Locate(id));
+  if (l.vault().empty()) {
+    return absl::UnavailableError(absl::StrCat("agent ", id, " is migrating to ", l.migrating_to()));
+  }
+  return l.vault();
+}
+
 absl::StatusOr<vault::v1::LocateResponse> Migration::Locate(const std::string& id) {
   VAULT_RETURN_IF_ERROR(agent::ValidateAgentId(id));
   vault::v1::LocateResponse out;

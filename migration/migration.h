@@ -87,6 +87,8 @@ class Migration final : public agent::Migrator {
                              std::string state, std::optional<cas::Digest> state_digest) override;
   void Settle(const agent::AgentRef& agent) override;
   void Stop() override;
+  // agent::Migrator: Locate's answer, the member that hosts the agent.
+  absl::StatusOr<std::string> WhereIs(const std::string& id) override;
 
   // ---- Destination, for the Migration service; `caller` is the calling member's name ----
   absl::StatusOr<std::vector<vault::v1::Digest>> OfferIn(const vault::v1::MigrationPackage& p,

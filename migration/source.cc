@@ -117,6 +117,9 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> Migration::MigrateOut(
   absl::StatusOr<std::optional<cas::Digest>> log = deps_.port->ReplayState(agent);
   if (!log.ok()) return unfreeze(log.status());
   if (log->has_value()) state_digest = **log;
+  // Its messages go with it: its mailbox, the sequence numbers it has seen, its outbox.
+  absl::StatusOr<std::optional<cas::Digest>> mailbox = deps_.port->StoreMailbox(agent);
+  if (!mailbox.ok()) return unfreeze(mailbox.status());
   if (!state_digest.has_value()) {
     if (r.has_state()) {
       absl::StatusOr<cas::Digest> d = cas::FromProto(r.state_digest());
@@ -158,6 +161,7 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> Migration::MigrateOut(
   m.set_started_unix_ms(now);
   m.set_requested_by(requested_by);
   m.set_resume_state(resume_state);
+  if (mailbox->has_value()) *m.mutable_mailbox() = cas::ToProto(**mailbox);
   AgentRecord migrating = r;
   *migrating.mutable_migration() = m;
   // The Offer and the objects leave while MIGRATING is being persisted: neither can make the
@@ -258,6 +262,10 @@ vault::v1::MigrationPackage Migration::PackageOf(const AgentRecord& r) const {
   *p.mutable_counters() = r.counters();
   p.set_principal(r.principal());
   p.set_paused(r.migration().resume_state() == vault::v1::PAUSED);
+  if (r.migration().has_mailbox()) {
+    *p.mutable_mailbox() = r.migration().mailbox();
+    *p.add_carried() = r.migration().mailbox();
+  }
   return p;
 }
 

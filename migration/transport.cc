@@ -48,6 +48,7 @@ absl::StatusOr<GrpcTransport::Peer*> GrpcTransport::PeerOf(const std::string& va
     peer->channel = grpc::CreateCustomChannel(m.address(), grpc::SslCredentials(ssl_), args);
     peer->migration = vault::v1::Migration::NewStub(peer->channel);
     peer->cas = vault::v1::Cas::NewStub(peer->channel);
+    peer->messages = vault::v1::Messages::NewStub(peer->channel);
     Peer* raw = peer.get();
     peers_[vault] = std::move(peer);
     return raw;
@@ -180,6 +181,17 @@ absl::StatusOr<vault::v1::ControlResponse> GrpcTransport::Control(
 absl::StatusOr<vault::v1::RevokeResponse> GrpcTransport::Revoke(
     const std::string& vault, const vault::v1::RevokeRequest& request) {
   return Unary(vault, "Revoke to", &vault::v1::Migration::Stub::Revoke, request);
+}
+
+absl::StatusOr<vault::v1::DeliverResponse> GrpcTransport::Deliver(
+    const std::string& vault, const vault::v1::DeliverRequest& request, absl::Time deadline) {
+  VAULT_ASSIGN_OR_RETURN(Peer * peer, PeerOf(vault));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + kCallTimeout)));
+  vault::v1::DeliverResponse response;
+  VAULT_RETURN_IF_ERROR(FromGrpc(peer->messages->Deliver(&ctx, request, &response),
+                                 absl::StrCat("Deliver to ", vault)));
+  return response;
 }
 
 }  // namespace vault::migration

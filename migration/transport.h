@@ -28,6 +28,7 @@
 #include "cas/store.h"
 #include "vault/v1/cas.grpc.pb.h"
 #include "vault/v1/config.pb.h"
+#include "vault/v1/message.grpc.pb.h"
 #include "vault/v1/migration.grpc.pb.h"
 
 namespace vault::migration {
@@ -81,12 +82,16 @@ class GrpcTransport final : public Transport, public agent::MemberClient {
       const std::string& vault, const vault::v1::ControlRequest& request) override;
   absl::StatusOr<vault::v1::RevokeResponse> Revoke(
       const std::string& vault, const vault::v1::RevokeRequest& request) override;
+  absl::StatusOr<vault::v1::DeliverResponse> Deliver(const std::string& vault,
+                                                     const vault::v1::DeliverRequest& request,
+                                                     absl::Time deadline) override;
 
  private:
   struct Peer {
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<vault::v1::Migration::Stub> migration;
     std::unique_ptr<vault::v1::Cas::Stub> cas;
+    std::unique_ptr<vault::v1::Messages::Stub> messages;
   };
   GrpcTransport(vault::v1::VaultConfig config, const cas::Store* store,
                 grpc::SslCredentialsOptions ssl)

@@ -26,4 +26,13 @@ grpc::Status MemberAuthProcessor::Process(const InputMetadata&, grpc::AuthContex
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, reason);
 }
 
+std::string CallerMember(const grpc::ServerContextBase* ctx) {
+  std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+  if (auth == nullptr) return "";
+  for (const grpc::string_ref& v : auth->FindPropertyValues(kMemberProperty)) {
+    return std::string(v.data(), v.size());
+  }
+  return "";
+}
+
 }  // namespace vault::node

@@ -10,6 +10,7 @@
 #define VAULT_NODE_MEMBERSHIP_H_
 
 #include <grpcpp/security/auth_metadata_processor.h>
+#include <grpcpp/server_context.h>
 
 #include <functional>
 #include <string>
@@ -38,6 +39,9 @@ class MemberAuthProcessor final : public grpc::AuthMetadataProcessor {
   const absl::flat_hash_set<std::string> members_;
   const RefusalHook on_refused_;
 };
+
+// The member named by the caller's verified certificate ("" on the admin socket).
+std::string CallerMember(const grpc::ServerContextBase* ctx);
 
 }  // namespace vault::node
 

@@ -7,19 +7,6 @@
 #include "node/unary.h"
 
 namespace vault::node {
-namespace {
-
-// The member named by the caller's verified certificate ("" on the admin socket).
-std::string CallerMember(const grpc::ServerContextBase* ctx) {
-  std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
-  if (auth == nullptr) return "";
-  for (const grpc::string_ref& v : auth->FindPropertyValues(kMemberProperty)) {
-    return std::string(v.data(), v.size());
-  }
-  return "";
-}
-
-}  // namespace
 
 grpc::ServerUnaryReactor* MigrationService::Offer(grpc::CallbackServerContext* ctx,
                                                   const vault::v1::OfferRequest* req,

@@ -469,6 +469,9 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
     node->migration_service_ = std::make_unique<MigrationService>(
         node->agents_.get(), node->migration_.get(), node->tcp_executor_.get());
     b.RegisterService(node->migration_service_.get());
+    node->message_service_ =
+        std::make_unique<MessageService>(node->agents_.get(), node->tcp_executor_.get());
+    b.RegisterService(node->message_service_.get());
     node->tcp_federation_ = std::make_unique<FederationService>(
         node->FederationDeps(node->tcp_executor_.get()), /*admin=*/false);
     b.RegisterService(node->tcp_federation_.get());

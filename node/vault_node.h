@@ -37,6 +37,7 @@
 #include "node/federation_service.h"
 #include "node/image_service.h"
 #include "node/metrics.h"
+#include "node/message_service.h"
 #include "node/migration_service.h"
 #include "replication/follower.h"
 #include "replication/member_channels.h"
@@ -114,6 +115,7 @@ class VaultNode {
   std::unique_ptr<agent::AgentRuntime> agents_;
   std::unique_ptr<migration::Migration> migration_;  // after agents_: its port is the runtime
   std::unique_ptr<MigrationService> migration_service_;
+  std::unique_ptr<MessageService> message_service_;
   std::unique_ptr<FederationService> tcp_federation_;
   std::unique_ptr<FederationService> unix_federation_;
   std::unique_ptr<AgentService> agent_service_;

@@ -33,7 +33,8 @@ constexpr HostCallRow kRows[] = {
     {HostRequest::kList,               "list",              false, false,  true,   &hc::AuthorizeReadPath,   &hc::List},
     {HostRequest::kNetConnect,         "net_connect",       false, true,   true,   &hc::AuthorizeNetConnect, &hc::NetConnect},
     {HostRequest::kHttpGet,            "http_get",          false, true,   true,   &hc::AuthorizeHttpGet,    &hc::HttpGet},
-    {HostRequest::kSend,               "send",              true,  false,  true,   &hc::AuthorizeSend,       &hc::Send},
+    // not on the reactor: it writes durably, and may reach another member
+    {HostRequest::kSend,               "send",              false, false,  true,   &hc::AuthorizeSend,       &hc::Send},
     {HostRequest::kReceive,            "receive",           true,  false,  true,   nullptr,                  &hc::Receive},
     {HostRequest::kShare,              "share",             false, true,   true,   &hc::AuthorizeShare,      &hc::Share},
     {HostRequest::kSelfInspect,        "self_inspect",      true,  false,  true,   nullptr,                  &hc::SelfInspect},

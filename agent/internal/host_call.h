@@ -17,6 +17,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -30,6 +32,7 @@
 #include "vault/v1/audit.pb.h"
 #include "vault/v1/config.pb.h"
 #include "vault/v1/hostcall.pb.h"
+#include "vault/v1/message.pb.h"
 
 namespace vault::agent {
 
@@ -68,7 +71,17 @@ class HostCallServices {
   virtual absl::Status AnswerQuery(uint64_t reply_to, const std::string& agent_id,
                                    const std::string& type, const std::string& data) = 0;
   // When `id` departed from here and `sender` may address it: the error naming where it went.
-  virtual std::optional<std::string> DepartedFor(LiveAgent& sender, const std::string& id) = 0;
+  // A message of `live`'s to the agent `to` names (messages.cc): numbered, signed, and
+  // delivered here, or across the federation to wherever the receiver runs, or kept in the
+  // sender's outbox when its vault cannot be reached now (`*queued`). Returns its sequence
+  // number.
+  virtual absl::StatusOr<uint64_t> SendMessage(const std::shared_ptr<LiveAgent>& live,
+                                               const std::shared_ptr<LiveAgent>& to_local,
+                                               const vault::v1::SendRequest& send, bool* queued,
+                                               std::vector<std::pair<std::string, std::string>>*
+                                                   details) = 0;
+  // The mail `n` of agent `id` was handed to its receive: it leaves the store.
+  virtual void Consumed(const std::string& id, uint64_t n) = 0;
 
   // Records a child (already narrowed) and starts it.
   virtual absl::StatusOr<std::shared_ptr<LiveAgent>> CreateAndLaunch(
@@ -102,6 +115,7 @@ struct HostCall {
   common::UniqueFd pass_fd;
   uint64_t bytes = 0;
   std::string output_bytes;  // what the SHA-256 "out" of the audit entry covers
+  std::vector<std::pair<std::string, std::string>> details;  // more for its audit entry
 };
 
 // What a handler works with: the call, its agent, its request, and the runtime's services.
@@ -184,6 +198,11 @@ void AuthorizeHttpGet(HostCallContext& ctx);
 void HttpGet(HostCallContext& ctx);
 // message_calls.cc
 void AuthorizeSend(HostCallContext& ctx);
+// Does `to` take `record` (its receive grants, and the isolation between principals)?
+// NOT_FOUND when it is hidden from the sender; PERMISSION_DENIED without a receive grant.
+// `sender_grants`: the sender's (its chain's last link's, for a message from a member).
+absl::Status ReceiverAccepts(LiveAgent& to, const vault::v1::MessageRecord& record,
+                             const std::vector<vault::v1::Grant>& sender_grants);
 void AuthorizeShare(HostCallContext& ctx);
 void Send(HostCallContext& ctx);
 void Receive(HostCallContext& ctx);

@@ -65,7 +65,26 @@ struct LiveAgent {
   absl::Time started ABSL_GUARDED_BY(mu);
   absl::Time last_heartbeat ABSL_GUARDED_BY(mu);
   bool running ABSL_GUARDED_BY(mu) = false;  // a process is up (running or paused)
-  std::deque<vault::v1::Message> mailbox ABSL_GUARDED_BY(mu);
+  // Its mailbox (docs/messages.md): messages not yet handed to a receive, oldest first. One
+  // from another agent or the operator is stored (`n`: its place in the mailbox store) and
+  // leaves the store when it is handed over; the vault's own ("vault.*") are not (n == 0).
+  struct Mail {
+    vault::v1::Message message;
+    uint64_t n = 0;
+  };
+  std::deque<Mail> mailbox ABSL_GUARDED_BY(mu);
+  uint64_t next_mail_n ABSL_GUARDED_BY(mu) = 1;
+  // Sender -> the last sequence number accepted from it: a message at or below it is a retry
+  // or a replay (ALREADY_EXISTS). Durable with each accepted message; travels in a hop.
+  absl::flat_hash_map<std::string, uint64_t> seen ABSL_GUARDED_BY(mu);
+  // Deliveries between their checks and their durable write (a hop's freeze waits for them).
+  uint32_t accepting ABSL_GUARDED_BY(mu) = 0;
+  // Its own messages' next sequence number (0: not loaded; record.counters().message_seq is
+  // the top of the reserved block).
+  uint64_t next_seq ABSL_GUARDED_BY(mu) = 0;
+  // Held through a whole send: one agent's messages are numbered, and reach each receiver, in
+  // the order it sent them.
+  absl::Mutex send_mu ABSL_ACQUIRED_BEFORE(mu);
   struct PendingReceive {
     uint64_t call_id = 0;
     absl::Time deadline;

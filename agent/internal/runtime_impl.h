@@ -37,8 +37,11 @@
 #include "common/executor.h"
 #include "common/retry_queue.h"
 #include "common/unique_fd.h"
+#include "messaging/mailbox_store.h"
+#include "messaging/signed_message.h"
 #include "sandbox/sandbox.h"
 #include "vault/v1/hostcall.pb.h"
+#include "vault/v1/message.pb.h"
 #include "vault/v1/migration.pb.h"
 
 namespace vault::agent {
@@ -187,10 +190,61 @@ class AgentRuntime::Impl : public HostCallServices,
   uint32_t MaxAgents(const std::string& principal) override;
   absl::Status AnswerQuery(uint64_t reply_to, const std::string& agent_id, const std::string& type,
                            const std::string& data) override;
-  std::optional<std::string> DepartedFor(LiveAgent& sender, const std::string& id) override;
   absl::Status StartMigration(const std::shared_ptr<LiveAgent>& live, uint64_t call_id,
                               const std::string& to, const std::string& state,
                               const std::optional<cas::Digest>& state_digest) override;
+
+  // ---- messages.cc: messages between agents, here and across vaults (docs/messages.md) ----
+  // How a message from a member is checked: member keys, revocations, this vault's limits.
+  messaging::MessageContext MessageChecks() const;
+  // The agent's next message sequence number; a new block is reserved (a synced record write)
+  // when the reserved one is used up.
+  absl::StatusOr<uint64_t> NextSeqLocked(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
+  absl::StatusOr<uint64_t> SendMessage(const std::shared_ptr<LiveAgent>& live,
+                                       const std::shared_ptr<LiveAgent>& to_local,
+                                       const vault::v1::SendRequest& send, bool* queued,
+                                       std::vector<std::pair<std::string, std::string>>* details)
+      override;
+  // Into `to`'s mailbox, durably (or straight to its waiting receive, once durable): its
+  // receive grants checked against the sender (`sender_grants`: the sender's, for another
+  // principal's agent). ALREADY_EXISTS for a sequence number it accepted before; UNAVAILABLE
+  // while it is frozen for a hop; RESOURCE_EXHAUSTED when its mailbox is full. Returns the
+  // message's id here.
+  absl::StatusOr<uint64_t> AcceptMail(const std::shared_ptr<LiveAgent>& to,
+                          const vault::v1::SignedMessage& message,
+                          const vault::v1::MessageRecord& record,
+                          const std::vector<vault::v1::Grant>& sender_grants);
+  void Consumed(const std::string& id, uint64_t n) override;
+  // Before its process talks: its stored mailbox and seen numbers.
+  absl::Status LoadMailLocked(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
+  // To the member the receiver runs on (a location learnt before, this vault's departed_to
+  // trail, or the migrator's Locate); that member forwards it on if the receiver went on.
+  absl::StatusOr<vault::v1::DeliverResponse> RouteRemote(const vault::v1::SignedMessage& message,
+                                                         const vault::v1::MessageRecord& record,
+                                                         absl::Time deadline);
+  absl::StatusOr<vault::v1::DeliverResponse> DeliverFromMember(
+      const vault::v1::DeliverRequest& request, const std::string& caller, absl::Time deadline);
+  // The outbox: accepted messages whose receiver's vault could not be reached, by sender,
+  // delivered in order by UnsentLoop (its thread), retried with backoff until an answer is
+  // final.
+  absl::Status LoadUnsent();
+  size_t UnsentCount(const std::string& sender);
+  absl::Status Enqueue(const std::string& sender, uint64_t seq,
+                       const vault::v1::SignedMessage& message);
+  void DropUnsent(const std::string& sender);
+  void UnsentLoop();
+  absl::Status DeliverUnsent(const std::string& sender, const vault::v1::SignedMessage& message);
+  // A hop: see MigrationPort. AdoptArrivalOutbox (StartArrival) drains what arrived in the
+  // agent's outbox; ForgetMailbox (MarkDeparted) drops what left with it.
+  absl::StatusOr<std::optional<cas::Digest>> StoreMailbox(const AgentRef& agent) override;
+  absl::StatusOr<vault::v1::MailboxTransfer> ReadArrivalMailbox(
+      const std::string& agent_id, const vault::v1::Digest& digest) override;
+  void AddArrivalMailbox(rocksdb::WriteBatch* batch, const std::string& agent_id,
+                         const vault::v1::MailboxTransfer* transfer) override;
+  void AdoptArrivalOutbox(const std::string& agent_id);
+  void ForgetMailbox(const std::string& agent_id);
+  // An agent that ended: its mailbox and seen numbers go, its outbox stays until delivered.
+  void ForgetReceived(const std::string& agent_id);
 
   // ---- replay.cc: effect logs of agents that replay (docs/replay.md) ----
   absl::StatusOr<std::optional<cas::Digest>> StoreEffectLog(
@@ -298,6 +352,19 @@ class AgentRuntime::Impl : public HostCallServices,
   // Control nonces seen (replay protection), with when they expire.
   absl::flat_hash_map<std::string, absl::Time> nonces_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> next_message_id_{1};
+  // Messages (messages.cc): the stored mailboxes, where receivers were found last, the outbox.
+  std::unique_ptr<messaging::MailboxStore> mailboxes_;
+  absl::flat_hash_map<std::string, std::string> locations_ ABSL_GUARDED_BY(mu_);
+  struct Unsent {
+    std::deque<std::pair<uint64_t, vault::v1::SignedMessage>> messages;  // by seq
+    absl::Time next_try;
+    absl::Duration backoff;
+  };
+  absl::Mutex unsent_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  absl::flat_hash_map<std::string, Unsent> unsent_ ABSL_GUARDED_BY(unsent_mu_);
+  absl::CondVar unsent_cv_;
+  bool unsent_stop_ ABSL_GUARDED_BY(unsent_mu_) = false;
+  std::thread unsent_thread_;
 
   // The agents' channels and output pipes (agent/channel_reactor.h).
   // How long the reactor (and, through $VAULT_AGENT_POLL_US, the agents' SDKs) poll before they

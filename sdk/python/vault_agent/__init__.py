@@ -97,7 +97,14 @@ class Denied(HostError):
 
 
 # A message from receive(). `sender` is the proto's `from`: an agent id, or "operator".
-Message = collections.namedtuple("Message", "id sender type data sent_unix_ms reply_to")
+# A message from another agent also carries what its sending vault signed (docs/messages.md):
+# the sender's sequence number, that vault, the sender's principal, the signed record and its
+# Ed25519 signature ("vault.message.v1\0" || signed_record, by from_vault's key).
+Message = collections.namedtuple(
+    "Message",
+    "id sender type data sent_unix_ms reply_to seq from_vault from_principal signed_record "
+    "signature",
+    defaults=(0, "", "", b"", b""))
 HttpResponse = collections.namedtuple("HttpResponse", "status content_type body url")
 
 _DIGEST_RE = re.compile(r"sha256:([0-9a-f]{64})/(0|[1-9][0-9]{0,19})")
@@ -390,7 +397,11 @@ class Agent:
         return HttpResponse(r.status, r.content_type, r.body, r.final_url)
 
     def send(self, to, type, data=b"", reply_to=0):
-        """Returns the message id."""
+        """Sends to the agent `to` names, on this vault or any member (docs/messages.md).
+        Returns the message's sequence number once it is accepted: durable in the receiver's
+        mailbox, or kept by this vault until the receiver's vault can be reached. Raises
+        HostError with code 8 (RESOURCE_EXHAUSTED) when the receiver's mailbox is full: the
+        message was not taken, and sending it again is safe."""
         req = H.SendRequest(to=to, type=type, data=data, reply_to=reply_to)
         return self._call("send", req).message_id
 
@@ -406,7 +417,8 @@ class Agent:
             if not r.timed_out:
                 m = r.message
                 return Message(m.id, getattr(m, "from"), m.type, m.data, m.sent_unix_ms,
-                               m.reply_to)
+                               m.reply_to, m.seq, m.from_vault, m.from_principal,
+                               m.signed_record, m.signature)
             if timeout is not None:
                 return None
 
