@@ -416,8 +416,11 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live,
     return s;
   };
   r.set_incarnation(r.incarnation() + 1);
-  // Its stored messages (docs/messages.md), before anything can be delivered to it.
-  if (absl::Status loaded = LoadMailLocked(*live); !loaded.ok()) return fail(loaded);
+  // Its stored messages (docs/messages.md), before anything can be delivered to it (an arrival
+  // has them already: StartArrival).
+  if (!live->mail_loaded) {
+    if (absl::Status loaded = LoadMailLocked(*live); !loaded.ok()) return fail(loaded);
+  }
   // An agent that replays has its log ready before its process is served.
   {
     absl::StatusOr<sandbox::Sandbox*> box = SandboxFor(r.spec().sandbox());
@@ -647,6 +650,7 @@ void AgentRuntime::Impl::OnExit(const std::shared_ptr<LiveAgent>& live,
   live->out_fd.Reset();
   live->pending_receive.reset();
   live->mailbox.clear();
+  live->mail_loaded = false;
   DropUploads(*this, *live);  // its streaming CAS puts (host_calls/cas_calls.cc)
   AgentRecord& r = live->record;
   r.set_cpu_ms(r.cpu_ms() +

@@ -162,6 +162,12 @@ absl::StatusOr<uint64_t> AgentRuntime::Impl::SendMessage(
       absl::SleepFor(absl::Milliseconds(5));
     }
   }
+  if (signed_message.chain().empty()) {
+    // A child agent: nothing but this vault vouches for it, so its messages stay here.
+    return absl::NotFoundError(absl::StrCat(
+        "no agent ", to_id, " on this vault (an agent spawned by another agent reaches only the "
+        "agents of its own vault)"));
+  }
   absl::StatusOr<vault::v1::DeliverResponse> r =
       RouteRemote(signed_message, record, absl::Now() + kSendAttempt);
   if (r.ok()) {
@@ -170,35 +176,48 @@ absl::StatusOr<uint64_t> AgentRuntime::Impl::SendMessage(
   }
   if (r.status().code() == absl::StatusCode::kAlreadyExists) return seq;
   if (Retryable(r.status().code())) return queue();
-  if (r.status().code() == absl::StatusCode::kNotFound) {
+  if (r.status().code() == absl::StatusCode::kNotFound ||
+      r.status().code() == absl::StatusCode::kFailedPrecondition) {
+    // (Whether another vault's agent ended is not this sender's to learn.)
     return absl::NotFoundError(absl::StrCat("no agent ", to_id, " that this agent may send to"));
   }
   return r.status();
 }
 
 absl::StatusOr<uint64_t> AgentRuntime::Impl::AcceptMail(const std::shared_ptr<LiveAgent>& to,
-                                            const SignedMessage& message,
-                                            const MessageRecord& record,
-                                            const std::vector<Grant>& sender_grants) {
+                                                        const SignedMessage& message,
+                                                        const MessageRecord& record,
+                                                        const std::vector<Grant>& sender_grants) {
   VAULT_RETURN_IF_ERROR(host_calls::ReceiverAccepts(*to, record, sender_grants));
   const bool from_agent = record.from() != "operator";
-  uint64_t n, seen_before = 0;
+  uint64_t n;
   {
     absl::MutexLock lock(&to->mu);
-    if (!to->running || Ended(to->record.state())) {
-      return absl::FailedPreconditionError(absl::StrCat("agent ", to->id, " is not running"));
+    const vault::v1::AgentState state = to->record.state();
+    if (state == vault::v1::TERMINATED || state == vault::v1::COMPLETED ||
+        state == vault::v1::FAILED) {
+      return absl::FailedPreconditionError(absl::StrCat("agent ", to->id, " has ended"));
     }
-    if (to->migrating_out) {
-      return absl::UnavailableError(
-          absl::StrCat("agent ", to->id, " is migrating: try again when it has arrived"));
+    // Mid-hop, just departed (its trail is written as it leaves), not started yet after a
+    // restart, or arriving: the sender tries again.
+    if (to->migrating_out || state == vault::v1::DEPARTED || state == vault::v1::MIGRATING ||
+        !to->running || !to->mail_loaded) {
+      return absl::UnavailableError(absl::StrCat(
+          "agent ", to->id, " is ", to->migrating_out ? "migrating" : StateName(state),
+          " here: try again"));
     }
     if (from_agent) {
+      if (to->writing_from.contains(record.from())) {
+        return absl::UnavailableError(absl::StrCat("a message of agent ", record.from(),
+                                                   " to agent ", to->id,
+                                                   " is being written: try again"));
+      }
       auto it = to->seen.find(record.from());
-      seen_before = it == to->seen.end() ? 0 : it->second;
-      if (record.seq() <= seen_before) {
+      const uint64_t seen = it == to->seen.end() ? 0 : it->second;
+      if (record.seq() <= seen) {
         return absl::AlreadyExistsError(
             absl::StrCat("message ", record.seq(), " of agent ", record.from(), " to agent ",
-                         to->id, " was accepted before (the last accepted is ", seen_before, ")"));
+                         to->id, " was accepted before (the last accepted is ", seen, ")"));
       }
     }
     if (to->mailbox.size() + to->accepting >= options_.config.mailbox_capacity()) {
@@ -209,48 +228,64 @@ absl::StatusOr<uint64_t> AgentRuntime::Impl::AcceptMail(const std::shared_ptr<Li
     }
     n = to->next_mail_n++;
     ++to->accepting;
-    if (from_agent) to->seen[record.from()] = record.seq();
+    if (from_agent) to->writing_from.insert(record.from());
   }
   rocksdb::WriteBatch batch;
   mailboxes_->AddMail(&batch, to->id, n, message);
   if (from_agent) mailboxes_->SetSeen(&batch, to->id, record.from(), record.seq());
   absl::Status written = mailboxes_->Write(&batch);
-  const uint64_t id = next_message_id_.fetch_add(1);
+  // An agent's message keeps its sender's number as its id (a reply names it in reply_to).
+  const uint64_t id = from_agent ? record.seq() : next_message_id_.fetch_add(1);
   vault::v1::Message m = ToMessage(message, record, id);
   std::optional<LiveAgent::PendingReceive> waiting;
   {
     absl::MutexLock lock(&to->mu);
-    --to->accepting;
+    if (from_agent) to->writing_from.erase(record.from());
     if (!written.ok()) {
-      if (from_agent && to->seen[record.from()] == record.seq()) {
-        to->seen[record.from()] = seen_before;
-      }
+      --to->accepting;
       return written;
     }
+    if (from_agent) to->seen[record.from()] = record.seq();
     to->record.mutable_counters()->set_messages_received(
         to->record.counters().messages_received() + 1);
     // (Not while frozen for a hop: what it holds then travels with it.)
     if (to->pending_receive.has_value() && !to->migrating_out) {
       waiting = std::move(to->pending_receive);
       to->pending_receive.reset();
+      // Handed from now on, before the agent can see it (and checkpoint past it).
+      HandedLocked(*to, n);
     } else {
       to->mailbox.push_back({std::move(m), n});
+      --to->accepting;
     }
   }
   if (waiting.has_value()) {
+    // Counted as accepting until it is answered: a freeze waits for it.
     AnswerReceive(to, *std::move(waiting), std::move(m));
-    Consumed(to->id, n);
+    absl::MutexLock lock(&to->mu);
+    --to->accepting;
   }
   return id;
 }
 
-void AgentRuntime::Impl::Consumed(const std::string& id, uint64_t n) {
+void AgentRuntime::Impl::HandedLocked(LiveAgent& live, uint64_t n) {
   if (n == 0) return;
+  live.handed.push_back(n);
+  // An agent that never checkpoints: the oldest beyond kMaxHanded are taken as read.
+  if (live.handed.size() > kMaxHanded) AckHandedLocked(live, live.handed.size() - kMaxHanded);
+}
+
+void AgentRuntime::Impl::AckHandedLocked(LiveAgent& live, size_t count) {
+  count = std::min(count, live.handed.size());
+  if (count == 0) return;
   rocksdb::WriteBatch batch;
-  mailboxes_->DeleteMail(&batch, id, n);
+  for (size_t i = 0; i < count; ++i) mailboxes_->DeleteMail(&batch, live.id, live.handed[i]);
+  live.handed.erase(live.handed.begin(), live.handed.begin() + static_cast<ptrdiff_t>(count));
+  // (Unsynced: one lost with the machine is delivered again after the restart, which resumes
+  // from a state that may not cover it either.)
   if (absl::Status s = mailboxes_->WriteUnsynced(&batch); !s.ok()) {
-    common::LogAgent(spdlog::level::warn, id, "agent {}: a delivered message stays stored: {}", id,
-                     s.ToString());
+    common::LogAgent(spdlog::level::warn, live.id, "agent {}: received messages stay stored: {}",
+                     live.id, s.ToString());
   }
 }
 
@@ -260,12 +295,14 @@ absl::Status AgentRuntime::Impl::LoadMailLocked(LiveAgent& live) {
   for (messaging::MailboxStore::Mail& mail : loaded.mailbox) {
     absl::StatusOr<MessageRecord> r = messaging::ParseRecord(mail.message.record());
     if (!r.ok()) return absl::DataLossError(absl::StrCat("a stored message: ", r.status().message()));
-    live.mailbox.push_back(
-        {ToMessage(mail.message, *r, next_message_id_.fetch_add(1)), mail.n});
+    const uint64_t id = r->from() != "operator" ? r->seq() : next_message_id_.fetch_add(1);
+    live.mailbox.push_back({ToMessage(mail.message, *r, id), mail.n});
   }
   live.seen = std::move(loaded.seen);
+  live.handed.clear();  // (it resumes from a state that covers none of them)
   live.next_mail_n = loaded.next_n;
   live.next_seq = 0;
+  live.mail_loaded = true;
   return absl::OkStatus();
 }
 
@@ -289,9 +326,11 @@ absl::StatusOr<vault::v1::DeliverResponse> AgentRuntime::Impl::RouteRemote(
     absl::StatusOr<AgentRecord> r = store_->Get(to);
     if (r.ok() && (r->state() == vault::v1::DEPARTED || r->state() == vault::v1::MIGRATING)) {
       target = r->migration().to_vault();
+    } else if (r.ok() && (r->state() == vault::v1::TERMINATED ||
+                          r->state() == vault::v1::COMPLETED || r->state() == vault::v1::FAILED)) {
+      return absl::NotFoundError(absl::StrCat("agent ", to, " has ended"));
     } else if (r.ok()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("agent ", to, " is ", StateName(r->state()), " here"));
+      return absl::UnavailableError(absl::StrCat("agent ", to, " is not running here yet"));
     }
   }
   for (int attempt = 0;; ++attempt) {
@@ -349,8 +388,23 @@ absl::StatusOr<vault::v1::DeliverResponse> AgentRuntime::Impl::DeliverFromMember
     return refused(v.status(), named.ok() ? named->to() : "");
   }
   const MessageRecord& r = v->record;
-  std::vector<Grant> sender_grants;
-  if (v->chain.has_value()) sender_grants = v->chain->grants;
+  // Between vaults only an agent's message with its own chain: the operator's and a child's
+  // (it has none) stay on their vault, as nothing else vouches for who sent them.
+  if (!v->chain.has_value()) {
+    return refused(absl::UnauthenticatedError(absl::StrCat(
+                       "message refused: ",
+                       r.from() == "operator" ? "an operator's message does not cross vaults"
+                                              : "its sender has no chain of its own")),
+                   r.to());
+  }
+  // Its principal must be one this vault trusts: an unknown key proves nothing about an id.
+  if (!v->chain->root.has_value() || !policy_->Lookup(*v->chain->root).has_value()) {
+    return refused(absl::UnauthenticatedError(absl::StrCat(
+                       "message refused: its sender's principal ", r.from_principal(),
+                       " is not trusted by ", options_.vault_name)),
+                   r.to());
+  }
+  std::vector<Grant> sender_grants = v->chain->grants;
   std::shared_ptr<LiveAgent> to = Find(r.to());
   if (to != nullptr) {
     absl::Status s = AcceptMail(to, message, r, sender_grants).status();
@@ -392,15 +446,21 @@ absl::StatusOr<vault::v1::DeliverResponse> AgentRuntime::Impl::DeliverFromMember
                        request.min_hop())),
                    r.to());
   }
-  if (stored->state() == vault::v1::MIGRATING) {
-    return absl::UnavailableError(absl::StrCat("agent ", r.to(), " is migrating to ",
-                                               stored->migration().to_vault(), ": try again"));
-  }
-  if (stored->state() != vault::v1::DEPARTED) {
-    return refused(absl::FailedPreconditionError(absl::StrCat(
-                       "agent ", r.to(), " is ", StateName(stored->state()), " on ",
-                       options_.vault_name)),
+  if (!host_calls::MayAddress(stored->principal(), stored->grants(), r, sender_grants)) {
+    return refused(absl::NotFoundError(absl::StrCat("no agent ", r.to(), " on ",
+                                                    options_.vault_name)),
                    r.to());
+  }
+  const vault::v1::AgentState state = stored->state();
+  if (state == vault::v1::TERMINATED || state == vault::v1::COMPLETED ||
+      state == vault::v1::FAILED) {
+    return refused(absl::FailedPreconditionError(absl::StrCat("agent ", r.to(), " has ended")),
+                   r.to());
+  }
+  if (state != vault::v1::DEPARTED) {
+    // Migrating, arriving, or not started yet after a restart: the sender tries again.
+    return absl::UnavailableError(absl::StrCat("agent ", r.to(), " is ", StateName(state),
+                                               " on ", options_.vault_name, ": try again"));
   }
   // It went on: forward along the trail.
   if (request.forwards() + 1 > kMaxForwards || members_ == nullptr) {
@@ -459,8 +519,8 @@ absl::Status AgentRuntime::Impl::Enqueue(const std::string& sender, uint64_t seq
   rocksdb::WriteBatch batch;
   mailboxes_->AddOutbox(&batch, sender, seq, message);
   VAULT_RETURN_IF_ERROR(mailboxes_->Write(&batch));
+  if (u.messages.empty()) u.next_try = absl::Now() + kUnsentMinBackoff;  // (else: its backoff)
   u.messages.emplace_back(seq, message);
-  u.next_try = absl::Now() + kUnsentMinBackoff;
   unsent_cv_.Signal();
   return absl::OkStatus();
 }
@@ -474,12 +534,14 @@ void AgentRuntime::Impl::UnsentLoop() {
   absl::MutexLock lock(&unsent_mu_);
   while (!unsent_stop_) {
     absl::Time now = absl::Now(), next = now + absl::Seconds(1);
+    // The sender that has waited longest goes first.
     std::string sender;
+    absl::Time earliest = absl::InfiniteFuture();
     for (const auto& [id, u] : unsent_) {
       if (u.messages.empty()) continue;
-      if (u.next_try <= now) {
+      if (u.next_try <= now && u.next_try < earliest) {
         sender = id;
-        break;
+        earliest = u.next_try;
       }
       next = std::min(next, u.next_try);
     }
@@ -526,14 +588,10 @@ absl::Status AgentRuntime::Impl::DeliverUnsent(const std::string& sender,
   absl::Status outcome;
   std::string delivered_at;
   if (std::shared_ptr<LiveAgent> to = Find(record->to()); to != nullptr) {
+    // The sender's grants as this vault holds them (its record: it ran here when it sent).
     std::vector<Grant> sender_grants;
-    if (!message.chain().empty()) {
-      vault::v1::Chain chain;
-      if (chain.ParseFromString(message.chain()) && chain.links_size() > 0) {
-        absl::StatusOr<vault::v1::LinkPayload> last =
-            capability::ParseLinkPayload(chain.links(chain.links_size() - 1).payload());
-        if (last.ok()) sender_grants.assign(last->grants().begin(), last->grants().end());
-      }
+    if (absl::StatusOr<AgentRecord> from = store_->Get(sender); from.ok()) {
+      sender_grants.assign(from->grants().begin(), from->grants().end());
     }
     outcome = AcceptMail(to, message, *record, sender_grants).status();
     delivered_at = options_.vault_name;
@@ -572,7 +630,8 @@ absl::Status AgentRuntime::Impl::DeliverUnsent(const std::string& sender,
 // ---- Hops ----
 
 absl::StatusOr<std::optional<cas::Digest>> AgentRuntime::Impl::StoreMailbox(
-    const AgentRef& agent) {
+    const AgentRef& agent, const cas::Digest& hop_state) {
+  absl::flat_hash_set<uint64_t> covered;  // handed, and covered by the state that travels
   {
     // Deliveries past their checks land before the mailbox is read.
     absl::MutexLock lock(&agent->mu);
@@ -581,8 +640,27 @@ absl::StatusOr<std::optional<cas::Digest>> AgentRuntime::Impl::StoreMailbox(
     if (!agent->mu.AwaitWithDeadline(absl::Condition(&settled), absl::Now() + absl::Seconds(10))) {
       return absl::UnavailableError("deliveries to the agent did not finish within 10 s");
     }
+    // (An agent without a state resumes from the empty one.)
+    absl::StatusOr<cas::Digest> current = agent->record.has_state()
+                                              ? ToDigest(agent->record.state_digest())
+                                              : absl::StatusOr<cas::Digest>(cas::Digest::Of(""));
+    if (!current.ok() || !(*current == hop_state)) {
+      covered.insert(agent->handed.begin(), agent->handed.end());
+    }
   }
-  VAULT_ASSIGN_OR_RETURN(vault::v1::MailboxTransfer t, mailboxes_->TransferOf(agent->id));
+  VAULT_ASSIGN_OR_RETURN(messaging::MailboxStore::Loaded l, mailboxes_->Load(agent->id));
+  vault::v1::MailboxTransfer t;
+  for (messaging::MailboxStore::Mail& m : l.mailbox) {
+    if (!covered.contains(m.n)) *t.add_mailbox() = std::move(m.message);
+  }
+  std::vector<std::pair<std::string, uint64_t>> seen(l.seen.begin(), l.seen.end());
+  std::sort(seen.begin(), seen.end());
+  for (const auto& [from, seq] : seen) {
+    vault::v1::MailboxTransfer::Seen* s = t.add_seen();
+    s->set_from(from);
+    s->set_seq(seq);
+  }
+  for (auto& [seq, m] : l.outbox) *t.add_outbox() = std::move(m);
   if (t.mailbox_size() == 0 && t.seen_size() == 0 && t.outbox_size() == 0) return std::nullopt;
   const std::string bytes = t.SerializeAsString();
   cas::Digest d = cas::Digest::Of(bytes);
@@ -596,10 +674,21 @@ absl::StatusOr<vault::v1::MailboxTransfer> AgentRuntime::Impl::ReadArrivalMailbo
   VAULT_ASSIGN_OR_RETURN(std::string bytes, deps_.cas->ReadAll(d));
   vault::v1::MailboxTransfer t;
   if (!t.ParseFromString(bytes)) return absl::InvalidArgumentError("the mailbox does not parse");
+  // Each as it was when it was sent (a sender's chain that expired or was revoked since does
+  // not make its accepted messages, or the receiver's hop, void).
   messaging::MessageVerifier verifier(&link_cache_);
-  const messaging::MessageContext ctx = MessageChecks();
+  messaging::MessageContext base = MessageChecks();
+  base.chain_context.link_revoked = nullptr;
+  base.chain_context.agent_revoked = nullptr;
+  auto as_sent = [&base](const SignedMessage& m) {
+    messaging::MessageContext ctx = base;
+    if (absl::StatusOr<MessageRecord> r = messaging::ParseRecord(m.record()); r.ok()) {
+      ctx.chain_context.now = absl::FromUnixMillis(r->sent_unix_ms());
+    }
+    return ctx;
+  };
   for (const SignedMessage& m : t.mailbox()) {
-    absl::StatusOr<messaging::VerifiedMessage> v = verifier.Verify(m, ctx);
+    absl::StatusOr<messaging::VerifiedMessage> v = verifier.Verify(m, as_sent(m));
     if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat("a message in the mailbox: ", v.status().message()));
     if (v->record.to() != agent_id) {
       return absl::InvalidArgumentError(
@@ -608,7 +697,7 @@ absl::StatusOr<vault::v1::MailboxTransfer> AgentRuntime::Impl::ReadArrivalMailbo
   }
   for (const SignedMessage& m : t.outbox()) {
     // Signed by the vaults it was sent from, each then the sender's (its chain then ended there).
-    absl::StatusOr<messaging::VerifiedMessage> v = verifier.Verify(m, ctx);
+    absl::StatusOr<messaging::VerifiedMessage> v = verifier.Verify(m, as_sent(m));
     if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat("a message in the outbox: ", v.status().message()));
     if (v->record.from() != agent_id) {
       return absl::InvalidArgumentError(

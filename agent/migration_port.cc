@@ -177,8 +177,15 @@ absl::StatusOr<AgentRecord> AgentRuntime::Impl::Freeze(const AgentRef& agent,
     absl::SleepFor(absl::Milliseconds(1));
   }
   {
+    // And the deliveries past their checks (docs/messages.md): what they wrote is in the
+    // mailbox that travels, or was handed over before the state is read.
     absl::MutexLock lock(&agent->mu);
-    if (agent->in_flight.load() == 0) return agent->record;
+    LiveAgent* a = agent.get();
+    auto settled = [a]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->accepting == 0; };
+    if (agent->mu.AwaitWithDeadline(absl::Condition(&settled), drain_deadline) &&
+        agent->in_flight.load() == 0) {
+      return agent->record;
+    }
   }
   Unfreeze(agent);
   return absl::UnavailableError("the agent's host calls did not finish within 10 s");
@@ -210,6 +217,11 @@ absl::Status AgentRuntime::Impl::PersistMigrating(
   // What it resumes as, or arrives as, is what it is now (an operator may have paused or
   // resumed it since the freeze).
   migration.set_resume_state(resume_state);
+  // A new state (its own migrate's, its effect log) covers the messages it has received.
+  // (An agent without a state resumes from the empty one.)
+  const std::string before =
+      r.has_state() ? r.state_digest().sha256() : cas::Digest::Of("").sha256();
+  const bool new_state = before != migration.state().sha256();
   *r.mutable_state_digest() = migration.state();
   r.set_has_state(true);
   *r.mutable_migration() = std::move(migration);
@@ -219,6 +231,8 @@ absl::Status AgentRuntime::Impl::PersistMigrating(
   if (!persisted.ok()) {
     r.clear_migration();
     r.set_state(resume_state);
+  } else if (new_state) {
+    AckHandedLocked(*agent, agent->handed.size());
   }
   return persisted;
 }
@@ -408,6 +422,11 @@ absl::Status AgentRuntime::Impl::StartArrival(const AgentRef& held, AgentRecord 
   {
     absl::MutexLock agent_lock(&live->mu);
     live->record = std::move(record);
+    // Its messages (committed with it) before it is published: a delivery finds them.
+    if (absl::Status loaded = LoadMailLocked(*live); !loaded.ok()) {
+      common::LogAgent(spdlog::level::err, live->id, "agent {}: its mailbox: {}", live->id,
+                       loaded.ToString());
+    }
     // (Before it is published: the watchdog must not see the held process's start time.)
     live->started = absl::Now();
     live->last_heartbeat = live->started;
@@ -428,9 +447,10 @@ absl::Status AgentRuntime::Impl::StartArrival(const AgentRef& held, AgentRecord 
   }
   // Its RUNNING state need not be synced: the committed record starts it again after a crash.
   const bool defer_io = prestarted && after_answer != nullptr;
-  absl::Status launched = Launch(live, std::nullopt, /*sync_started=*/false, defer_io);
-  // The messages it sent that wait for their receivers' vaults: drained from here now.
+  // The messages it sent that wait for their receivers' vaults, drained from here now: before
+  // it runs, so that none it sends next overtakes them.
   AdoptArrivalOutbox(live->id);
+  absl::Status launched = Launch(live, std::nullopt, /*sync_started=*/false, defer_io);
   // (Also after a failed launch: StartIo serves a process that still runs, as Launch would have.)
   if (defer_io) *after_answer = [this, live] { StartIo(live); };
   if (launched.ok() && paused) {

@@ -103,8 +103,10 @@ class MigrationPort {
 
   // Its messages for the hop (docs/messages.md): its mailbox, the sequence numbers it has seen
   // and its outbox, stored as one CAS object (a MailboxTransfer); nullopt when it has none.
-  // Called frozen (deliveries are refused; those under way finish first).
-  virtual absl::StatusOr<std::optional<cas::Digest>> StoreMailbox(const AgentRef& agent) = 0;
+  // The messages handed to it since its last checkpoint go too, unless `hop_state` is a new
+  // state (its own migrate's, its effect log), which covers them. Called frozen.
+  virtual absl::StatusOr<std::optional<cas::Digest>> StoreMailbox(
+      const AgentRef& agent, const cas::Digest& hop_state) = 0;
 
   // ---- The destination of a hop ----
   // An arrival's messages, read from the CAS, each checked (its vault's signature, its

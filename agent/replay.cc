@@ -244,7 +244,6 @@ void AgentRuntime::Impl::ReleaseHeldCalls(const std::shared_ptr<LiveAgent>& live
   std::vector<LiveAgent::HeldCall> held;
   std::optional<LiveAgent::PendingReceive> waiting;
   std::optional<vault::v1::Message> message;
-  uint64_t consumed = 0;
   {
     absl::MutexLock lock(&live->mu);
     held.swap(live->held_calls);
@@ -254,14 +253,11 @@ void AgentRuntime::Impl::ReleaseHeldCalls(const std::shared_ptr<LiveAgent>& live
       waiting = std::move(live->pending_receive);
       live->pending_receive.reset();
       message = std::move(live->mailbox.front().message);
-      consumed = live->mailbox.front().n;
+      HandedLocked(*live, live->mailbox.front().n);
       live->mailbox.pop_front();
     }
   }
-  if (waiting.has_value()) {
-    AnswerReceive(live, *std::move(waiting), *std::move(message));
-    Consumed(live->id, consumed);
-  }
+  if (waiting.has_value()) AnswerReceive(live, *std::move(waiting), *std::move(message));
   for (LiveAgent::HeldCall& h : held) {
     live->in_flight.fetch_add(1);
     bool queued = workers_->Schedule(live->principal, [this, live, h = std::move(h)]() mutable {

@@ -96,45 +96,9 @@ while True:
             call(a.checkpoint, str(n).encode())
 )";
 
-const std::vector<std::string> kVaults = {"a", "b", "c"};
-
-// The federation with some member links through proxies: links_ names (from, to) pairs whose
-// traffic goes through proxies_[{from, to}] (in from's vault.conf, to's address is the proxy's).
-class ProxiedMigrationTest : public MigrationTest {
+// The proxied federation (migration_fixture.h) with the tally agent.
+class ProxiedMigrationTest : public ProxiedFederationTest {
  protected:
-  void BeforeVaultdsStart() override {
-    for (const auto& [from, to] : links_) {
-      absl::StatusOr<std::unique_ptr<TcpProxy>> proxy = TcpProxy::Start(V(to).address);
-      ASSERT_TRUE(proxy.ok()) << proxy.status();
-      ASSERT_NO_FATAL_FAILURE(SetMemberAddress(from, to, (*proxy)->address()));
-      proxies_[{from, to}] = std::move(*proxy);
-    }
-  }
-
-  // Rewrites members[to].address in from's vault.conf.
-  void SetMemberAddress(const std::string& from, const std::string& to,
-                        const std::string& address) {
-    absl::StatusOr<std::string> text = ReadFile(V(from).config);
-    ASSERT_TRUE(text.ok()) << text.status();
-    vault::v1::VaultConfig config;
-    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(*text, &config));
-    int changed = 0;
-    for (vault::v1::Member& m : *config.mutable_members()) {
-      if (m.name() != to) continue;
-      ASSERT_EQ(m.address(), V(to).address);
-      m.set_address(address);
-      ++changed;
-    }
-    ASSERT_EQ(changed, 1) << *text;
-    std::string out;
-    ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(config, &out));
-    ASSERT_TRUE(WriteFile(V(from).config, out).ok());
-  }
-
-  TcpProxy& Link(const std::string& from, const std::string& to) {
-    return *proxies_.at({from, to});
-  }
-
   // Writes the tally agent `name` and spawns it on a (as the owner, who every vault trusts) with
   // `state` as its count; returns once it has checkpointed twice.
   std::string SpawnTally(const std::string& name, uint64_t state, size_t padding_kib = 0) {
@@ -191,18 +155,6 @@ class ProxiedMigrationTest : public MigrationTest {
     return cas->Stat(&ctx, req, &resp).ok() && resp.present();
   }
 
-  // `vaultctl audit verify --all` on every running vault: its own log and its mirrors.
-  void ExpectAuditsVerify() {
-    for (const std::string& v : kVaults) {
-      if (!M(v).vaultd->Running()) continue;
-      RunResult r = Ctl(v, {"audit", "verify", "--all"});
-      EXPECT_EQ(r.exit_code, kExitOk) << "vault " << v << ": " << r;
-      EXPECT_THAT(r.out, Not(HasSubstr("FAILED"))) << "vault " << v;
-    }
-  }
-
-  std::set<std::pair<std::string, std::string>> links_;
-  std::map<std::pair<std::string, std::string>, std::unique_ptr<TcpProxy>> proxies_;
 };
 
 // ---------------------------------------------------------------------------------------------

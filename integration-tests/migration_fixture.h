@@ -7,6 +7,7 @@
 #define VAULT_INTEGRATION_TESTS_MIGRATION_FIXTURE_H_
 
 #include <dirent.h>
+#include <google/protobuf/text_format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
@@ -37,8 +38,10 @@
 #include "capability/signing_domains.h"
 #include "common/grpc_status.h"
 #include "integration-tests/harness.h"
+#include "integration-tests/tcp_proxy.h"
 #include "vault/v1/agent.grpc.pb.h"
 #include "vault/v1/cas.grpc.pb.h"
+#include "vault/v1/config.pb.h"
 #include "vault/v1/migration.grpc.pb.h"
 
 namespace vault::integration {
@@ -257,11 +260,13 @@ class MigrationTest : public VaultTest {
   }
 
   // A principal "owner" that a, b and c trust with the same explicit ceiling (the "full" preset
-  // names only the other members, so an agent under it could not come back home).
-  void TrustOwnerEverywhere() {
+  // names only the other members, so an agent under it could not come back home), and `extra`.
+  void TrustOwnerEverywhere(const std::vector<std::string>& extra = {}) {
     owner_key_ = NewKey("owner", &owner_);
+    std::vector<std::string> ceiling = kOwnerCeiling;
+    ceiling.insert(ceiling.end(), extra.begin(), extra.end());
     for (const char* v : {"a", "b", "c"}) {
-      ASSERT_NO_FATAL_FAILURE(Trust(v, owner_key_, kOwnerCeiling));
+      ASSERT_NO_FATAL_FAILURE(Trust(v, owner_key_, ceiling));
     }
   }
   const std::vector<std::string> kOwnerCeiling = {"read:/vault", "write:/vault", "migrate:a,b,c"};
@@ -718,6 +723,61 @@ class MigrationTest : public VaultTest {
   std::map<std::string, Member> members_;
   std::string owner_key_, owner_;
   std::map<std::string, std::string> codes_;
+};
+
+// The three members, by name.
+inline const std::vector<std::string> kVaults = {"a", "b", "c"};
+
+// The federation with some member links through proxies (tcp_proxy.h): links_ names (from, to)
+// pairs whose traffic goes through proxies_[{from, to}] (in from's vault.conf, to's address is
+// the proxy's; TLS still names `to`). Subclasses fill links_ in their constructor.
+class ProxiedFederationTest : public MigrationTest {
+ protected:
+  void BeforeVaultdsStart() override {
+    for (const auto& [from, to] : links_) {
+      absl::StatusOr<std::unique_ptr<TcpProxy>> proxy = TcpProxy::Start(V(to).address);
+      ASSERT_TRUE(proxy.ok()) << proxy.status();
+      ASSERT_NO_FATAL_FAILURE(SetMemberAddress(from, to, (*proxy)->address()));
+      proxies_[{from, to}] = std::move(*proxy);
+    }
+  }
+
+  // Rewrites members[to].address in from's vault.conf.
+  void SetMemberAddress(const std::string& from, const std::string& to,
+                        const std::string& address) {
+    absl::StatusOr<std::string> text = ReadFile(V(from).config);
+    ASSERT_TRUE(text.ok()) << text.status();
+    vault::v1::VaultConfig config;
+    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(*text, &config));
+    int changed = 0;
+    for (vault::v1::Member& m : *config.mutable_members()) {
+      if (m.name() != to) continue;
+      ASSERT_EQ(m.address(), V(to).address);
+      m.set_address(address);
+      ++changed;
+    }
+    ASSERT_EQ(changed, 1) << *text;
+    std::string out;
+    ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(config, &out));
+    ASSERT_TRUE(WriteFile(V(from).config, out).ok());
+  }
+
+  TcpProxy& Link(const std::string& from, const std::string& to) {
+    return *proxies_.at({from, to});
+  }
+
+  // `vaultctl audit verify --all` on every running vault: its own log and its mirrors.
+  void ExpectAuditsVerify() {
+    for (const std::string& v : kVaults) {
+      if (!M(v).vaultd->Running()) continue;
+      RunResult r = Ctl(v, {"audit", "verify", "--all"});
+      EXPECT_EQ(r.exit_code, kExitOk) << "vault " << v << ": " << r;
+      EXPECT_THAT(r.out, ::testing::Not(HasSubstr("FAILED"))) << "vault " << v;
+    }
+  }
+
+  std::set<std::pair<std::string, std::string>> links_;
+  std::map<std::pair<std::string, std::string>, std::unique_ptr<TcpProxy>> proxies_;
 };
 
 }  // namespace vault::integration

@@ -138,6 +138,7 @@ absl::StatusOr<VerifiedMessage> MessageVerifier::Verify(const SignedMessage& mes
   }
   capability::VerifyContext ctx = context.chain_context;
   ctx.this_vault = *key;
+  ctx.vault_key = context.vault_key;  // (MIGRATE links name members)
   ctx.trusted_root = [](const capability::PublicKey&) { return true; };
   ctx.transfer_seen = nullptr;
   absl::StatusOr<capability::VerifiedChain> v = chains_.Verify(chain, ctx);

@@ -118,7 +118,8 @@ TEST_F(SignedMessageTest, VerifiesAsSigned) {
   ASSERT_TRUE(v->chain.has_value());
   EXPECT_EQ(v->chain->agent_id, "a-sender");
   // After a hop, the vault it went to speaks for it.
-  EXPECT_TRUE(Check(Signed("vault-b", vault_b_, /*hop_to_b=*/true)).ok());
+  absl::Status after_hop = Check(Signed("vault-b", vault_b_, /*hop_to_b=*/true));
+  EXPECT_TRUE(after_hop.ok()) << after_hop;
 }
 
 TEST_F(SignedMessageTest, AnotherVaultsSignatureIsRefused) {

@@ -73,7 +73,13 @@ vault::v1::WhereResponse Migration::Where(const std::string& id) {
 }
 
 absl::StatusOr<std::string> Migration::WhereIs(const std::string& id) {
-  VAULT_ASSIGN_OR_RETURN(vault::v1::LocateResponse l, Locate(id));
+  absl::StatusOr<vault::v1::LocateResponse> located = Locate(id);
+  if (absl::IsNotFound(located.status()) &&
+      absl::StrContains(located.status().message(), "not reachable")) {
+    // A member that could not be asked may host it: not an answer yet.
+    return absl::UnavailableError(located.status().message());
+  }
+  VAULT_ASSIGN_OR_RETURN(vault::v1::LocateResponse l, std::move(located));
   if (l.vault().empty()) {
     return absl::UnavailableError(absl::StrCat("agent ", id, " is migrating to ", l.migrating_to()));
   }

@@ -117,9 +117,6 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> Migration::MigrateOut(
   absl::StatusOr<std::optional<cas::Digest>> log = deps_.port->ReplayState(agent);
   if (!log.ok()) return unfreeze(log.status());
   if (log->has_value()) state_digest = **log;
-  // Its messages go with it: its mailbox, the sequence numbers it has seen, its outbox.
-  absl::StatusOr<std::optional<cas::Digest>> mailbox = deps_.port->StoreMailbox(agent);
-  if (!mailbox.ok()) return unfreeze(mailbox.status());
   if (!state_digest.has_value()) {
     if (r.has_state()) {
       absl::StatusOr<cas::Digest> d = cas::FromProto(r.state_digest());
@@ -132,6 +129,10 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> Migration::MigrateOut(
       }
     }
   }
+  // Its messages go with it: its mailbox, the sequence numbers it has seen, its outbox.
+  absl::StatusOr<std::optional<cas::Digest>> mailbox =
+      deps_.port->StoreMailbox(agent, *state_digest);
+  if (!mailbox.ok()) return unfreeze(mailbox.status());
   vault::v1::LinkPayload hop;
   hop.set_version(capability::kLinkVersion);
   hop.set_kind(vault::v1::LinkPayload::MIGRATE);

@@ -91,6 +91,15 @@ void AuthorizeSend(HostCallContext& ctx) {
   c.grant = MessageGrant(*ctx.live, Grant::SEND, addresses, request.send().type(), &allowed);
 }
 
+bool MayAddress(const std::string& to_principal,
+                const google::protobuf::RepeatedPtrField<Grant>& to_grants,
+                const vault::v1::MessageRecord& record, const std::vector<Grant>& sender_grants) {
+  if (to_principal == record.from_principal()) return true;
+  const std::vector<Grant> receiver(to_grants.begin(), to_grants.end());
+  return NamesExactly(sender_grants, Grant::SEND, record.to()) &&
+         NamesExactly(receiver, Grant::RECEIVE, record.from());
+}
+
 absl::Status ReceiverAccepts(LiveAgent& to, const vault::v1::MessageRecord& record,
                              const std::vector<Grant>& sender_grants) {
   if (record.from() == "operator") return absl::OkStatus();
@@ -177,7 +186,7 @@ void Receive(HostCallContext& ctx) {
     *resp.mutable_receive()->mutable_message() = std::move(live->mailbox.front().message);
     const uint64_t n = live->mailbox.front().n;
     live->mailbox.pop_front();
-    ctx.services.Consumed(live->id, n);
+    ctx.services.HandedLocked(*live, n);
     c.subject = resp.receive().message().from();
     c.bytes = resp.receive().message().data().size();
   } else if (request.receive().timeout_ms() == 0) {

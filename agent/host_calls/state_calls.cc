@@ -167,9 +167,11 @@ void Checkpoint(HostCallContext& ctx) {
   // It becomes the agent's log only once it is stored, so a checkpoint that fails leaves the log
   // as it was.
   std::optional<EffectLog> rebased;
+  size_t handed;  // the messages it had received: this state covers them
   {
     absl::MutexLock lock(&live->mu);
     if (live->snapshots && live->effects != nullptr) rebased.emplace(*live->effects);
+    handed = live->handed.size();
   }
   if (rebased.has_value()) {
     absl::StatusOr<std::string> snap = SnapshotBytes(
@@ -198,6 +200,7 @@ void Checkpoint(HostCallContext& ctx) {
   live->record.mutable_counters()->set_checkpoints(live->record.counters().checkpoints() + 1);
   live->checkpoint_requested = false;
   c.status = s.Persist(*live);
+  if (c.status.ok()) s.AckHandedLocked(*live, handed);
   *resp.mutable_checkpoint()->mutable_digest() = FromDigest(d);
 }
 }  // namespace vault::agent::host_calls

@@ -80,8 +80,12 @@ class HostCallServices {
                                                const vault::v1::SendRequest& send, bool* queued,
                                                std::vector<std::pair<std::string, std::string>>*
                                                    details) = 0;
-  // The mail `n` of agent `id` was handed to its receive: it leaves the store.
-  virtual void Consumed(const std::string& id, uint64_t n) = 0;
+  // The mail `n` was handed to `live`'s receive: it stays stored until the agent's state is
+  // next captured (AckHandedLocked), or is given again if the agent resumes from an older one.
+  virtual void HandedLocked(LiveAgent& live, uint64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu) = 0;
+  // Its state now covers the first `count` messages handed to it: they leave the store.
+  virtual void AckHandedLocked(LiveAgent& live, size_t count)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu) = 0;
 
   // Records a child (already narrowed) and starts it.
   virtual absl::StatusOr<std::shared_ptr<LiveAgent>> CreateAndLaunch(
@@ -203,6 +207,12 @@ void AuthorizeSend(HostCallContext& ctx);
 // `sender_grants`: the sender's (its chain's last link's, for a message from a member).
 absl::Status ReceiverAccepts(LiveAgent& to, const vault::v1::MessageRecord& record,
                              const std::vector<vault::v1::Grant>& sender_grants);
+// The isolation rule alone, for an agent known by its record: true within one principal, else
+// only when both sides' grants name the other exactly.
+bool MayAddress(const std::string& to_principal,
+                const google::protobuf::RepeatedPtrField<vault::v1::Grant>& to_grants,
+                const vault::v1::MessageRecord& record,
+                const std::vector<vault::v1::Grant>& sender_grants);
 void AuthorizeShare(HostCallContext& ctx);
 void Send(HostCallContext& ctx);
 void Receive(HostCallContext& ctx);

@@ -77,8 +77,18 @@ struct LiveAgent {
   // Sender -> the last sequence number accepted from it: a message at or below it is a retry
   // or a replay (ALREADY_EXISTS). Durable with each accepted message; travels in a hop.
   absl::flat_hash_map<std::string, uint64_t> seen ABSL_GUARDED_BY(mu);
-  // Deliveries between their checks and their durable write (a hop's freeze waits for them).
+  // Deliveries between their checks and their durable write, or (handed to a waiting receive)
+  // their removal from the store: a hop's freeze waits for them.
   uint32_t accepting ABSL_GUARDED_BY(mu) = 0;
+  // Senders with a message being written: another from the same sender waits (UNAVAILABLE),
+  // so `seen` only ever holds what is durable, and one sender's writes land in order.
+  absl::flat_hash_set<std::string> writing_from ABSL_GUARDED_BY(mu);
+  // Handed to its receive since its state was last captured (a checkpoint, a hop's state):
+  // still stored, and delivered again if it resumes from that state (docs/messages.md).
+  std::vector<uint64_t> handed ABSL_GUARDED_BY(mu);
+  // Its stored mailbox is loaded (Launch, or an arrival before it is published); false again
+  // when its process ends.
+  bool mail_loaded ABSL_GUARDED_BY(mu) = false;
   // Its own messages' next sequence number (0: not loaded; record.counters().message_seq is
   // the top of the reserved block).
   uint64_t next_seq ABSL_GUARDED_BY(mu) = 0;

@@ -214,7 +214,9 @@ class AgentRuntime::Impl : public HostCallServices,
                           const vault::v1::SignedMessage& message,
                           const vault::v1::MessageRecord& record,
                           const std::vector<vault::v1::Grant>& sender_grants);
-  void Consumed(const std::string& id, uint64_t n) override;
+  void HandedLocked(LiveAgent& live, uint64_t n) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
+  void AckHandedLocked(LiveAgent& live, size_t count) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
   // Before its process talks: its stored mailbox and seen numbers.
   absl::Status LoadMailLocked(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
   // To the member the receiver runs on (a location learnt before, this vault's departed_to
@@ -236,7 +238,8 @@ class AgentRuntime::Impl : public HostCallServices,
   absl::Status DeliverUnsent(const std::string& sender, const vault::v1::SignedMessage& message);
   // A hop: see MigrationPort. AdoptArrivalOutbox (StartArrival) drains what arrived in the
   // agent's outbox; ForgetMailbox (MarkDeparted) drops what left with it.
-  absl::StatusOr<std::optional<cas::Digest>> StoreMailbox(const AgentRef& agent) override;
+  absl::StatusOr<std::optional<cas::Digest>> StoreMailbox(const AgentRef& agent,
+                                                          const cas::Digest& hop_state) override;
   absl::StatusOr<vault::v1::MailboxTransfer> ReadArrivalMailbox(
       const std::string& agent_id, const vault::v1::Digest& digest) override;
   void AddArrivalMailbox(rocksdb::WriteBatch* batch, const std::string& agent_id,
@@ -390,6 +393,9 @@ inline constexpr size_t kMaxCodeBytes = 256 << 20;
 inline constexpr absl::Duration kTick = absl::Milliseconds(25);  // the watchdog's period
 inline constexpr absl::Duration kControlWindow = absl::Minutes(5);
 inline constexpr size_t kMaxLogLine = 4096;
+// Messages an agent may receive between two captures of its state and still get again if it
+// resumes from the older one (docs/messages.md): beyond it, the oldest are taken as read.
+inline constexpr size_t kMaxHanded = 1024;
 
 // TERMINATED, COMPLETED, FAILED or DEPARTED: no process will run for the record here again.
 bool Ended(vault::v1::AgentState s);
