@@ -487,7 +487,7 @@ TEST_F(MessagingChaosTest, EveryAcceptedMessageReachesItsMovingReceiverOnceInOrd
     }
   }
   std::cerr << "messaging chaos (seed " << seed << "): " << accepted_count
-            << " messages accepted (logged), " << received_count << " received; "
+            << " messages accepted (in the senders' states), " << received_count << " received; "
             << hops.load() << " of " << hop_attempts.load() << " receiver hops committed; "
             << kills << " vaultd kills, " << restarts << " restarts, " << cuts << " link cuts, "
             << heals << " heals\n";

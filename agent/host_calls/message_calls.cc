@@ -103,6 +103,14 @@ bool MayAddress(const std::string& to_principal,
 absl::Status ReceiverAccepts(LiveAgent& to, const vault::v1::MessageRecord& record,
                              const std::vector<Grant>& sender_grants) {
   if (record.from() == "operator") return absl::OkStatus();
+  {
+    // Its authority comes with its start: until then (a restart, an arrival) no answer is final.
+    absl::MutexLock lock(&to.mu);
+    if (to.authority == nullptr) {
+      return absl::UnavailableError(
+          absl::StrCat("agent ", to.id, " is not started here yet: try again"));
+    }
+  }
   // Isolation (RFC-0006 §9): another principal's agent is addressable only through grants
   // naming it exactly, on both sides; otherwise it is as if it did not exist.
   const bool same_principal = to.principal == record.from_principal();
