@@ -487,7 +487,7 @@ a.exit(0)
   const std::string id0 = r["send0"].substr(2), id1 = r["send1"].substr(2);
   EXPECT_NE(id0, id1);
   // The mailbox holds agents.mailbox_capacity (2) messages.
-  EXPECT_EQ(r["send2"], "8 the mailbox of agent " + b + " is full (2 messages)");
+  EXPECT_EQ(r["send2"], "8 the mailbox of agent " + b + " is full (2 messages): try again later");
   EXPECT_EQ(r["nogrant"], "7 denied: agent " + c + " does not accept \"greeting\" messages from " +
                               s + " (it has no receive grant for it)");
   // Another principal's agent is as if it did not exist.

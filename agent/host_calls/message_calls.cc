@@ -122,7 +122,7 @@ absl::Status ReceiverAccepts(LiveAgent& to, const vault::v1::MessageRecord& reco
   if (!same_principal && (!NamesExactly(sender_grants, Grant::SEND, to.id) ||
                           !NamesExactly(receiver_grants, Grant::RECEIVE, record.from()))) {
     return absl::NotFoundError(
-        absl::StrCat("no agent ", record.to(), " that agent ", record.from(), " may send to"));
+        absl::StrCat("no agent ", record.to(), " that this agent may send to"));
   }
   // The receiver may name the sender by its id, or (same principal) its name or a group.
   std::vector<std::string> addresses = {record.from()};
