@@ -111,7 +111,8 @@ absl::StatusOr<uint64_t> AgentRuntime::Impl::SendMessage(
   const std::string to_id = to_local != nullptr ? to_local->id : send.to();
   if (to_local == nullptr && !ValidateAgentId(to_id).ok()) {
     // A name reaches only the live agents of this vault.
-    return absl::NotFoundError(absl::StrCat("no agent ", send.to(), " that this agent may send to"));
+    return absl::NotFoundError(
+        absl::StrCat("no agent ", send.to(), " that this agent may send to"));
   }
   absl::MutexLock send_lock(&live->send_mu);
   MessageRecord record;
@@ -134,9 +135,9 @@ absl::StatusOr<uint64_t> AgentRuntime::Impl::SendMessage(
     if (live->record.chain().links_size() > 0) live->record.chain().SerializeToString(&chain);
     sender_grants.assign(live->record.grants().begin(), live->record.grants().end());
   }
-  VAULT_ASSIGN_OR_RETURN(SignedMessage signed_message,
-                         messaging::SignMessage(record, send.data(), std::move(chain),
-                                                *deps_.vault_key));
+  VAULT_ASSIGN_OR_RETURN(
+      SignedMessage signed_message,
+      messaging::SignMessage(record, send.data(), std::move(chain), *deps_.vault_key));
   const uint64_t seq = record.seq();
   details->emplace_back("seq", absl::StrCat(seq));
   details->emplace_back("message", messaging::MessageHash(signed_message));
@@ -164,9 +165,10 @@ absl::StatusOr<uint64_t> AgentRuntime::Impl::SendMessage(
   }
   if (signed_message.chain().empty()) {
     // A child agent: nothing but this vault vouches for it, so its messages stay here.
-    return absl::NotFoundError(absl::StrCat(
-        "no agent ", to_id, " on this vault (an agent spawned by another agent reaches only the "
-        "agents of its own vault)"));
+    return absl::NotFoundError(
+        absl::StrCat("no agent ", to_id,
+                     " on this vault (an agent spawned by another agent reaches only the "
+                     "agents of its own vault)"));
   }
   absl::StatusOr<vault::v1::DeliverResponse> r =
       RouteRemote(signed_message, record, absl::Now() + kSendAttempt);
@@ -202,9 +204,9 @@ absl::StatusOr<uint64_t> AgentRuntime::Impl::AcceptMail(const std::shared_ptr<Li
     // restart, or arriving: the sender tries again.
     if (to->migrating_out || state == vault::v1::DEPARTED || state == vault::v1::MIGRATING ||
         !to->running || !to->mail_loaded) {
-      return absl::UnavailableError(absl::StrCat(
-          "agent ", to->id, " is ", to->migrating_out ? "migrating" : StateName(state),
-          " here: try again"));
+      return absl::UnavailableError(absl::StrCat("agent ", to->id, " is ",
+                                                 to->migrating_out ? "migrating" : StateName(state),
+                                                 " here: try again"));
     }
     if (from_agent) {
       if (to->writing_from.contains(record.from())) {
@@ -221,10 +223,9 @@ absl::StatusOr<uint64_t> AgentRuntime::Impl::AcceptMail(const std::shared_ptr<Li
       }
     }
     if (to->mailbox.size() + to->accepting >= options_.config.mailbox_capacity()) {
-      return absl::ResourceExhaustedError(absl::StrCat("the mailbox of agent ", to->id,
-                                                       " is full (",
-                                                       options_.config.mailbox_capacity(),
-                                                       " messages): try again later"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the mailbox of agent ", to->id, " is full (",
+                       options_.config.mailbox_capacity(), " messages): try again later"));
     }
     n = to->next_mail_n++;
     ++to->accepting;
@@ -246,8 +247,8 @@ absl::StatusOr<uint64_t> AgentRuntime::Impl::AcceptMail(const std::shared_ptr<Li
       return written;
     }
     if (from_agent) to->seen[record.from()] = record.seq();
-    to->record.mutable_counters()->set_messages_received(
-        to->record.counters().messages_received() + 1);
+    to->record.mutable_counters()->set_messages_received(to->record.counters().messages_received() +
+                                                         1);
     // (Not while frozen for a hop: what it holds then travels with it.)
     if (to->pending_receive.has_value() && !to->migrating_out) {
       waiting = std::move(to->pending_receive);
@@ -294,7 +295,8 @@ absl::Status AgentRuntime::Impl::LoadMailLocked(LiveAgent& live) {
   live.mailbox.clear();
   for (messaging::MailboxStore::Mail& mail : loaded.mailbox) {
     absl::StatusOr<MessageRecord> r = messaging::ParseRecord(mail.message.record());
-    if (!r.ok()) return absl::DataLossError(absl::StrCat("a stored message: ", r.status().message()));
+    if (!r.ok())
+      return absl::DataLossError(absl::StrCat("a stored message: ", r.status().message()));
     const uint64_t id = r->from() != "operator" ? r->seq() : next_message_id_.fetch_add(1);
     live.mailbox.push_back({ToMessage(mail.message, *r, id), mail.n});
   }
@@ -364,8 +366,7 @@ absl::StatusOr<vault::v1::DeliverResponse> AgentRuntime::Impl::RouteRemote(
 }
 
 absl::StatusOr<vault::v1::DeliverResponse> AgentRuntime::Impl::DeliverFromMember(
-    const vault::v1::DeliverRequest& request, const std::string& caller,
-    absl::Time deadline) {
+    const vault::v1::DeliverRequest& request, const std::string& caller, absl::Time deadline) {
   const SignedMessage& message = request.message();
   auto refused = [&](absl::Status why, const std::string& to) {
     vault::v1::AuditEntry e = audit::MakeEntry(
@@ -392,16 +393,16 @@ absl::StatusOr<vault::v1::DeliverResponse> AgentRuntime::Impl::DeliverFromMember
   // (it has none) stay on their vault, as nothing else vouches for who sent them.
   if (!v->chain.has_value()) {
     return refused(absl::UnauthenticatedError(absl::StrCat(
-                       "message refused: ",
-                       r.from() == "operator" ? "an operator's message does not cross vaults"
-                                              : "its sender has no chain of its own")),
+                       "message refused: ", r.from() == "operator"
+                                                ? "an operator's message does not cross vaults"
+                                                : "its sender has no chain of its own")),
                    r.to());
   }
   // Its principal must be one this vault trusts: an unknown key proves nothing about an id.
   if (!v->chain->root.has_value() || !policy_->Lookup(*v->chain->root).has_value()) {
-    return refused(absl::UnauthenticatedError(absl::StrCat(
-                       "message refused: its sender's principal ", r.from_principal(),
-                       " is not trusted by ", options_.vault_name)),
+    return refused(absl::UnauthenticatedError(
+                       absl::StrCat("message refused: its sender's principal ", r.from_principal(),
+                                    " is not trusted by ", options_.vault_name)),
                    r.to());
   }
   std::vector<Grant> sender_grants = v->chain->grants;
@@ -419,8 +420,7 @@ absl::StatusOr<vault::v1::DeliverResponse> AgentRuntime::Impl::DeliverFromMember
     }
     // The answer to UNAVAILABLE is retried: not audited each time.
     if (!s.ok()) return s.code() == absl::StatusCode::kUnavailable ? s : refused(s, r.to());
-    Audit(audit::MakeEntry(caller, "message.delivered", r.to(), vault::v1::AuditEntry::ALLOWED,
-                           "",
+    Audit(audit::MakeEntry(caller, "message.delivered", r.to(), vault::v1::AuditEntry::ALLOWED, "",
                            {{"message", messaging::MessageHash(message)},
                             {"from", r.from()},
                             {"from_vault", r.sending_vault()},
@@ -436,20 +436,21 @@ absl::StatusOr<vault::v1::DeliverResponse> AgentRuntime::Impl::DeliverFromMember
   }
   absl::StatusOr<AgentRecord> stored = store_->Get(r.to());
   if (!stored.ok()) {
-    return refused(absl::NotFoundError(absl::StrCat("no agent ", r.to(), " on ", options_.vault_name)),
-                   r.to());
+    return refused(
+        absl::NotFoundError(absl::StrCat("no agent ", r.to(), " on ", options_.vault_name)),
+        r.to());
   }
   if (stored->hop() < request.min_hop()) {
-    return refused(absl::FailedPreconditionError(absl::StrCat(
-                       "the trail of agent ", r.to(), " goes back: ", options_.vault_name,
-                       " knows it at hop ", stored->hop(), ", the member before at hop ",
-                       request.min_hop())),
-                   r.to());
+    return refused(
+        absl::FailedPreconditionError(absl::StrCat(
+            "the trail of agent ", r.to(), " goes back: ", options_.vault_name, " knows it at hop ",
+            stored->hop(), ", the member before at hop ", request.min_hop())),
+        r.to());
   }
   if (!host_calls::MayAddress(stored->principal(), stored->grants(), r, sender_grants)) {
-    return refused(absl::NotFoundError(absl::StrCat("no agent ", r.to(), " on ",
-                                                    options_.vault_name)),
-                   r.to());
+    return refused(
+        absl::NotFoundError(absl::StrCat("no agent ", r.to(), " on ", options_.vault_name)),
+        r.to());
   }
   const vault::v1::AgentState state = stored->state();
   if (state == vault::v1::TERMINATED || state == vault::v1::COMPLETED ||
@@ -459,8 +460,8 @@ absl::StatusOr<vault::v1::DeliverResponse> AgentRuntime::Impl::DeliverFromMember
   }
   if (state != vault::v1::DEPARTED) {
     // Migrating, arriving, or not started yet after a restart: the sender tries again.
-    return absl::UnavailableError(absl::StrCat("agent ", r.to(), " is ", StateName(state),
-                                               " on ", options_.vault_name, ": try again"));
+    return absl::UnavailableError(absl::StrCat("agent ", r.to(), " is ", StateName(state), " on ",
+                                               options_.vault_name, ": try again"));
   }
   // It went on: forward along the trail.
   if (request.forwards() + 1 > kMaxForwards || members_ == nullptr) {
@@ -476,8 +477,7 @@ absl::StatusOr<vault::v1::DeliverResponse> AgentRuntime::Impl::DeliverFromMember
   forward.set_min_hop(stored->hop());
   absl::StatusOr<vault::v1::DeliverResponse> out = members_->Deliver(next, forward, deadline);
   if (out.ok()) {
-    Audit(audit::MakeEntry(caller, "message.forwarded", r.to(), vault::v1::AuditEntry::ALLOWED,
-                           "",
+    Audit(audit::MakeEntry(caller, "message.forwarded", r.to(), vault::v1::AuditEntry::ALLOWED, "",
                            {{"message", messaging::MessageHash(message)},
                             {"from", r.from()},
                             {"seq", absl::StrCat(r.seq())},
@@ -689,7 +689,9 @@ absl::StatusOr<vault::v1::MailboxTransfer> AgentRuntime::Impl::ReadArrivalMailbo
   };
   for (const SignedMessage& m : t.mailbox()) {
     absl::StatusOr<messaging::VerifiedMessage> v = verifier.Verify(m, as_sent(m));
-    if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat("a message in the mailbox: ", v.status().message()));
+    if (!v.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("a message in the mailbox: ", v.status().message()));
     if (v->record.to() != agent_id) {
       return absl::InvalidArgumentError(
           absl::StrCat("the mailbox holds a message to agent ", v->record.to()));
@@ -698,7 +700,9 @@ absl::StatusOr<vault::v1::MailboxTransfer> AgentRuntime::Impl::ReadArrivalMailbo
   for (const SignedMessage& m : t.outbox()) {
     // Signed by the vaults it was sent from, each then the sender's (its chain then ended there).
     absl::StatusOr<messaging::VerifiedMessage> v = verifier.Verify(m, as_sent(m));
-    if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat("a message in the outbox: ", v.status().message()));
+    if (!v.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("a message in the outbox: ", v.status().message()));
     if (v->record.from() != agent_id) {
       return absl::InvalidArgumentError(
           absl::StrCat("the outbox holds a message from agent ", v->record.from()));

@@ -105,8 +105,8 @@ class MigrationPort {
   // and its outbox, stored as one CAS object (a MailboxTransfer); nullopt when it has none.
   // The messages handed to it since its last checkpoint go too, unless `hop_state` is a new
   // state (its own migrate's, its effect log), which covers them. Called frozen.
-  virtual absl::StatusOr<std::optional<cas::Digest>> StoreMailbox(
-      const AgentRef& agent, const cas::Digest& hop_state) = 0;
+  virtual absl::StatusOr<std::optional<cas::Digest>> StoreMailbox(const AgentRef& agent,
+                                                                  const cas::Digest& hop_state) = 0;
 
   // ---- The destination of a hop ----
   // An arrival's messages, read from the CAS, each checked (its vault's signature, its

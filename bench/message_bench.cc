@@ -23,8 +23,8 @@
 // the cross-vault value.
 #include <unistd.h>
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -138,12 +138,12 @@ class Bench {
     const std::string code = absl::StrCat(root_, "/", name, ".py");
     WriteAll(code, absl::StrCat(kPrelude, body));
     const std::string spec = absl::StrCat(root_, "/", name, ".scm");
-    WriteAll(spec, absl::StrCat("(agent\n  (purpose \"message_bench ", name, "\")\n  (code-file \"",
-                                code,
-                                "\")\n  (capabilities (send (agent *)) (receive (from *)) "
-                                "(migrate (vaults a b)))\n  (constraints (max-runtime 3600)))\n"));
-    std::vector<std::string> args = {ctl_,    "--vault", fed_->Socket(vault), "agent", "spawn",
-                                     spec,    "--as",    fed_->AdminKey("a")};
+    WriteAll(spec,
+             absl::StrCat("(agent\n  (purpose \"message_bench ", name, "\")\n  (code-file \"", code,
+                          "\")\n  (capabilities (send (agent *)) (receive (from *)) "
+                          "(migrate (vaults a b)))\n  (constraints (max-runtime 3600)))\n"));
+    std::vector<std::string> args = {ctl_, "--vault", fed_->Socket(vault), "agent", "spawn",
+                                     spec, "--as",    fed_->AdminKey("a")};
     if (!state.empty()) {
       const std::string file = absl::StrCat(root_, "/", name, ".state");
       WriteAll(file, state);
@@ -153,8 +153,7 @@ class Bench {
   }
 
   // Waits (at most 300 s) for a line of the agent's log that starts with `prefix`; returns it.
-  std::string WaitLine(const std::string& vault, const std::string& id,
-                       const std::string& prefix) {
+  std::string WaitLine(const std::string& vault, const std::string& id, const std::string& prefix) {
     const absl::Time deadline = absl::Now() + absl::Seconds(300);
     for (;;) {
       RunResult logs = Run({ctl_, "--vault", fed_->Socket(vault), "agent", "logs", id});
@@ -210,8 +209,8 @@ class Bench {
                                "--to", "b", "--no-checkpoint"});
     if (JsonField(moved.out, "to_vault") != "b") Die("migrate: " + moved.out);
     WaitLine("b", still, "still at b");
-    RunResult status = MustRun({ctl_, "--vault", fed_->Socket("b"), "-o", "json", "agent",
-                                "status", still});
+    RunResult status =
+        MustRun({ctl_, "--vault", fed_->Socket("b"), "-o", "json", "agent", "status", still});
     if (queued > 0 && JsonField(status.out, "mailbox_depth") != absl::StrCat(queued)) {
       Die(absl::StrCat("after the hop the mailbox holds ", JsonField(status.out, "mailbox_depth"),
                        " messages, not ", queued));
@@ -267,7 +266,7 @@ int Main(int argc, char** argv) {
         if (nosync) c += "storage {\n  sync_writes: false\n}\n";
         absl::StrReplaceAll(
             {{"agents {\n", absl::StrCat("agents {\n  mailbox_capacity: ", capacity,
-                                          "\n  default_max_calls_per_second: 1000000\n")}},
+                                         "\n  default_max_calls_per_second: 1000000\n")}},
             &c);
       });
     }

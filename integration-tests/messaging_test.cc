@@ -176,18 +176,23 @@ TEST_F(MessagingTest, MembersCannotForgeAlterReplayOrReachAnAgentThatDoesNotTake
   ASSERT_NO_FATAL_FAILURE(TrustOwnerEverywhere({"send:*", "receive:*"}));
   // A receiver on b that takes "num" from anyone, and one that takes messages from nobody.
   const std::string open_rx = Spawn(
-      "b", WriteAgent("open", "a = vault_agent.Agent.connect()\nwhile True:\n    a.receive(timeout=1)\n",
-                      "(receive (from *))", "(max-runtime 300)"),
+      "b",
+      WriteAgent("open", "a = vault_agent.Agent.connect()\nwhile True:\n    a.receive(timeout=1)\n",
+                 "(receive (from *))", "(max-runtime 300)"),
       owner_key_);
-  const std::string closed_rx = Spawn(
-      "b", WriteAgent("closed", "a = vault_agent.Agent.connect()\nwhile True:\n    a.receive(timeout=1)\n",
-                      "(receive (from nobody-here))", "(max-runtime 300)"),
-      owner_key_);
+  const std::string closed_rx =
+      Spawn("b",
+            WriteAgent("closed",
+                       "a = vault_agent.Agent.connect()\nwhile True:\n    a.receive(timeout=1)\n",
+                       "(receive (from nobody-here))", "(max-runtime 300)"),
+            owner_key_);
   // The sender: an agent on a.
-  const std::string sender = Spawn(
-      "a", WriteAgent("sender", "a = vault_agent.Agent.connect()\nwhile True:\n    a.receive(timeout=1)\n",
-                      "(send (agent *))", "(max-runtime 300)"),
-      owner_key_);
+  const std::string sender =
+      Spawn("a",
+            WriteAgent("sender",
+                       "a = vault_agent.Agent.connect()\nwhile True:\n    a.receive(timeout=1)\n",
+                       "(send (agent *))", "(max-runtime 300)"),
+            owner_key_);
   ASSERT_FALSE(open_rx.empty() || closed_rx.empty() || sender.empty());
   absl::StatusOr<AgentStatus> s = Get("a", sender);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -355,12 +360,12 @@ TEST_F(MessagingChaosTest, EveryAcceptedMessageReachesItsMovingReceiverOnceInOrd
   const std::string prelude = absl::StrCat(kRetry);
   std::vector<std::string> receivers;
   for (int i = 0; i < kChaosReceivers; ++i) {
-    receivers.push_back(Spawn(
-        "a",
-        WriteAgent(absl::StrCat("r-", i), absl::StrCat(prelude, kChaosReceiver),
-                   "(receive (from *)) (migrate (vaults a b c))",
-                   "(max-runtime 600) (max-migrations 1000)"),
-        owner_key_));
+    receivers.push_back(
+        Spawn("a",
+              WriteAgent(absl::StrCat("r-", i), absl::StrCat(prelude, kChaosReceiver),
+                         "(receive (from *)) (migrate (vaults a b c))",
+                         "(max-runtime 600) (max-migrations 1000)"),
+              owner_key_));
     ASSERT_FALSE(receivers.back().empty());
   }
   // One sender on each vault.
@@ -371,9 +376,8 @@ TEST_F(MessagingChaosTest, EveryAcceptedMessageReachesItsMovingReceiverOnceInOrd
     const std::string body =
         absl::StrReplaceAll(absl::StrCat(prelude, kChaosSender),
                             {{"$NAME", name}, {"$RECEIVERS", absl::StrJoin(receivers, ",")}});
-    senders[name] = Spawn(kVaults[i],
-                          WriteAgent(name, body, "(send (agent *))", "(max-runtime 600)"),
-                          owner_key_);
+    senders[name] = Spawn(
+        kVaults[i], WriteAgent(name, body, "(send (agent *))", "(max-runtime 600)"), owner_key_);
     sender_vault[name] = kVaults[i];
     ASSERT_FALSE(senders[name].empty());
   }
@@ -488,9 +492,9 @@ TEST_F(MessagingChaosTest, EveryAcceptedMessageReachesItsMovingReceiverOnceInOrd
   }
   std::cerr << "messaging chaos (seed " << seed << "): " << accepted_count
             << " messages accepted (in the senders' states), " << received_count << " received; "
-            << hops.load() << " of " << hop_attempts.load() << " receiver hops committed; "
-            << kills << " vaultd kills, " << restarts << " restarts, " << cuts << " link cuts, "
-            << heals << " heals\n";
+            << hops.load() << " of " << hop_attempts.load() << " receiver hops committed; " << kills
+            << " vaultd kills, " << restarts << " restarts, " << cuts << " link cuts, " << heals
+            << " heals\n";
   RecordProperty("messages_accepted", static_cast<int>(accepted_count));
   RecordProperty("messages_received", static_cast<int>(received_count));
   RecordProperty("receiver_hops", hops.load());

@@ -154,7 +154,6 @@ class ProxiedMigrationTest : public ProxiedFederationTest {
     vault::v1::StatResponse resp;
     return cas->Stat(&ctx, req, &resp).ok() && resp.present();
   }
-
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -7,8 +7,8 @@
 #define VAULT_INTEGRATION_TESTS_MIGRATION_FIXTURE_H_
 
 #include <dirent.h>
-#include <google/protobuf/text_format.h>
 #include <gmock/gmock.h>
+#include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
 #include <signal.h>

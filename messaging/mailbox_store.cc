@@ -53,8 +53,8 @@ absl::StatusOr<MailboxStore::Loaded> MailboxStore::Load(const std::string& agent
       if (rest.size() != 8) return absl::DataLossError("a message key is malformed");
       SignedMessage m;
       if (!m.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
-        return absl::DataLossError(absl::StrCat("a stored message of agent ", agent,
-                                                " does not parse"));
+        return absl::DataLossError(
+            absl::StrCat("a stored message of agent ", agent, " does not parse"));
       }
       const uint64_t n = storage::ParseBigEndian64(rest);
       if (kind == 'm') {

@@ -39,10 +39,10 @@ class MailboxStore {
     vault::v1::SignedMessage message;
   };
   struct Loaded {
-    std::vector<Mail> mailbox;                          // oldest first
-    absl::flat_hash_map<std::string, uint64_t> seen;    // sender -> last accepted seq
+    std::vector<Mail> mailbox;                        // oldest first
+    absl::flat_hash_map<std::string, uint64_t> seen;  // sender -> last accepted seq
     std::vector<std::pair<uint64_t, vault::v1::SignedMessage>> outbox;  // by seq
-    uint64_t next_n = 1;  // after the newest mail
+    uint64_t next_n = 1;                                                // after the newest mail
   };
   absl::StatusOr<Loaded> Load(const std::string& agent) const;
 
@@ -69,9 +69,7 @@ class MailboxStore {
   // Synced (accepted messages).
   absl::Status Write(rocksdb::WriteBatch* batch) const { return db_->Write(batch); }
   // In the write-ahead log only (a delivery's removal: lost only with the machine).
-  absl::Status WriteUnsynced(rocksdb::WriteBatch* batch) const {
-    return db_->WriteUnsynced(batch);
-  }
+  absl::Status WriteUnsynced(rocksdb::WriteBatch* batch) const { return db_->WriteUnsynced(batch); }
 
  private:
   const storage::Database* const db_;

@@ -57,7 +57,8 @@ absl::StatusOr<MessageRecord> ParseRecord(absl::string_view bytes) {
     }
   } else {
     VAULT_RETURN_IF_ERROR(capability::ValidateMessageType(r.type()));
-    if (r.seq() == 0) return absl::InvalidArgumentError("an agent's message has no sequence number");
+    if (r.seq() == 0)
+      return absl::InvalidArgumentError("an agent's message has no sequence number");
     if (!r.chain_sha256().empty() && r.chain_sha256().size() != 32) {
       return absl::InvalidArgumentError("a message's chain digest is not 32 bytes");
     }
@@ -71,8 +72,7 @@ absl::StatusOr<MessageRecord> ParseRecord(absl::string_view bytes) {
   return r;
 }
 
-absl::StatusOr<SignedMessage> SignMessage(MessageRecord record, std::string data,
-                                          std::string chain,
+absl::StatusOr<SignedMessage> SignMessage(MessageRecord record, std::string data, std::string chain,
                                           const capability::PrivateKey& vault_key) {
   record.set_version(kRecordVersion);
   record.set_payload_sha256(common::Sha256::Hash(data));
@@ -90,8 +90,7 @@ absl::StatusOr<SignedMessage> SignMessage(MessageRecord record, std::string data
 }
 
 std::string MessageHash(const SignedMessage& message) {
-  return absl::BytesToHexString(
-      common::Sha256::HashParts({message.record(), message.signature()}));
+  return absl::BytesToHexString(common::Sha256::HashParts({message.record(), message.signature()}));
 }
 
 absl::StatusOr<VerifiedMessage> MessageVerifier::Verify(const SignedMessage& message,
@@ -111,8 +110,8 @@ absl::StatusOr<VerifiedMessage> MessageVerifier::Verify(const SignedMessage& mes
         absl::StrCat("its signature does not verify against ", r.sending_vault(), "'s key"));
   }
   if (message.data().size() > context.max_data_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("a message's data is at most ",
-                                                   context.max_data_bytes, " bytes here"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a message's data is at most ", context.max_data_bytes, " bytes here"));
   }
   if (message.data().size() != r.payload_size() ||
       common::Sha256::Hash(message.data()) != r.payload_sha256()) {
@@ -147,12 +146,11 @@ absl::StatusOr<VerifiedMessage> MessageVerifier::Verify(const SignedMessage& mes
                                         " on ", r.sending_vault(), ": ", v.status().message()));
   }
   if (v->agent_id != r.from()) {
-    return Unauthenticated(absl::StrCat("the sender's chain is agent ", v->agent_id, "'s, not ",
-                                        r.from(), "'s"));
+    return Unauthenticated(
+        absl::StrCat("the sender's chain is agent ", v->agent_id, "'s, not ", r.from(), "'s"));
   }
   if (!v->root.has_value() || v->root->ToText() != r.from_principal()) {
-    return Unauthenticated(
-        absl::StrCat("the sender's principal is not ", r.from_principal()));
+    return Unauthenticated(absl::StrCat("the sender's principal is not ", r.from_principal()));
   }
   out.chain = *std::move(v);
   return out;

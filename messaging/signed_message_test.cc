@@ -22,8 +22,8 @@ using vault::v1::MessageRecord;
 using vault::v1::SignedMessage;
 
 capability::PrivateKey Key(char seed) {
-  absl::StatusOr<capability::PrivateKey> k = capability::PrivateKey::FromRawSeed(
-      std::string(32, seed));
+  absl::StatusOr<capability::PrivateKey> k =
+      capability::PrivateKey::FromRawSeed(std::string(32, seed));
   if (!k.ok()) std::abort();
   return *std::move(k);
 }
@@ -89,18 +89,14 @@ class SignedMessageTest : public ::testing::Test {
     return r;
   }
 
-  SignedMessage Signed(const std::string& vault, const capability::PrivateKey& key,
-                       bool hop_to_b) {
-    absl::StatusOr<SignedMessage> m =
-        SignMessage(Record("a-sender", vault), "payload-bytes", ChainBytes("a-sender", hop_to_b),
-                    key);
+  SignedMessage Signed(const std::string& vault, const capability::PrivateKey& key, bool hop_to_b) {
+    absl::StatusOr<SignedMessage> m = SignMessage(Record("a-sender", vault), "payload-bytes",
+                                                  ChainBytes("a-sender", hop_to_b), key);
     EXPECT_TRUE(m.ok()) << m.status();
     return *m;
   }
 
-  absl::Status Check(const SignedMessage& m) {
-    return verifier_.Verify(m, context_).status();
-  }
+  absl::Status Check(const SignedMessage& m) { return verifier_.Verify(m, context_).status(); }
 
   capability::PrivateKey principal_, vault_a_, vault_b_, vault_c_;
   capability::LinkCache cache_;
@@ -197,8 +193,7 @@ TEST_F(SignedMessageTest, MalformedRecordsAreRefused) {
               HasSubstr("no sequence number"));
   r.set_seq(1);
   r.set_type("Bad Type");
-  EXPECT_EQ(ParseRecord(r.SerializeAsString()).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseRecord(r.SerializeAsString()).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseRecord(std::string(kMaxRecordBytes + 1, 'x')).status().code(),
             absl::StatusCode::kInvalidArgument);
 }

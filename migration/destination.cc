@@ -214,8 +214,9 @@ absl::StatusOr<vault::v1::SignedReceipt> Migration::CommitIn(const vault::v1::Mi
     VAULT_ASSIGN_OR_RETURN(cas::Digest digest, cas::FromProto(p.mailbox()));
     VAULT_ASSIGN_OR_RETURN(bool present, deps_.cas->Contains(digest));
     if (!present) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the agent's mailbox ", digest.ToString(), " has not arrived (Offer names what to send)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("the agent's mailbox ", digest.ToString(),
+                       " has not arrived (Offer names what to send)"));
     }
     absl::StatusOr<vault::v1::MailboxTransfer> read =
         deps_.port->ReadArrivalMailbox(p.agent_id(), p.mailbox());

@@ -81,7 +81,8 @@ absl::StatusOr<std::string> Migration::WhereIs(const std::string& id) {
   }
   VAULT_ASSIGN_OR_RETURN(vault::v1::LocateResponse l, std::move(located));
   if (l.vault().empty()) {
-    return absl::UnavailableError(absl::StrCat("agent ", id, " is migrating to ", l.migrating_to()));
+    return absl::UnavailableError(
+        absl::StrCat("agent ", id, " is migrating to ", l.migrating_to()));
   }
   return l.vault();
 }

@@ -16,12 +16,11 @@ grpc::ServerUnaryReactor* MessageService::Deliver(grpc::CallbackServerContext* c
   // A forward goes on within the caller's deadline (and 10 s at most).
   const absl::Time deadline =
       std::min(absl::FromChrono(ctx->deadline()), absl::Now() + absl::Seconds(10));
-  return RunUnary(ctx, executor_,
-                  [this, req, resp, deadline, caller = CallerMember(ctx)]() -> absl::Status {
-                    VAULT_ASSIGN_OR_RETURN(*resp,
-                                           runtime_->DeliverFromMember(*req, caller, deadline));
-                    return absl::OkStatus();
-                  });
+  return RunUnary(
+      ctx, executor_, [this, req, resp, deadline, caller = CallerMember(ctx)]() -> absl::Status {
+        VAULT_ASSIGN_OR_RETURN(*resp, runtime_->DeliverFromMember(*req, caller, deadline));
+        return absl::OkStatus();
+      });
 }
 
 }  // namespace vault::node

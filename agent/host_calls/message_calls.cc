@@ -162,7 +162,8 @@ void Send(HostCallContext& ctx) {
   // same way (docs/messages.md).
   std::shared_ptr<LiveAgent> to = s.Resolve(live->principal, send.to());
   if (to.get() == live.get()) {
-    c.status = absl::NotFoundError(absl::StrCat("no agent ", send.to(), " that this agent may send to"));
+    c.status =
+        absl::NotFoundError(absl::StrCat("no agent ", send.to(), " that this agent may send to"));
     return;
   }
   bool queued = false;

@@ -75,11 +75,10 @@ class HostCallServices {
   // delivered here, or across the federation to wherever the receiver runs, or kept in the
   // sender's outbox when its vault cannot be reached now (`*queued`). Returns its sequence
   // number.
-  virtual absl::StatusOr<uint64_t> SendMessage(const std::shared_ptr<LiveAgent>& live,
-                                               const std::shared_ptr<LiveAgent>& to_local,
-                                               const vault::v1::SendRequest& send, bool* queued,
-                                               std::vector<std::pair<std::string, std::string>>*
-                                                   details) = 0;
+  virtual absl::StatusOr<uint64_t> SendMessage(
+      const std::shared_ptr<LiveAgent>& live, const std::shared_ptr<LiveAgent>& to_local,
+      const vault::v1::SendRequest& send, bool* queued,
+      std::vector<std::pair<std::string, std::string>>* details) = 0;
   // The mail `n` was handed to `live`'s receive: it stays stored until the agent's state is
   // next captured (AckHandedLocked), or is given again if the agent resumes from an older one.
   virtual void HandedLocked(LiveAgent& live, uint64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu) = 0;

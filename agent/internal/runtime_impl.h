@@ -200,20 +200,19 @@ class AgentRuntime::Impl : public HostCallServices,
   // The agent's next message sequence number; a new block is reserved (a synced record write)
   // when the reserved one is used up.
   absl::StatusOr<uint64_t> NextSeqLocked(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
-  absl::StatusOr<uint64_t> SendMessage(const std::shared_ptr<LiveAgent>& live,
-                                       const std::shared_ptr<LiveAgent>& to_local,
-                                       const vault::v1::SendRequest& send, bool* queued,
-                                       std::vector<std::pair<std::string, std::string>>* details)
-      override;
+  absl::StatusOr<uint64_t> SendMessage(
+      const std::shared_ptr<LiveAgent>& live, const std::shared_ptr<LiveAgent>& to_local,
+      const vault::v1::SendRequest& send, bool* queued,
+      std::vector<std::pair<std::string, std::string>>* details) override;
   // Into `to`'s mailbox, durably (or straight to its waiting receive, once durable): its
   // receive grants checked against the sender (`sender_grants`: the sender's, for another
   // principal's agent). ALREADY_EXISTS for a sequence number it accepted before; UNAVAILABLE
   // while it is frozen for a hop; RESOURCE_EXHAUSTED when its mailbox is full. Returns the
   // message's id here.
   absl::StatusOr<uint64_t> AcceptMail(const std::shared_ptr<LiveAgent>& to,
-                          const vault::v1::SignedMessage& message,
-                          const vault::v1::MessageRecord& record,
-                          const std::vector<vault::v1::Grant>& sender_grants);
+                                      const vault::v1::SignedMessage& message,
+                                      const vault::v1::MessageRecord& record,
+                                      const std::vector<vault::v1::Grant>& sender_grants);
   void HandedLocked(LiveAgent& live, uint64_t n) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
   void AckHandedLocked(LiveAgent& live, size_t count) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
