@@ -648,19 +648,7 @@ absl::StatusOr<std::optional<cas::Digest>> AgentRuntime::Impl::StoreMailbox(
       covered.insert(agent->handed.begin(), agent->handed.end());
     }
   }
-  VAULT_ASSIGN_OR_RETURN(messaging::MailboxStore::Loaded l, mailboxes_->Load(agent->id));
-  vault::v1::MailboxTransfer t;
-  for (messaging::MailboxStore::Mail& m : l.mailbox) {
-    if (!covered.contains(m.n)) *t.add_mailbox() = std::move(m.message);
-  }
-  std::vector<std::pair<std::string, uint64_t>> seen(l.seen.begin(), l.seen.end());
-  std::sort(seen.begin(), seen.end());
-  for (const auto& [from, seq] : seen) {
-    vault::v1::MailboxTransfer::Seen* s = t.add_seen();
-    s->set_from(from);
-    s->set_seq(seq);
-  }
-  for (auto& [seq, m] : l.outbox) *t.add_outbox() = std::move(m);
+  VAULT_ASSIGN_OR_RETURN(vault::v1::MailboxTransfer t, mailboxes_->TransferOf(agent->id, covered));
   if (t.mailbox_size() == 0 && t.seen_size() == 0 && t.outbox_size() == 0) return std::nullopt;
   const std::string bytes = t.SerializeAsString();
   cas::Digest d = cas::Digest::Of(bytes);

@@ -415,38 +415,12 @@ TEST_F(MessagingChaosTest, EveryAcceptedMessageReachesItsMovingReceiverOnceInOrd
       }
     });
   }
-  int kills = 0, restarts = 0, cuts = 0, heals = 0;
-  const absl::Time end = absl::Now() + kChaosDuration;
-  while (absl::Now() < end) {
-    absl::SleepFor(absl::Milliseconds(400 + static_cast<int64_t>(rng() % 1200)));
-    std::vector<std::string> up, down;
-    for (const std::string& v : kVaults) (M(v).vaultd->Running() ? up : down).push_back(v);
-    const int dice = static_cast<int>(rng() % 100);
-    if (dice < 25 && static_cast<int>(down.size()) < kChaosMaxDown) {
-      M(up[rng() % up.size()]).vaultd->Kill();  // our own child, by its pid
-      ++kills;
-    } else if (dice < 55 && !down.empty()) {
-      ASSERT_NO_FATAL_FAILURE(Restart(down[rng() % down.size()]));
-      ++restarts;
-    } else {
-      auto it = std::next(proxies_.begin(), static_cast<long>(rng() % proxies_.size()));
-      if (dice < 80 && !it->second->cut()) {
-        it->second->Cut();
-        ++cuts;
-      } else if (it->second->cut()) {
-        it->second->Heal();
-        ++heals;
-      }
-    }
-  }
+  Havoc havoc;
+  ASSERT_NO_FATAL_FAILURE(Wreak(rng, absl::Now() + kChaosDuration, kChaosMaxDown, &havoc));
   stop = true;
   for (std::thread& t : movers) t.join();
-  for (auto& [link, proxy] : proxies_) proxy->Heal();
-  for (const std::string& v : kVaults) {
-    if (!M(v).vaultd->Running()) {
-      ASSERT_NO_FATAL_FAILURE(Restart(v));
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(HealAll());
+  const int kills = havoc.kills, restarts = havoc.restarts, cuts = havoc.cuts, heals = havoc.heals;
   // The senders stop; what they were told was accepted is in their states.
   std::map<std::string, std::map<std::string, std::set<int64_t>>> accepted;  // rx -> sender -> n
   size_t accepted_count = 0;

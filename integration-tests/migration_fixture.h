@@ -18,6 +18,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <tuple>
@@ -773,6 +774,45 @@ class ProxiedFederationTest : public MigrationTest {
       RunResult r = Ctl(v, {"audit", "verify", "--all"});
       EXPECT_EQ(r.exit_code, kExitOk) << "vault " << v << ": " << r;
       EXPECT_THAT(r.out, ::testing::Not(HasSubstr("FAILED"))) << "vault " << v;
+    }
+  }
+
+  // Chaos (the chaos tests): until `end`, every 0.3-1.5 s, one of: SIGKILL a vaultd (while
+  // fewer than `max_down` are down), restart one that is down, cut a link, heal one. Then every
+  // link is healed and every vaultd started again.
+  struct Havoc {
+    int kills = 0, restarts = 0, cuts = 0, heals = 0;
+  };
+  void Wreak(std::mt19937_64& rng, absl::Time end, int max_down, Havoc* h) {
+    while (absl::Now() < end) {
+      absl::SleepFor(absl::Milliseconds(300 + static_cast<int64_t>(rng() % 1200)));
+      std::vector<std::string> up, down;
+      for (const std::string& v : kVaults) (M(v).vaultd->Running() ? up : down).push_back(v);
+      const int dice = static_cast<int>(rng() % 100);
+      if (dice < 30 && static_cast<int>(down.size()) < max_down) {
+        M(up[rng() % up.size()]).vaultd->Kill();  // our own child, by its pid
+        ++h->kills;
+      } else if (dice < 60 && !down.empty()) {
+        ASSERT_NO_FATAL_FAILURE(Restart(down[rng() % down.size()]));
+        ++h->restarts;
+      } else {
+        auto it = std::next(proxies_.begin(), static_cast<long>(rng() % proxies_.size()));
+        if (dice < 80 && !it->second->cut()) {
+          it->second->Cut();
+          ++h->cuts;
+        } else if (it->second->cut()) {
+          it->second->Heal();
+          ++h->heals;
+        }
+      }
+    }
+  }
+  void HealAll() {
+    for (auto& [link, proxy] : proxies_) proxy->Heal();
+    for (const std::string& v : kVaults) {
+      if (!M(v).vaultd->Running()) {
+        ASSERT_NO_FATAL_FAILURE(Restart(v));
+      }
     }
   }
 

@@ -96,10 +96,12 @@ void MailboxStore::DeleteOutbox(rocksdb::WriteBatch* batch, const std::string& a
 }
 
 absl::StatusOr<vault::v1::MailboxTransfer> MailboxStore::TransferOf(
-    const std::string& agent) const {
+    const std::string& agent, const absl::flat_hash_set<uint64_t>& leave_out) const {
   VAULT_ASSIGN_OR_RETURN(Loaded l, Load(agent));
   vault::v1::MailboxTransfer t;
-  for (Mail& m : l.mailbox) *t.add_mailbox() = std::move(m.message);
+  for (Mail& m : l.mailbox) {
+    if (!leave_out.contains(m.n)) *t.add_mailbox() = std::move(m.message);
+  }
   std::vector<std::pair<std::string, uint64_t>> seen(l.seen.begin(), l.seen.end());
   std::sort(seen.begin(), seen.end());
   for (const auto& [from, seq] : seen) {

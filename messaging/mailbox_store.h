@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "storage/database.h"
@@ -55,8 +56,9 @@ class MailboxStore {
                  const vault::v1::SignedMessage& message) const;
   void DeleteOutbox(rocksdb::WriteBatch* batch, const std::string& agent, uint64_t seq) const;
 
-  // Everything of `agent`, as it travels in a hop.
-  absl::StatusOr<vault::v1::MailboxTransfer> TransferOf(const std::string& agent) const;
+  // Everything of `agent`, as it travels in a hop (but the mail numbered in `leave_out`).
+  absl::StatusOr<vault::v1::MailboxTransfer> TransferOf(
+      const std::string& agent, const absl::flat_hash_set<uint64_t>& leave_out = {}) const;
   // Adds a hop's transfer for `agent` (mail numbered from 1, after DeleteAgent in the same batch).
   void AddTransfer(rocksdb::WriteBatch* batch, const std::string& agent,
                    const vault::v1::MailboxTransfer& transfer) const;
