@@ -409,6 +409,7 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live,
       d->set_value(std::string(s.message()));
     }
     (void)persist();
+    ForgetReceived(live->id);  // (no process will read its mailbox)
     {
       absl::MutexLock agents_lock(&mu_);
       ForgetLocked(live);

@@ -163,6 +163,13 @@ absl::StatusOr<uint64_t> AgentRuntime::Impl::SendMessage(
       absl::SleepFor(absl::Milliseconds(5));
     }
   }
+  if (absl::StatusOr<AgentRecord> stored = store_->Get(to_id);
+      stored.ok() &&
+      (stored->state() == vault::v1::TERMINATED || stored->state() == vault::v1::COMPLETED ||
+       stored->state() == vault::v1::FAILED) &&
+      host_calls::MayAddress(stored->principal(), stored->grants(), record, sender_grants)) {
+    return absl::FailedPreconditionError(absl::StrCat("agent ", to_id, " has ended"));
+  }
   if (signed_message.chain().empty()) {
     // A child agent: nothing but this vault vouches for it, so its messages stay here.
     return absl::NotFoundError(
@@ -246,6 +253,17 @@ absl::StatusOr<uint64_t> AgentRuntime::Impl::AcceptMail(const std::shared_ptr<Li
       --to->accepting;
       return written;
     }
+    const vault::v1::AgentState state = to->record.state();
+    if (state == vault::v1::TERMINATED || state == vault::v1::COMPLETED ||
+        state == vault::v1::FAILED) {
+      // It ended meanwhile (its mailbox was removed): what was written goes too.
+      --to->accepting;
+      rocksdb::WriteBatch undo;
+      mailboxes_->DeleteMail(&undo, to->id, n);
+      if (from_agent) mailboxes_->DeleteSeen(&undo, to->id, record.from());
+      (void)mailboxes_->WriteUnsynced(&undo);
+      return absl::FailedPreconditionError(absl::StrCat("agent ", to->id, " has ended"));
+    }
     if (from_agent) to->seen[record.from()] = record.seq();
     to->record.mutable_counters()->set_messages_received(to->record.counters().messages_received() +
                                                          1);
@@ -273,18 +291,25 @@ void AgentRuntime::Impl::HandedLocked(LiveAgent& live, uint64_t n) {
   if (n == 0) return;
   live.handed.push_back(n);
   // An agent that never checkpoints: the oldest beyond kMaxHanded are taken as read.
-  if (live.handed.size() > kMaxHanded) AckHandedLocked(live, live.handed.size() - kMaxHanded);
+  if (live.handed.size() > kMaxHanded) AckHandedLocked(live, {live.handed.front()});
 }
 
-void AgentRuntime::Impl::AckHandedLocked(LiveAgent& live, size_t count) {
-  count = std::min(count, live.handed.size());
-  if (count == 0) return;
+void AgentRuntime::Impl::AckHandedLocked(LiveAgent& live, const std::vector<uint64_t>& ns) {
+  const absl::flat_hash_set<uint64_t> acked(ns.begin(), ns.end());
   rocksdb::WriteBatch batch;
-  for (size_t i = 0; i < count; ++i) mailboxes_->DeleteMail(&batch, live.id, live.handed[i]);
-  live.handed.erase(live.handed.begin(), live.handed.begin() + static_cast<ptrdiff_t>(count));
-  // (Unsynced: one lost with the machine is delivered again after the restart, which resumes
-  // from a state that may not cover it either.)
-  if (absl::Status s = mailboxes_->WriteUnsynced(&batch); !s.ok()) {
+  std::vector<uint64_t> kept;
+  for (uint64_t n : live.handed) {
+    if (acked.contains(n)) {
+      mailboxes_->DeleteMail(&batch, live.id, n);
+    } else {
+      kept.push_back(n);
+    }
+  }
+  if (kept.size() == live.handed.size()) return;
+  live.handed = std::move(kept);
+  // Durable like the state that covers them: one lost with the machine would be given again
+  // to an agent whose state already has it.
+  if (absl::Status s = mailboxes_->Write(&batch); !s.ok()) {
     common::LogAgent(spdlog::level::warn, live.id, "agent {}: received messages stay stored: {}",
                      live.id, s.ToString());
   }
@@ -326,8 +351,11 @@ absl::StatusOr<vault::v1::DeliverResponse> AgentRuntime::Impl::RouteRemote(
   }
   if (target.empty()) {
     absl::StatusOr<AgentRecord> r = store_->Get(to);
-    if (r.ok() && (r->state() == vault::v1::DEPARTED || r->state() == vault::v1::MIGRATING)) {
+    if (r.ok() && r->state() == vault::v1::DEPARTED) {
       target = r->migration().to_vault();
+    } else if (r.ok() && r->state() == vault::v1::MIGRATING) {
+      // (Its destination may not have committed: where it ends up is known after the hop.)
+      return absl::UnavailableError(absl::StrCat("agent ", to, " is migrating: try again"));
     } else if (r.ok() && (r->state() == vault::v1::TERMINATED ||
                           r->state() == vault::v1::COMPLETED || r->state() == vault::v1::FAILED)) {
       return absl::NotFoundError(absl::StrCat("agent ", to, " has ended"));
@@ -343,6 +371,14 @@ absl::StatusOr<vault::v1::DeliverResponse> AgentRuntime::Impl::RouteRemote(
       cached = false;
     }
     if (target == options_.vault_name) {
+      if (cached) {
+        // It was here, and is not now: ask again.
+        absl::MutexLock lock(&mu_);
+        locations_.erase(to);
+        target.clear();
+        cached = false;
+        continue;
+      }
       return absl::UnavailableError(absl::StrCat("agent ", to, " is on its way here"));
     }
     vault::v1::DeliverRequest request;
@@ -351,7 +387,11 @@ absl::StatusOr<vault::v1::DeliverResponse> AgentRuntime::Impl::RouteRemote(
     if (r.ok()) {
       absl::MutexLock lock(&mu_);
       if (locations_.size() > 100000) locations_.clear();
-      locations_[to] = r->delivered_at();
+      if (r->delivered_at() == options_.vault_name) {
+        locations_.erase(to);  // (it is here: Find reaches it from now on)
+      } else {
+        locations_[to] = r->delivered_at();
+      }
       return r;
     }
     if (cached && attempt == 0 && r.status().code() == absl::StatusCode::kNotFound) {
@@ -629,8 +669,8 @@ absl::Status AgentRuntime::Impl::DeliverUnsent(const std::string& sender,
 
 // ---- Hops ----
 
-absl::StatusOr<std::optional<cas::Digest>> AgentRuntime::Impl::StoreMailbox(
-    const AgentRef& agent, const cas::Digest& hop_state) {
+absl::StatusOr<std::optional<cas::Digest>> AgentRuntime::Impl::StoreMailbox(const AgentRef& agent,
+                                                                            bool covers_handed) {
   absl::flat_hash_set<uint64_t> covered;  // handed, and covered by the state that travels
   {
     // Deliveries past their checks land before the mailbox is read.
@@ -640,13 +680,7 @@ absl::StatusOr<std::optional<cas::Digest>> AgentRuntime::Impl::StoreMailbox(
     if (!agent->mu.AwaitWithDeadline(absl::Condition(&settled), absl::Now() + absl::Seconds(10))) {
       return absl::UnavailableError("deliveries to the agent did not finish within 10 s");
     }
-    // (An agent without a state resumes from the empty one.)
-    absl::StatusOr<cas::Digest> current = agent->record.has_state()
-                                              ? ToDigest(agent->record.state_digest())
-                                              : absl::StatusOr<cas::Digest>(cas::Digest::Of(""));
-    if (!current.ok() || !(*current == hop_state)) {
-      covered.insert(agent->handed.begin(), agent->handed.end());
-    }
+    if (covers_handed) covered.insert(agent->handed.begin(), agent->handed.end());
   }
   VAULT_ASSIGN_OR_RETURN(vault::v1::MailboxTransfer t, mailboxes_->TransferOf(agent->id, covered));
   if (t.mailbox_size() == 0 && t.seen_size() == 0 && t.outbox_size() == 0) return std::nullopt;

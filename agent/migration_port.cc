@@ -204,7 +204,7 @@ void AgentRuntime::Impl::Unfreeze(const AgentRef& agent) {
 
 absl::Status AgentRuntime::Impl::PersistMigrating(
     const AgentRef& agent, vault::v1::OutboundMigration migration,
-    std::vector<std::pair<std::string, std::string>> details) {
+    std::vector<std::pair<std::string, std::string>> details, bool covers_handed) {
   absl::MutexLock lock(&agent->mu);
   AgentRecord& r = agent->record;
   const AgentState resume_state = r.state();
@@ -217,11 +217,6 @@ absl::Status AgentRuntime::Impl::PersistMigrating(
   // What it resumes as, or arrives as, is what it is now (an operator may have paused or
   // resumed it since the freeze).
   migration.set_resume_state(resume_state);
-  // A new state (its own migrate's, its effect log) covers the messages it has received.
-  // (An agent without a state resumes from the empty one.)
-  const std::string before =
-      r.has_state() ? r.state_digest().sha256() : cas::Digest::Of("").sha256();
-  const bool new_state = before != migration.state().sha256();
   *r.mutable_state_digest() = migration.state();
   r.set_has_state(true);
   *r.mutable_migration() = std::move(migration);
@@ -231,8 +226,9 @@ absl::Status AgentRuntime::Impl::PersistMigrating(
   if (!persisted.ok()) {
     r.clear_migration();
     r.set_state(resume_state);
-  } else if (new_state) {
-    AckHandedLocked(*agent, agent->handed.size());
+  } else if (covers_handed) {
+    // Its own state (its migrate's, its effect log) covers the messages it has received.
+    AckHandedLocked(*agent, std::vector<uint64_t>(agent->handed));
   }
   return persisted;
 }

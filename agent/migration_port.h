@@ -84,9 +84,11 @@ class MigrationPort {
   // agent's state too; its resume_state is the agent's state now) and persists MIGRATING with
   // an audit entry carrying `details`: from here on a restart finds the hop to settle. On failure
   // the record is as it was (still frozen: Unfreeze it).
-  virtual absl::Status PersistMigrating(
-      const AgentRef& agent, vault::v1::OutboundMigration migration,
-      std::vector<std::pair<std::string, std::string>> details) = 0;
+  // `covers_handed`: as for StoreMailbox (the messages it was handed are then read).
+  virtual absl::Status PersistMigrating(const AgentRef& agent,
+                                        vault::v1::OutboundMigration migration,
+                                        std::vector<std::pair<std::string, std::string>> details,
+                                        bool covers_handed) = 0;
   // The destination committed: the record becomes DEPARTED with the receipt (verified by the
   // caller) and the hop it reports, its frozen process ends, and the agent is forgotten here.
   // The answer does not wait for DEPARTED's durable write (a restart settles a lost one).
@@ -103,10 +105,10 @@ class MigrationPort {
 
   // Its messages for the hop (docs/messages.md): its mailbox, the sequence numbers it has seen
   // and its outbox, stored as one CAS object (a MailboxTransfer); nullopt when it has none.
-  // The messages handed to it since its last checkpoint go too, unless `hop_state` is a new
-  // state (its own migrate's, its effect log), which covers them. Called frozen.
+  // The messages handed to it since its last checkpoint go too, unless `covers_handed`: the
+  // hop's state is one the agent made then (its own migrate's, its effect log). Called frozen.
   virtual absl::StatusOr<std::optional<cas::Digest>> StoreMailbox(const AgentRef& agent,
-                                                                  const cas::Digest& hop_state) = 0;
+                                                                  bool covers_handed) = 0;
 
   // ---- The destination of a hop ----
   // An arrival's messages, read from the CAS, each checked (its vault's signature, its

@@ -255,9 +255,14 @@ void AgentRuntime::Impl::ReleaseHeldCalls(const std::shared_ptr<LiveAgent>& live
       message = std::move(live->mailbox.front().message);
       HandedLocked(*live, live->mailbox.front().n);
       live->mailbox.pop_front();
+      ++live->accepting;  // (a freeze waits until it is answered)
     }
   }
-  if (waiting.has_value()) AnswerReceive(live, *std::move(waiting), *std::move(message));
+  if (waiting.has_value()) {
+    AnswerReceive(live, *std::move(waiting), *std::move(message));
+    absl::MutexLock lock(&live->mu);
+    --live->accepting;
+  }
   for (LiveAgent::HeldCall& h : held) {
     live->in_flight.fetch_add(1);
     bool queued = workers_->Schedule(live->principal, [this, live, h = std::move(h)]() mutable {

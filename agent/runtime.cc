@@ -236,6 +236,7 @@ absl::Status AgentRuntime::Impl::ResumeAgents() {
       if (!revoked.empty()) {
         // Cut while the vault was down: it does not start again.
         (void)Transition(*live, vault::v1::TERMINATED, revoked, /*high_priority=*/true);
+        ForgetReceived(live->id);
       }
     }
     if (!revoked.empty()) {

@@ -85,6 +85,11 @@ void MailboxStore::SetSeen(rocksdb::WriteBatch* batch, const std::string& agent,
              storage::BigEndian64(seq));
 }
 
+void MailboxStore::DeleteSeen(rocksdb::WriteBatch* batch, const std::string& agent,
+                              const std::string& from) const {
+  batch->Delete(db_->Handle(kMessages), absl::StrCat(Prefix('s', agent), from));
+}
+
 void MailboxStore::AddOutbox(rocksdb::WriteBatch* batch, const std::string& agent, uint64_t seq,
                              const SignedMessage& message) const {
   batch->Put(db_->Handle(kMessages), NumberKey('o', agent, seq), message.SerializeAsString());

@@ -52,6 +52,8 @@ class MailboxStore {
   void DeleteMail(rocksdb::WriteBatch* batch, const std::string& agent, uint64_t n) const;
   void SetSeen(rocksdb::WriteBatch* batch, const std::string& agent, const std::string& from,
                uint64_t seq) const;
+  void DeleteSeen(rocksdb::WriteBatch* batch, const std::string& agent,
+                  const std::string& from) const;
   void AddOutbox(rocksdb::WriteBatch* batch, const std::string& agent, uint64_t seq,
                  const vault::v1::SignedMessage& message) const;
   void DeleteOutbox(rocksdb::WriteBatch* batch, const std::string& agent, uint64_t seq) const;

@@ -130,8 +130,10 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> Migration::MigrateOut(
     }
   }
   // Its messages go with it: its mailbox, the sequence numbers it has seen, its outbox.
+  // (Messages it was handed are in a state it made itself: its own migrate's, its effect log.)
+  const bool covers_handed = requested_by == "agent" || log->has_value();
   absl::StatusOr<std::optional<cas::Digest>> mailbox =
-      deps_.port->StoreMailbox(agent, *state_digest);
+      deps_.port->StoreMailbox(agent, covers_handed);
   if (!mailbox.ok()) return unfreeze(mailbox.status());
   vault::v1::LinkPayload hop;
   hop.set_version(capability::kLinkVersion);
@@ -180,7 +182,8 @@ absl::StatusOr<vault::v1::MigrateAgentResponse> Migration::MigrateOut(
                                    {{"to", to_vault},
                                     {"transfer_id", TransferText(hop.transfer_id())},
                                     {"hop", absl::StrCat(hop.hop())},
-                                    {"requested_by", requested_by}});
+                                    {"requested_by", requested_by}},
+                                   covers_handed);
   if (!persisted.ok()) return unfreeze(persisted);  // (sent_ahead's destructor waits for it)
   times.persisted = absl::Now();
   absl::StatusOr<vault::v1::MigrateAgentResponse> out =

@@ -167,11 +167,11 @@ void Checkpoint(HostCallContext& ctx) {
   // It becomes the agent's log only once it is stored, so a checkpoint that fails leaves the log
   // as it was.
   std::optional<EffectLog> rebased;
-  size_t handed;  // the messages it had received: this state covers them
+  std::vector<uint64_t> handed;  // the messages it had received: this state covers them
   {
     absl::MutexLock lock(&live->mu);
     if (live->snapshots && live->effects != nullptr) rebased.emplace(*live->effects);
-    handed = live->handed.size();
+    handed = live->handed;
   }
   if (rebased.has_value()) {
     absl::StatusOr<std::string> snap = SnapshotBytes(

@@ -82,8 +82,8 @@ class HostCallServices {
   // The mail `n` was handed to `live`'s receive: it stays stored until the agent's state is
   // next captured (AckHandedLocked), or is given again if the agent resumes from an older one.
   virtual void HandedLocked(LiveAgent& live, uint64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu) = 0;
-  // Its state now covers the first `count` messages handed to it: they leave the store.
-  virtual void AckHandedLocked(LiveAgent& live, size_t count)
+  // Its state now covers these messages handed to it (those still handed leave the store).
+  virtual void AckHandedLocked(LiveAgent& live, const std::vector<uint64_t>& ns)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu) = 0;
 
   // Records a child (already narrowed) and starts it.

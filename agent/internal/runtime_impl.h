@@ -214,7 +214,7 @@ class AgentRuntime::Impl : public HostCallServices,
                                       const vault::v1::MessageRecord& record,
                                       const std::vector<vault::v1::Grant>& sender_grants);
   void HandedLocked(LiveAgent& live, uint64_t n) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
-  void AckHandedLocked(LiveAgent& live, size_t count) override
+  void AckHandedLocked(LiveAgent& live, const std::vector<uint64_t>& ns) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
   // Before its process talks: its stored mailbox and seen numbers.
   absl::Status LoadMailLocked(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
@@ -238,7 +238,7 @@ class AgentRuntime::Impl : public HostCallServices,
   // A hop: see MigrationPort. AdoptArrivalOutbox (StartArrival) drains what arrived in the
   // agent's outbox; ForgetMailbox (MarkDeparted) drops what left with it.
   absl::StatusOr<std::optional<cas::Digest>> StoreMailbox(const AgentRef& agent,
-                                                          const cas::Digest& hop_state) override;
+                                                          bool covers_handed) override;
   absl::StatusOr<vault::v1::MailboxTransfer> ReadArrivalMailbox(
       const std::string& agent_id, const vault::v1::Digest& digest) override;
   void AddArrivalMailbox(rocksdb::WriteBatch* batch, const std::string& agent_id,
@@ -285,7 +285,8 @@ class AgentRuntime::Impl : public HostCallServices,
                                                 bool* refused) override;
   void Unfreeze(const AgentRef& agent) override;
   absl::Status PersistMigrating(const AgentRef& agent, vault::v1::OutboundMigration migration,
-                                std::vector<std::pair<std::string, std::string>> details) override;
+                                std::vector<std::pair<std::string, std::string>> details,
+                                bool covers_handed) override;
   absl::Status MarkDeparted(const AgentRef& agent, const vault::v1::SignedReceipt& receipt,
                             uint32_t hop,
                             std::vector<std::pair<std::string, std::string>> details) override;
