@@ -463,7 +463,14 @@ absl::Status AgentRuntime::Impl::Launch(const std::shared_ptr<LiveAgent>& live,
 
 absl::Status AgentRuntime::Impl::PersistLocked(LiveAgent& live) {
   live.record.set_updated_unix_ms(absl::ToUnixMillis(absl::Now()));
-  return store_->Put(live.record);
+  if (live.ack_with_record.empty()) return store_->Put(live.record);
+  rocksdb::WriteBatch batch;
+  store_->AddPut(&batch, live.record);
+  AddAcksLocked(&batch, live);
+  absl::Status written = deps_.db->Write(&batch);
+  if (written.ok()) AppliedAcksLocked(live);
+  live.ack_with_record.clear();
+  return written;
 }
 
 absl::Status AgentRuntime::Impl::Transition(
@@ -501,9 +508,13 @@ absl::Status AgentRuntime::Impl::WriteTransition(LiveAgent& live, PendingTransit
   absl::Status written =
       deps_.log
           ->AppendWith(std::move(t.entry),
-                       [&](rocksdb::WriteBatch* batch)
-                           ABSL_NO_THREAD_SAFETY_ANALYSIS { store_->AddPut(batch, live.record); })
+                       [&](rocksdb::WriteBatch* batch) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                         store_->AddPut(batch, live.record);
+                         AddAcksLocked(batch, live);
+                       })
           .status();
+  if (written.ok()) AppliedAcksLocked(live);
+  live.ack_with_record.clear();
   if (!written.ok()) {
     common::LogAgent(spdlog::level::err, live.id, "agent {}: state change not recorded: {}",
                      live.id, written.ToString());

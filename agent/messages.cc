@@ -294,6 +294,16 @@ void AgentRuntime::Impl::HandedLocked(LiveAgent& live, uint64_t n) {
   if (live.handed.size() > kMaxHanded) AckHandedLocked(live, {live.handed.front()});
 }
 
+void AgentRuntime::Impl::AddAcksLocked(rocksdb::WriteBatch* batch, LiveAgent& live) {
+  for (uint64_t n : live.ack_with_record) mailboxes_->DeleteMail(batch, live.id, n);
+}
+
+void AgentRuntime::Impl::AppliedAcksLocked(LiveAgent& live) {
+  const absl::flat_hash_set<uint64_t> acked(live.ack_with_record.begin(),
+                                            live.ack_with_record.end());
+  std::erase_if(live.handed, [&](uint64_t n) { return acked.contains(n); });
+}
+
 void AgentRuntime::Impl::AckHandedLocked(LiveAgent& live, const std::vector<uint64_t>& ns) {
   const absl::flat_hash_set<uint64_t> acked(ns.begin(), ns.end());
   rocksdb::WriteBatch batch;

@@ -220,15 +220,15 @@ absl::Status AgentRuntime::Impl::PersistMigrating(
   *r.mutable_state_digest() = migration.state();
   r.set_has_state(true);
   *r.mutable_migration() = std::move(migration);
+  // Its own state (its migrate's, its effect log) covers the messages it has received: they
+  // leave the store in the write that persists MIGRATING.
+  if (covers_handed) agent->ack_with_record = agent->handed;
   absl::Status persisted =
       Transition(*agent, vault::v1::MIGRATING, absl::StrCat("migrating to ", to_vault), false,
                  std::move(details));
   if (!persisted.ok()) {
     r.clear_migration();
     r.set_state(resume_state);
-  } else if (covers_handed) {
-    // Its own state (its migrate's, its effect log) covers the messages it has received.
-    AckHandedLocked(*agent, std::vector<uint64_t>(agent->handed));
   }
   return persisted;
 }

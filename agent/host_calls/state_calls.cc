@@ -199,8 +199,9 @@ void Checkpoint(HostCallContext& ctx) {
   live->record.set_has_state(true);
   live->record.mutable_counters()->set_checkpoints(live->record.counters().checkpoints() + 1);
   live->checkpoint_requested = false;
+  // The messages this state covers leave the store in the record's own write.
+  live->ack_with_record = std::move(handed);
   c.status = s.Persist(*live);
-  if (c.status.ok()) s.AckHandedLocked(*live, handed);
   *resp.mutable_checkpoint()->mutable_digest() = FromDigest(d);
 }
 }  // namespace vault::agent::host_calls

@@ -86,6 +86,9 @@ struct LiveAgent {
   // Handed to its receive since its state was last captured (a checkpoint, a hop's state):
   // still stored, and delivered again if it resumes from that state (docs/messages.md).
   std::vector<uint64_t> handed ABSL_GUARDED_BY(mu);
+  // Handed messages the state about to be written covers: they leave the store in the same
+  // write as the record (PersistLocked, WriteTransition), never before, never after.
+  std::vector<uint64_t> ack_with_record ABSL_GUARDED_BY(mu);
   // Its stored mailbox is loaded (Launch, or an arrival before it is published); false again
   // when its process ends.
   bool mail_loaded ABSL_GUARDED_BY(mu) = false;

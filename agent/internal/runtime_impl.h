@@ -216,6 +216,11 @@ class AgentRuntime::Impl : public HostCallServices,
   void HandedLocked(LiveAgent& live, uint64_t n) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
   void AckHandedLocked(LiveAgent& live, const std::vector<uint64_t>& ns) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
+  // live.ack_with_record: added to the record's write batch, then (once written) no longer
+  // handed.
+  void AddAcksLocked(rocksdb::WriteBatch* batch, LiveAgent& live)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
+  void AppliedAcksLocked(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
   // Before its process talks: its stored mailbox and seen numbers.
   absl::Status LoadMailLocked(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu);
   // To the member the receiver runs on (a location learnt before, this vault's departed_to
