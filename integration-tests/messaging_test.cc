@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "common/sha256.h"
-#include "integration-tests/migration_fixture.h"
+#include "integration-tests/proxied_fixture.h"
 #include "vault/v1/message.grpc.pb.h"
 
 namespace vault::integration {

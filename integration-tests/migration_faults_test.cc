@@ -33,7 +33,7 @@
 #include <random>
 #include <thread>
 
-#include "integration-tests/migration_fixture.h"
+#include "integration-tests/proxied_fixture.h"
 #include "integration-tests/tcp_proxy.h"
 #include "vault/v1/config.pb.h"
 

@@ -8,7 +8,6 @@
 
 #include <dirent.h>
 #include <gmock/gmock.h>
-#include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
 #include <signal.h>
@@ -18,7 +17,6 @@
 #include <functional>
 #include <iostream>
 #include <map>
-#include <random>
 #include <set>
 #include <string>
 #include <tuple>
@@ -39,10 +37,8 @@
 #include "capability/signing_domains.h"
 #include "common/grpc_status.h"
 #include "integration-tests/harness.h"
-#include "integration-tests/tcp_proxy.h"
 #include "vault/v1/agent.grpc.pb.h"
 #include "vault/v1/cas.grpc.pb.h"
-#include "vault/v1/config.pb.h"
 #include "vault/v1/migration.grpc.pb.h"
 
 namespace vault::integration {
@@ -724,100 +720,6 @@ class MigrationTest : public VaultTest {
   std::map<std::string, Member> members_;
   std::string owner_key_, owner_;
   std::map<std::string, std::string> codes_;
-};
-
-// The three members, by name.
-inline const std::vector<std::string> kVaults = {"a", "b", "c"};
-
-// The federation with some member links through proxies (tcp_proxy.h): links_ names (from, to)
-// pairs whose traffic goes through proxies_[{from, to}] (in from's vault.conf, to's address is
-// the proxy's; TLS still names `to`). Subclasses fill links_ in their constructor.
-class ProxiedFederationTest : public MigrationTest {
- protected:
-  void BeforeVaultdsStart() override {
-    for (const auto& [from, to] : links_) {
-      absl::StatusOr<std::unique_ptr<TcpProxy>> proxy = TcpProxy::Start(V(to).address);
-      ASSERT_TRUE(proxy.ok()) << proxy.status();
-      ASSERT_NO_FATAL_FAILURE(SetMemberAddress(from, to, (*proxy)->address()));
-      proxies_[{from, to}] = std::move(*proxy);
-    }
-  }
-
-  // Rewrites members[to].address in from's vault.conf.
-  void SetMemberAddress(const std::string& from, const std::string& to,
-                        const std::string& address) {
-    absl::StatusOr<std::string> text = ReadFile(V(from).config);
-    ASSERT_TRUE(text.ok()) << text.status();
-    vault::v1::VaultConfig config;
-    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(*text, &config));
-    int changed = 0;
-    for (vault::v1::Member& m : *config.mutable_members()) {
-      if (m.name() != to) continue;
-      ASSERT_EQ(m.address(), V(to).address);
-      m.set_address(address);
-      ++changed;
-    }
-    ASSERT_EQ(changed, 1) << *text;
-    std::string out;
-    ASSERT_TRUE(google::protobuf::TextFormat::PrintToString(config, &out));
-    ASSERT_TRUE(WriteFile(V(from).config, out).ok());
-  }
-
-  TcpProxy& Link(const std::string& from, const std::string& to) {
-    return *proxies_.at({from, to});
-  }
-
-  // `vaultctl audit verify --all` on every running vault: its own log and its mirrors.
-  void ExpectAuditsVerify() {
-    for (const std::string& v : kVaults) {
-      if (!M(v).vaultd->Running()) continue;
-      RunResult r = Ctl(v, {"audit", "verify", "--all"});
-      EXPECT_EQ(r.exit_code, kExitOk) << "vault " << v << ": " << r;
-      EXPECT_THAT(r.out, ::testing::Not(HasSubstr("FAILED"))) << "vault " << v;
-    }
-  }
-
-  // Chaos (the chaos tests): until `end`, every 0.3-1.5 s, one of: SIGKILL a vaultd (while
-  // fewer than `max_down` are down), restart one that is down, cut a link, heal one. Then every
-  // link is healed and every vaultd started again.
-  struct Havoc {
-    int kills = 0, restarts = 0, cuts = 0, heals = 0;
-  };
-  void Wreak(std::mt19937_64& rng, absl::Time end, int max_down, Havoc* h) {
-    while (absl::Now() < end) {
-      absl::SleepFor(absl::Milliseconds(300 + static_cast<int64_t>(rng() % 1200)));
-      std::vector<std::string> up, down;
-      for (const std::string& v : kVaults) (M(v).vaultd->Running() ? up : down).push_back(v);
-      const int dice = static_cast<int>(rng() % 100);
-      if (dice < 30 && static_cast<int>(down.size()) < max_down) {
-        M(up[rng() % up.size()]).vaultd->Kill();  // our own child, by its pid
-        ++h->kills;
-      } else if (dice < 60 && !down.empty()) {
-        ASSERT_NO_FATAL_FAILURE(Restart(down[rng() % down.size()]));
-        ++h->restarts;
-      } else {
-        auto it = std::next(proxies_.begin(), static_cast<long>(rng() % proxies_.size()));
-        if (dice < 80 && !it->second->cut()) {
-          it->second->Cut();
-          ++h->cuts;
-        } else if (it->second->cut()) {
-          it->second->Heal();
-          ++h->heals;
-        }
-      }
-    }
-  }
-  void HealAll() {
-    for (auto& [link, proxy] : proxies_) proxy->Heal();
-    for (const std::string& v : kVaults) {
-      if (!M(v).vaultd->Running()) {
-        ASSERT_NO_FATAL_FAILURE(Restart(v));
-      }
-    }
-  }
-
-  std::set<std::pair<std::string, std::string>> links_;
-  std::map<std::pair<std::string, std::string>, std::unique_ptr<TcpProxy>> proxies_;
 };
 
 }  // namespace vault::integration
