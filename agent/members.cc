@@ -37,12 +37,16 @@ std::string AgentRuntime::Impl::DepartedNote(const std::string& id) {
   absl::StatusOr<vault::v1::AgentRecord> stored = store_->Get(id);
   if (!stored.ok() || stored->state() != vault::v1::DEPARTED) return "";
   return absl::StrCat("agent ", id, " has departed to ", stored->migration().to_vault(), " (hop ",
-                      stored->hop(), "): send to it there (vaultctl agent where ", id,
-                      " finds it)");
+                      stored->hop(),
+                      "): reach it from here with --as KEY (its spawning principal "
+                      "or an administrator of the vault that hosts it), or run the command there "
+                      "(vaultctl agent where ",
+                      id, " finds it)");
 }
 
 absl::StatusOr<vault::v1::ControlResponse> AgentRuntime::Impl::ForwardControl(
-    const vault::v1::ControlRequest& request, absl::string_view for_vault_key) {
+    const vault::v1::ControlRequest& request, absl::string_view for_vault_key,
+    absl::Duration serve_time) {
   std::optional<std::string> member = MemberNameOfKey(for_vault_key);
   if (!member.has_value() || *member == options_.vault_name) {
     return absl::PermissionDeniedError(
@@ -52,7 +56,7 @@ absl::StatusOr<vault::v1::ControlResponse> AgentRuntime::Impl::ForwardControl(
     return absl::FailedPreconditionError(absl::StrCat("the control request is for ", *member,
                                                       ", and this vault cannot reach members"));
   }
-  return members_->Control(*member, request);
+  return members_->Control(*member, request, serve_time);
 }
 
 void AgentRuntime::Impl::GossipRevocation(const vault::v1::SignedRevocation& revocation,

@@ -100,118 +100,10 @@ absl::StatusOr<vault::v1::AgentStatus> AgentRuntime::Impl::Get(const std::string
   return status;
 }
 
-absl::StatusOr<vault::v1::ControlResponse> AgentRuntime::Impl::Control(
-    const vault::v1::ControlRequest& request, bool forwarded) {
-  vault::v1::ControlPayload p;
-  if (!p.ParseFromString(request.payload())) {
-    return absl::InvalidArgumentError("the control payload does not parse");
-  }
-  VAULT_ASSIGN_OR_RETURN(capability::PublicKey signer, capability::PublicKey::FromRaw(p.signer()));
-  if (absl::Status s =
-          signer.Verify(absl::StrCat(kControlDomain, request.payload()), request.signature());
-      !s.ok()) {
-    return absl::UnauthenticatedError(
-        absl::StrCat("the control request's signature: ", s.message()));
-  }
-  if (p.vault() != deps_.vault_key->public_key().raw()) {
-    // For the member that hosts the agent now: it checks everything again itself.
-    if (!forwarded) return ForwardControl(request, p.vault());
-    return absl::PermissionDeniedError("the control request is for another vault");
-  }
-  absl::Time now = absl::Now();
-  absl::Time issued = absl::FromUnixMillis(p.issued_unix_ms());
-  if (issued < now - kControlWindow || issued > now + kControlWindow) {
-    return absl::PermissionDeniedError(
-        "the control request is stale or from the future (more than 5 minutes off this "
-        "vault's clock)");
-  }
-  if (p.nonce().size() != 16) return absl::InvalidArgumentError("the nonce must be 16 bytes");
-  std::shared_ptr<LiveAgent> live = Find(p.agent_id());
-  if (live == nullptr) {
-    absl::StatusOr<AgentRecord> stored = store_->Get(p.agent_id());
-    if (!stored.ok()) return stored.status();
-    if (std::string note = DepartedNote(p.agent_id()); !note.empty()) {
-      return absl::FailedPreconditionError(note);
-    }
-    return absl::FailedPreconditionError(
-        absl::StrCat("agent ", p.agent_id(), " has ended (", StateName(stored->state()), ")"));
-  }
-  std::optional<vault::v1::TrustEntry> trust = policy_->Lookup(signer);
-  bool admin = trust.has_value() && trust->admin();
-  if (!admin && signer.ToText() != live->principal) {
-    Audit(
-        audit::MakeEntry(signer.ToText(), "agent.control", live->id, vault::v1::AuditEntry::DENIED,
-                         "neither the spawning principal nor a vault administrator",
-                         {{"action", vault::v1::ControlPayload::Action_Name(p.action())}}),
-        /*durable=*/true);
-    return absl::PermissionDeniedError(
-        absl::StrCat(signer.ToText(), " may not control agent ", live->id,
-                     " (only its spawning principal or a vault administrator may)"));
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    std::string key = absl::StrCat(signer.raw(), p.nonce());
-    if (nonces_.contains(key)) {
-      return absl::AlreadyExistsError("this control request was already used (replay)");
-    }
-    nonces_[key] = issued + kControlWindow;
-  }
-  const std::string reason =
-      p.reason().empty() ? absl::StrCat("by ", signer.ShortId()) : p.reason();
-  vault::v1::ControlResponse response;
-  switch (p.action()) {
-    case vault::v1::ControlPayload::PAUSE: {
-      absl::MutexLock lock(&live->mu);
-      if (live->record.state() != vault::v1::RUNNING || !live->running) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "agent ", live->id, " is ", StateName(live->record.state()), ", not running"));
-      }
-      VAULT_RETURN_IF_ERROR(live->handle->Pause());
-      VAULT_RETURN_IF_ERROR(Transition(*live, vault::v1::PAUSED, reason, false));
-      response.set_state(vault::v1::PAUSED);
-      return response;
-    }
-    case vault::v1::ControlPayload::RESUME: {
-      absl::MutexLock lock(&live->mu);
-      if (live->record.state() != vault::v1::PAUSED || !live->running) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "agent ", live->id, " is ", StateName(live->record.state()), ", not paused"));
-      }
-      VAULT_RETURN_IF_ERROR(live->handle->Resume());
-      live->last_heartbeat = absl::Now();
-      VAULT_RETURN_IF_ERROR(Transition(*live, vault::v1::RUNNING, reason, false));
-      response.set_state(vault::v1::RUNNING);
-      return response;
-    }
-    case vault::v1::ControlPayload::TERMINATE: {
-      {
-        absl::MutexLock lock(&live->mu);
-        if (!live->running) {
-          // Recorded but not running (agents disabled): end the record itself.
-          live->end_cause = EndCause::kTerminated;
-          VAULT_RETURN_IF_ERROR(Transition(*live, vault::v1::TERMINATED, reason, false));
-          absl::MutexLock agents_lock(&mu_);
-          ForgetLocked(live);
-          response.set_state(vault::v1::TERMINATED);
-          return response;
-        }
-      }
-      End(live, EndCause::kTerminated, absl::StrCat("terminated: ", reason));
-      // Wait (bounded) for the exit to be recorded, so the answer is the final state.
-      absl::Time deadline = absl::Now() + absl::Seconds(10);
-      absl::MutexLock lock(&live->mu);
-      live->mu.AwaitWithDeadline(absl::Condition(&StoppedRunning, live.get()), deadline);
-      response.set_state(live->record.state());
-      return response;
-    }
-    default:
-      return absl::InvalidArgumentError("unknown control action");
-  }
-}
-
 absl::StatusOr<uint64_t> AgentRuntime::Impl::SendFromOperator(const std::string& id,
                                                               const std::string& type,
-                                                              const std::string& data) {
+                                                              const std::string& data,
+                                                              const std::string& by) {
   std::shared_ptr<LiveAgent> live = Find(id);
   if (live == nullptr) {
     VAULT_RETURN_IF_ERROR(store_->Get(id).status());
@@ -234,7 +126,7 @@ absl::StatusOr<uint64_t> AgentRuntime::Impl::SendFromOperator(const std::string&
   VAULT_ASSIGN_OR_RETURN(vault::v1::SignedMessage signed_message,
                          messaging::SignMessage(record, data, "", *deps_.vault_key));
   VAULT_ASSIGN_OR_RETURN(uint64_t message_id, AcceptMail(live, signed_message, record, {}));
-  Audit(audit::MakeEntry("local-admin", "agent.message", id, vault::v1::AuditEntry::ALLOWED, "",
+  Audit(audit::MakeEntry(by, "agent.message", id, vault::v1::AuditEntry::ALLOWED, "",
                          {{"type", type},
                           {"bytes", absl::StrCat(data.size())},
                           {"message_id", absl::StrCat(message_id)}}),

@@ -104,7 +104,7 @@ absl::StatusOr<vault::v1::ControlResponse> AgentRuntime::ControlFromMember(
 absl::StatusOr<uint64_t> AgentRuntime::SendFromOperator(const std::string& id,
                                                         const std::string& type,
                                                         const std::string& data) {
-  return impl_->SendFromOperator(id, type, data);
+  return impl_->SendFromOperator(id, type, data, "local-admin");
 }
 absl::StatusOr<vault::v1::QueryResponse> AgentRuntime::Query(const vault::v1::QueryRequest& r) {
   return impl_->Query(r);

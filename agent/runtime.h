@@ -72,9 +72,11 @@ struct RuntimeOptions {
 class MemberClient {
  public:
   virtual ~MemberClient() = default;
-  // Forwards a signed control request to the vault it names.
+  // Forwards a signed control request to the vault it names; `serve_time` is what the request
+  // may take there (a query's timeout), added to the call's deadline.
   virtual absl::StatusOr<vault::v1::ControlResponse> Control(
-      const std::string& vault, const vault::v1::ControlRequest& request) = 0;
+      const std::string& vault, const vault::v1::ControlRequest& request,
+      absl::Duration serve_time) = 0;
   // Gossips a revocation to a member.
   virtual absl::StatusOr<vault::v1::RevokeResponse> Revoke(
       const std::string& vault, const vault::v1::RevokeRequest& request) = 0;

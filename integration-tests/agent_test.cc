@@ -644,7 +644,9 @@ TEST_F(AgentTest, ControlNeedsAuthority) {
     RunResult r = Ctl({"agent", action, id, "--as", key, "--reason", "not mine"});
     EXPECT_EQ(r.exit_code, kExitRefused) << action << " " << r;
     EXPECT_THAT(r.err, HasSubstr("may not control agent " + id +
-                                 " (only its spawning principal or a vault administrator may)"));
+                                 " (only its spawning principal or an administrator of control "
+                                 "may)"))
+        << r;
     EXPECT_EQ(State(id), state) << "after a refused " << action;
   };
   for (const std::string& key : {stranger, peer}) {

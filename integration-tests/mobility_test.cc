@@ -172,23 +172,198 @@ TEST_F(MobilityTest, RevocationGossipsToEveryMemberAndEndsTheAgentWhereItRuns) {
   EXPECT_EQ(JsonField(again.out, "added"), "false") << again;
 }
 
-TEST_F(MobilityTest, MessagesForADepartedAgentAreRefusedWithWhereItWent) {
-  ASSERT_NO_FATAL_FAILURE(TrustOwnerEverywhere());
-  const std::string id = SpawnCounter("leaver", 5);
+// Logs every message it gets with the vault it runs on, answers queries with that vault, and
+// moves itself to the vault a "go" message names.
+constexpr absl::string_view kReachable = R"(
+a = vault_agent.Agent.connect()
+me = a.self_inspect()
+a.log("start vault=%s hop=%d" % (me["vault"], me["hop"]))
+while True:
+    m = a.receive(timeout=0.2)
+    if m is None:
+        continue
+    if m.type == "vault.checkpoint":
+        a.checkpoint(b"reachable")
+    elif m.type == "vault.query":
+        a.send(m.sender, "vault.answer", b"answer from " + me["vault"].encode(), reply_to=m.id)
+    elif m.type == "go":
+        a.migrate(m.data.decode(), b"reachable")
+    else:
+        a.log("got %s %s on %s from %s" % (m.type, m.data.decode(), me["vault"], m.sender))
+)";
+
+// An operator on a reaches an agent that moved away, with a request signed by its owner: send,
+// query, status, and logs -f that follows it from vault to vault until it ends. Unsigned, a says
+// where it went and what to add; a key that is neither the owner nor an administrator there is
+// refused by the host and audited there.
+TEST_F(MobilityTest, OperatorsReachAMovedAgentFromAnyMemberWithASignedRequest) {
+  ASSERT_NO_FATAL_FAILURE(TrustOwnerEverywhere({"receive:*"}));
+  std::string stranger_principal;
+  const std::string stranger = NewKey("stranger", &stranger_principal);
+  const std::string id =
+      Spawn("a",
+            WriteAgent("reachable", kReachable, "(receive (from *)) (migrate (vaults a b c))",
+                       "(max-runtime 300) (max-migrations 5)"),
+            owner_key_);
   ASSERT_FALSE(id.empty());
+  WaitLog("a", id, "start vault=a hop=0");
+  const std::string follow_log = root() + "/follow.log";
+  absl::StatusOr<std::unique_ptr<ChildProcess>> follower = ChildProcess::Spawn(
+      {VaultctlPath(), "--vault", V("a").socket, "agent", "logs", id, "-f", "--as", owner_key_},
+      follow_log);
+  ASSERT_TRUE(follower.ok()) << follower.status();
+  // Unsigned, -f follows a's log and ends saying where the agent went.
+  const std::string local_log = root() + "/follow-here.log";
+  absl::StatusOr<std::unique_ptr<ChildProcess>> local_follower = ChildProcess::Spawn(
+      {VaultctlPath(), "--vault", V("a").socket, "agent", "logs", id, "-f"}, local_log);
+  ASSERT_TRUE(local_follower.ok()) << local_follower.status();
   ExpectHop(id, "a", "b", 1,
             Ctl("a", {"-o", "json", "migrate", id, "--to", "b", "--checkpoint-wait", "1000"}));
-  const std::string data = root() + "/msg";
-  ASSERT_TRUE(WriteFile(data, "hello").ok());
-  RunResult r = Ctl("a", {"agent", "send", id, "--type", "note", "--data", data});
-  EXPECT_EQ(r.exit_code, kExitRefused) << r;
-  EXPECT_THAT(r.err, HasSubstr(absl::StrCat("agent ", id, " has departed to b (hop 1)"))) << r;
-  RunResult q = Ctl("a", {"agent", "query", id, "anyone?"});
-  EXPECT_EQ(q.exit_code, kExitRefused) << q;
-  EXPECT_THAT(q.err, HasSubstr("has departed to b")) << q;
-  // On b it is delivered.
-  RunResult there = Ctl("b", {"agent", "send", id, "--type", "note", "--data", data});
-  EXPECT_EQ(there.exit_code, kExitOk) << there;
+  WaitLog("b", id, "start vault=b hop=1");
+  ASSERT_EQ((*local_follower)->WaitExit(absl::Seconds(10)), std::optional<int>(0));
+  EXPECT_THAT(ReadFile(local_log).value_or(""),
+              HasSubstr(absl::StrCat("start vault=a hop=0\nvaultctl: agent ", id,
+                                     " departed to b (hop 1)\nvaultctl: follow it there with "
+                                     "--as KEY")));
+  const std::string hello = root() + "/hello";
+  ASSERT_TRUE(WriteFile(hello, "hello").ok());
+
+  // Unsigned, a refuses with where it went and the fix.
+  RunResult unsigned_send = Ctl("a", {"agent", "send", id, "--type", "note", "--data", hello});
+  EXPECT_EQ(unsigned_send.exit_code, kExitRefused) << unsigned_send;
+  EXPECT_THAT(unsigned_send.err, HasSubstr(absl::StrCat("agent ", id,
+                                                        " has departed to b (hop 1): reach it from "
+                                                        "here with --as KEY")))
+      << unsigned_send;
+  RunResult unsigned_query = Ctl("a", {"agent", "query", id, "anyone?"});
+  EXPECT_EQ(unsigned_query.exit_code, kExitRefused) << unsigned_query;
+  EXPECT_THAT(unsigned_query.err, HasSubstr("has departed to b")) << unsigned_query;
+  RunResult unsigned_status = Ctl("a", {"-o", "json", "agent", "status", id});
+  EXPECT_EQ(unsigned_status.exit_code, kExitOk) << unsigned_status;
+  EXPECT_EQ(JsonField(unsigned_status.out, "state"), "departed") << unsigned_status;
+  EXPECT_EQ(JsonField(unsigned_status.out, "vault"), "a") << unsigned_status;
+  EXPECT_THAT(unsigned_status.err, HasSubstr("departed to b; add --as KEY")) << unsigned_status;
+
+  // Signed by the owner, from a: it reaches the agent on b.
+  RunResult sent = Ctl("a", {"-o", "json", "agent", "send", id, "--type", "note", "--data", hello,
+                             "--as", owner_key_});
+  ASSERT_EQ(sent.exit_code, kExitOk) << sent;
+  EXPECT_EQ(JsonField(sent.out, "vault"), "b") << sent;
+  WaitLog("b", id, "got note hello on b from operator");
+  RunResult asked = Ctl("a", {"agent", "query", id, "where?", "--as", owner_key_});
+  ASSERT_EQ(asked.exit_code, kExitOk) << asked;
+  EXPECT_EQ(asked.out, "answer from b");
+  RunResult status = Ctl("a", {"-o", "json", "agent", "status", id, "--as", owner_key_});
+  ASSERT_EQ(status.exit_code, kExitOk) << status;
+  EXPECT_EQ(JsonField(status.out, "state"), "running") << status;
+  EXPECT_EQ(JsonField(status.out, "vault"), "b") << status;
+  EXPECT_EQ(JsonField(status.out, "hop"), "1") << status;
+
+  // A stranger's signature: b refuses and audits it, whatever a forwards.
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"agent", "send", id, "--type", "note", "--data", hello, "--as", stranger},
+           {"agent", "query", id, "where?", "--as", stranger},
+           {"agent", "status", id, "--as", stranger},
+           {"agent", "logs", id, "--as", stranger}}) {
+    RunResult r = Ctl("a", args);
+    EXPECT_EQ(r.exit_code, kExitRefused) << r;
+    EXPECT_THAT(r.err, HasSubstr(absl::StrCat(stranger_principal, " may not control agent ", id,
+                                              " (only its spawning principal or an "
+                                              "administrator of b may)")))
+        << r;
+  }
+  std::vector<std::string> denied = Audit("b", "agent.control", id, 4);
+  ASSERT_EQ(denied.size(), 4u);
+  const char* kActions[] = {"SEND", "QUERY", "STATUS", "LOGS"};
+  for (size_t i = 0; i < denied.size(); ++i) {
+    EXPECT_EQ(JsonField(denied[i], "actor"), stranger_principal) << denied[i];
+    EXPECT_EQ(JsonField(denied[i], "decision"), "DENIED") << denied[i];
+    EXPECT_THAT(denied[i], HasSubstr(absl::StrCat(R"("details":{"action":")", kActions[i], "\"}")))
+        << denied[i];
+  }
+
+  // The agent moves itself on to c; a still reaches it, and then ends it.
+  const std::string to_c = root() + "/to_c";
+  ASSERT_TRUE(WriteFile(to_c, "c").ok());
+  ASSERT_EQ(
+      Ctl("a", {"agent", "send", id, "--type", "go", "--data", to_c, "--as", owner_key_}).exit_code,
+      kExitOk);
+  WaitLog("c", id, "start vault=c hop=2");
+  RunResult again = Ctl("a", {"-o", "json", "agent", "send", id, "--type", "note", "--data", hello,
+                              "--as", owner_key_});
+  ASSERT_EQ(again.exit_code, kExitOk) << again;
+  EXPECT_EQ(JsonField(again.out, "vault"), "c") << again;
+  WaitLog("c", id, "got note hello on c from operator");
+  RunResult ended = Ctl("a", {"agent", "terminate", id, "--as", owner_key_});
+  ASSERT_EQ(ended.exit_code, kExitOk) << ended;
+  EXPECT_EQ(ended.out, "terminated (on c)\n");
+
+  // logs -f from a followed it a -> b -> c and stopped when it ended.
+  std::optional<int> exit = (*follower)->WaitExit(absl::Seconds(30));
+  ASSERT_EQ(exit, std::optional<int>(0)) << ReadFile(follow_log).value_or("");
+  const std::string followed = ReadFile(follow_log).value_or("");
+  std::vector<size_t> at;
+  for (const std::string& expected : {
+           std::string("start vault=a hop=0"),
+           absl::StrCat("vaultctl: agent ", id, " departed to b (hop 1)"),
+           std::string("@b] start vault=b hop=1"),
+           std::string("@b] got note hello on b from operator"),
+           absl::StrCat("vaultctl: agent ", id, " departed on b to c (hop 2)"),
+           std::string("@c] start vault=c hop=2"),
+           std::string("@c] got note hello on c from operator"),
+           absl::StrCat("vaultctl: agent ", id, " ended on c (terminated)"),
+       }) {
+    size_t pos = followed.find(expected);
+    ASSERT_NE(pos, std::string::npos) << "\"" << expected << "\" not in:\n" << followed;
+    if (!at.empty()) {
+      EXPECT_GT(pos, at.back()) << expected << " out of order in:\n" << followed;
+    }
+    at.push_back(pos);
+  }
+}
+
+// Sleeps on a without reading its mailbox; on any other vault logs the notes it gets.
+constexpr absl::string_view kLateReader = R"(
+a = vault_agent.Agent.connect()
+me = a.self_inspect()
+a.log("start vault=%s hop=%d" % (me["vault"], me["hop"]))
+while me["vault"] == "a":
+    time.sleep(1)
+while True:
+    m = a.receive(timeout=0.2)
+    if m is not None and m.type == "note":
+        a.log("got %s on %s" % (m.data.decode(), me["vault"]))
+)";
+
+// Messages waiting in the mailbox go with the agent, in order, and the journey says how many
+// crossed the hop that way.
+TEST_F(MobilityTest, TheMailboxTravelsInTheHopAndTheJourneyCountsIt) {
+  ASSERT_NO_FATAL_FAILURE(TrustOwnerEverywhere({"receive:*"}));
+  const std::string id =
+      Spawn("a",
+            WriteAgent("late", kLateReader, "(receive (from *)) (migrate (vaults a b c))",
+                       "(max-runtime 300) (max-migrations 5)"),
+            owner_key_);
+  ASSERT_FALSE(id.empty());
+  WaitLog("a", id, "start vault=a hop=0");
+  for (const char* n : {"1", "2", "3"}) {
+    const std::string file = absl::StrCat(root(), "/note", n);
+    ASSERT_TRUE(WriteFile(file, n).ok());
+    RunResult r = Ctl("a", {"agent", "send", id, "--type", "note", "--data", file});
+    ASSERT_EQ(r.exit_code, kExitOk) << r;
+  }
+  ExpectHop(id, "a", "b", 1,
+            Ctl("a", {"-o", "json", "migrate", id, "--to", "b", "--no-checkpoint"}));
+  WaitLog("b", id, "got 3 on b");
+  std::vector<std::string> logs = Logs("b", id);
+  EXPECT_THAT(logs, ::testing::ElementsAre("start vault=b hop=1", "got 1 on b", "got 2 on b",
+                                           "got 3 on b"));
+  RunResult journey = Ctl("b", {"-o", "json", "agent", "journey", id});
+  ASSERT_EQ(journey.exit_code, kExitOk) << journey;
+  EXPECT_EQ(JsonField(journey.out, "messages_carried"), "3") << journey;
+  EXPECT_EQ(JsonField(journey.out, "messages_forwarded"), "0") << journey;
+  RunResult text = Ctl("b", {"agent", "journey", id});
+  EXPECT_THAT(text.out, HasSubstr("3 carried, 0 forwarded")) << text;
 }
 
 // An agent knows where it is and where home is (self_inspect: vault, hop, home_vault).

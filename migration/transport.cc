@@ -174,8 +174,13 @@ absl::StatusOr<vault::v1::LocatedResponse> GrpcTransport::Located(
 }
 
 absl::StatusOr<vault::v1::ControlResponse> GrpcTransport::Control(
-    const std::string& vault, const vault::v1::ControlRequest& request) {
-  return Unary(vault, "Control at", &vault::v1::Migration::Stub::Control, request);
+    const std::string& vault, const vault::v1::ControlRequest& request, absl::Duration serve_time) {
+  VAULT_ASSIGN_OR_RETURN(Peer * peer, PeerOf(vault));
+  std::unique_ptr<grpc::ClientContext> ctx = Context(kCallTimeout + serve_time);
+  vault::v1::ControlResponse response;
+  VAULT_RETURN_IF_ERROR(FromGrpc(peer->migration->Control(ctx.get(), request, &response),
+                                 absl::StrCat("Control at ", vault)));
+  return response;
 }
 
 absl::StatusOr<vault::v1::RevokeResponse> GrpcTransport::Revoke(

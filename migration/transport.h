@@ -78,8 +78,9 @@ class GrpcTransport final : public Transport, public agent::MemberClient {
                                                  const std::string& agent_id) override;
   absl::StatusOr<vault::v1::LocatedResponse> Located(
       const std::string& vault, const vault::v1::SignedReceipt& receipt) override;
-  absl::StatusOr<vault::v1::ControlResponse> Control(
-      const std::string& vault, const vault::v1::ControlRequest& request) override;
+  absl::StatusOr<vault::v1::ControlResponse> Control(const std::string& vault,
+                                                     const vault::v1::ControlRequest& request,
+                                                     absl::Duration serve_time) override;
   absl::StatusOr<vault::v1::RevokeResponse> Revoke(
       const std::string& vault, const vault::v1::RevokeRequest& request) override;
   absl::StatusOr<vault::v1::DeliverResponse> Deliver(const std::string& vault,

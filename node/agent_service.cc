@@ -1,5 +1,7 @@
 #include "node/agent_service.h"
 
+#include <functional>
+
 #include "absl/strings/str_cat.h"
 #include "capability/grant.h"
 #include "common/status_macros.h"
@@ -11,14 +13,17 @@ namespace {
 
 constexpr size_t kLogPage = 500;
 
-// Logs: pages of lines; with follow, waits for new ones until the client goes away.
+// Logs: pages of lines; with follow, waits for new ones until the client goes away or the agent
+// will write no more here (it ended, or departed: `finished`), and then ends the stream with OK.
 class LogsReactor final : public grpc::ServerWriteReactor<vault::v1::AgentLogLine> {
  public:
   LogsReactor(grpc::CallbackServerContext* ctx, agent::AgentStore* store,
-              common::Executor* executor, vault::v1::LogsRequest req)
+              common::Executor* executor, vault::v1::LogsRequest req,
+              std::function<bool()> finished)
       : ctx_(ctx),
         store_(store),
         executor_(executor),
+        finished_(std::move(finished)),
         req_(std::move(req)),
         next_(req_.from_seq()) {
     Next();
@@ -39,6 +44,12 @@ class LogsReactor final : public grpc::ServerWriteReactor<vault::v1::AgentLogLin
       pos_ = 0;
       if (!lines_.empty() || !req_.follow()) break;
       if (ctx_->IsCancelled()) return Finish(grpc::Status::CANCELLED);
+      if (finished_()) {
+        // Lines written before the end are in this read; after it there are none.
+        lines_ = store_->ReadLogs(req_.id(), next_, kLogPage);
+        if (lines_.empty()) return Finish(grpc::Status::OK);
+        break;
+      }
       // Wait (in slices, to notice a client that left) for new lines.
       store_->WaitForLogs(req_.id(), next_, absl::Now() + absl::Milliseconds(500));
       if (ctx_->IsCancelled()) return Finish(grpc::Status::CANCELLED);
@@ -58,6 +69,7 @@ class LogsReactor final : public grpc::ServerWriteReactor<vault::v1::AgentLogLin
   grpc::CallbackServerContext* const ctx_;
   agent::AgentStore* const store_;
   common::Executor* const executor_;
+  const std::function<bool()> finished_;
   const vault::v1::LogsRequest req_;
   uint64_t next_;
   std::vector<vault::v1::AgentLogLine> lines_;
@@ -129,7 +141,20 @@ grpc::ServerWriteReactor<vault::v1::AgentLogLine>* AgentService::Logs(
     grpc::CallbackServerContext* ctx, const vault::v1::LogsRequest* req) {
   absl::StatusOr<vault::v1::AgentStatus> exists = runtime_->Get(req->id());
   if (!exists.ok()) return new LogsError(exists.status());
-  return new LogsReactor(ctx, runtime_->store(), waiters_.get(), *req);
+  auto finished = [runtime = runtime_, id = req->id()] {
+    absl::StatusOr<vault::v1::AgentStatus> st = runtime->Get(id);
+    if (!st.ok()) return true;
+    switch (st->record().state()) {
+      case vault::v1::DEPARTED:
+      case vault::v1::TERMINATED:
+      case vault::v1::COMPLETED:
+      case vault::v1::FAILED:
+        return true;
+      default:
+        return false;
+    }
+  };
+  return new LogsReactor(ctx, runtime_->store(), waiters_.get(), *req, std::move(finished));
 }
 
 grpc::ServerUnaryReactor* AgentService::Send(grpc::CallbackServerContext* ctx,

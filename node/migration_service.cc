@@ -65,7 +65,7 @@ grpc::ServerUnaryReactor* MigrationService::Located(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* MigrationService::Control(grpc::CallbackServerContext* ctx,
                                                     const vault::v1::ControlRequest* req,
                                                     vault::v1::ControlResponse* resp) {
-  return RunUnary(ctx, executor_, [this, req, resp]() -> absl::Status {
+  return RunUnary(ctx, waiters_.get(), [this, req, resp]() -> absl::Status {
     VAULT_ASSIGN_OR_RETURN(*resp, runtime_->ControlFromMember(*req));
     return absl::OkStatus();
   });

@@ -6,6 +6,8 @@
 #ifndef VAULT_NODE_MIGRATION_SERVICE_H_
 #define VAULT_NODE_MIGRATION_SERVICE_H_
 
+#include <memory>
+
 #include "agent/runtime.h"
 #include "common/executor.h"
 #include "migration/migration.h"
@@ -18,7 +20,11 @@ class MigrationService final : public vault::v1::Migration::CallbackService {
   // `runtime` serves Control and Revoke; `migration` the rest.
   MigrationService(agent::AgentRuntime* runtime, migration::Migration* migration,
                    common::Executor* executor)
-      : runtime_(runtime), migration_(migration), executor_(executor) {}
+      : runtime_(runtime),
+        migration_(migration),
+        executor_(executor),
+        waiters_(std::make_unique<common::Executor>(8, 1024)) {}
+  ~MigrationService() override { waiters_->Shutdown(); }
 
   grpc::ServerUnaryReactor* Offer(grpc::CallbackServerContext* ctx,
                                   const vault::v1::OfferRequest* req,
@@ -46,6 +52,8 @@ class MigrationService final : public vault::v1::Migration::CallbackService {
   agent::AgentRuntime* const runtime_;
   migration::Migration* const migration_;
   common::Executor* const executor_;
+  // Control requests that wait (a query for its answer, logs for a line), off executor_.
+  std::unique_ptr<common::Executor> waiters_;
 };
 
 }  // namespace vault::node

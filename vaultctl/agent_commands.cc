@@ -33,6 +33,11 @@ using vault::v1::AgentState;
 using vault::v1::ControlPayload;
 using vault::v1::Grant;
 
+// --as on the commands that read or message an agent: without it they act on this vault only.
+constexpr const char* kReachHelp =
+    "Reach the agent on whichever member hosts it now, with a request signed by this private "
+    "key: its spawning principal or an administrator of that vault";
+
 }  // namespace
 
 // Errors in what the command line gave — flags, files, a spec — before anything reached the
@@ -64,6 +69,13 @@ absl::StatusOr<PublicKey> VaultKey(const Connection& conn) {
         absl::StrCat("the vault reported a malformed key \"", resp.public_key(), "\""));
   }
   return key;
+}
+
+absl::StatusOr<std::string> VaultName(const Connection& conn) {
+  vault::v1::StatusResponse resp;
+  VAULT_RETURN_IF_ERROR(FromAgentsGrpc(
+      conn.admin()->Status(conn.Context().get(), vault::v1::StatusRequest(), &resp)));
+  return resp.name();
 }
 
 Json GrantsJson(const google::protobuf::RepeatedPtrField<Grant>& grants) {
@@ -135,6 +147,7 @@ void AddAgentCommands(CLI::App& app, GlobalOptions& g, Command& command) {
   auto* status = agent->add_subcommand(
       "status", "Show an agent's state, resource use, counters, grants and constraints");
   status->add_option("ID", f.id, "The agent id")->required();
+  status->add_option("--as", f.as, kReachHelp);
   status->callback([&] { command = [&g] { return StatusCommand(g, f); }; });
 
   auto* describe = agent->add_subcommand(
@@ -175,12 +188,15 @@ void AddAgentCommands(CLI::App& app, GlobalOptions& g, Command& command) {
                  "Keep printing new lines until Ctrl-C (for at most 24 hours: the stream's "
                  "deadline; then it says the --from to continue with)");
   logs->add_option("--from", f.from_seq, "Start at this line number (default: the oldest kept)");
+  logs->add_option("--as", f.as,
+                   absl::StrCat(kReachHelp, "; with -f, follows the agent from vault to vault"));
   logs->callback([&] { command = [&g] { return LogsCommand(g, f); }; });
 
   auto* send = agent->add_subcommand("send", "Send a message to an agent; prints its message id");
   send->add_option("ID", f.id, "The agent id")->required();
   send->add_option("--type", f.type, "The message type")->required();
   send->add_option("--data", f.data, "A file holding the message body; - for stdin");
+  send->add_option("--as", f.as, kReachHelp);
   send->callback([&] { command = [&g] { return SendCommand(g, f); }; });
 
   auto* query = agent->add_subcommand(
@@ -189,6 +205,7 @@ void AddAgentCommands(CLI::App& app, GlobalOptions& g, Command& command) {
       "when the answer is not UTF-8, {type, answer_base64})");
   query->add_option("ID", f.id, "The agent id")->required();
   query->add_option("QUESTION", f.question, "The question")->required();
+  query->add_option("--as", f.as, kReachHelp);
   query->add_option("--data", f.data, "A file holding data for the question; - for stdin");
   query->add_option("--timeout", f.query_timeout_seconds,
                     "Seconds the agent has to answer (default 30; the call's own deadline is "

@@ -178,8 +178,6 @@ int ListCommand(const GlobalOptions& g, const AgentFlags& f) {
 
 // --- agent status / describe ---------------------------------------------------------------
 
-namespace {
-
 absl::StatusOr<vault::v1::AgentStatus> GetAgent(const Connection& conn, const std::string& id) {
   vault::v1::GetAgentRequest req;
   req.set_id(id);
@@ -188,17 +186,20 @@ absl::StatusOr<vault::v1::AgentStatus> GetAgent(const Connection& conn, const st
   return resp;
 }
 
+namespace {
+
 bool Ended(AgentState s) {
   return s == vault::v1::TERMINATED || s == vault::v1::COMPLETED || s == vault::v1::FAILED ||
          s == vault::v1::DEPARTED;
 }
 
-void PrintStatusJson(const vault::v1::AgentStatus& st) {
+void PrintStatusJson(const vault::v1::AgentStatus& st, const std::string& vault) {
   const vault::v1::AgentRecord& r = st.record();
   const vault::v1::AgentCounters& c = r.counters();
   Json o = Json::Object()
                .Add("id", r.id())
                .Add("state", StateName(r.state()))
+               .Add("vault", vault)
                .Add("reason", r.reason())
                .Add("principal", r.principal())
                .Add("parent", r.parent())
@@ -231,7 +232,7 @@ void PrintStatusJson(const vault::v1::AgentStatus& st) {
   std::cout << o.ToString() << "\n";
 }
 
-void PrintStatusText(const vault::v1::AgentStatus& st) {
+void PrintStatusText(const vault::v1::AgentStatus& st, const std::string& vault) {
   const vault::v1::AgentRecord& r = st.record();
   const vault::v1::AgentCounters& c = r.counters();
   std::cout << "agent:        " << TerminalSafe(r.id()) << "\n"
@@ -239,6 +240,7 @@ void PrintStatusText(const vault::v1::AgentStatus& st) {
             << (r.reason().empty() ? ""
                                    : absl::StrCat(" (", OneLineTruncated(r.reason(), 200), ")"))
             << "\n"
+            << "vault:        " << TerminalSafe(vault) << "\n"
             << "principal:    " << TerminalSafe(r.principal()) << "\n"
             << "parent:       " << (r.parent().empty() ? "-" : TerminalSafe(r.parent())) << "\n"
             << "spawned:      " << (r.spawned_unix_ms() ? TimeText(r.spawned_unix_ms()) : "-")
@@ -277,12 +279,35 @@ void PrintStatusText(const vault::v1::AgentStatus& st) {
 int StatusCommand(const GlobalOptions& g, const AgentFlags& f) {
   absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
   if (!conn.ok()) return ReportConnectError(conn.status(), g.json());
-  absl::StatusOr<vault::v1::AgentStatus> st = GetAgent(*conn, f.id);
+  std::string vault;  // the vault whose status this is
+  absl::StatusOr<vault::v1::AgentStatus> st = [&]() -> absl::StatusOr<vault::v1::AgentStatus> {
+    if (f.as.empty()) {
+      VAULT_ASSIGN_OR_RETURN(vault, VaultName(*conn));
+      return GetAgent(*conn, f.id);
+    }
+    // Signed: asked of the member that hosts it now, through this one.
+    VAULT_ASSIGN_OR_RETURN(capability::PrivateKey key, capability::PrivateKey::LoadFile(f.as));
+    vault::v1::ControlPayload p;
+    p.set_agent_id(f.id);
+    p.set_action(vault::v1::ControlPayload::STATUS);
+    VAULT_ASSIGN_OR_RETURN(vault::v1::ControlResponse resp,
+                           SignedControl(*conn, key, p, absl::ZeroDuration(), &vault));
+    if (vault.empty()) {
+      VAULT_ASSIGN_OR_RETURN(vault, VaultName(*conn));
+    }
+    return resp.status();
+  }();
   if (!st.ok()) return ReportError(st.status(), g.json());
   if (g.json()) {
-    PrintStatusJson(*st);
+    PrintStatusJson(*st, vault);
   } else {
-    PrintStatusText(*st);
+    PrintStatusText(*st, vault);
+  }
+  if (f.as.empty() && st->record().state() == vault::v1::DEPARTED) {
+    std::cerr << "vaultctl: agent " << f.id << " departed to "
+              << TerminalSafe(st->record().migration().to_vault())
+              << "; add --as KEY (its spawning principal or an administrator there) for its "
+                 "status where it runs now\n";
   }
   return kExitOk;
 }

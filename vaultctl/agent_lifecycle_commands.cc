@@ -2,8 +2,8 @@
 // its state, each signed with --as's key.
 //
 // spawn signs a one-link chain: a SPAWN link from --as's key to the vault's key (which
-// Admin.Status reports). pause, resume and terminate sign a ControlPayload with --as's key over
-// kControlDomain || payload.
+// Admin.Status reports). pause, resume and terminate sign a ControlPayload with --as's key
+// (agent_remote.cc) for the vault that hosts the agent.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -39,10 +39,6 @@
 #include "vaultctl/output.h"
 
 namespace vault::vaultctl {
-
-// Control requests are signed as Ed25519(key, kControlDomain || payload)
-// (capability/signing_domains.h).
-using capability::kControlDomain;
 
 namespace {
 
@@ -278,33 +274,13 @@ int ControlCommand(const GlobalOptions& g, const AgentFlags& f, ControlPayload::
   absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
   if (!conn.ok()) return ReportConnectError(conn.status(), g.json());
   std::string at_vault;  // "" when the agent is (or was) here
-  absl::StatusOr<vault::v1::ControlResponse> resp =
-      [&]() -> absl::StatusOr<vault::v1::ControlResponse> {
-    // The request names the vault that hosts the agent now; this vault forwards it there.
-    VAULT_ASSIGN_OR_RETURN(PublicKey vault_key, VaultKey(*conn));
-    if (absl::StatusOr<vault::v1::LocateResponse> where = LocateAgent(*conn, f.id);
-        where.ok() && where->vault_key().size() == PublicKey::kRawSize &&
-        where->vault_key() != vault_key.raw()) {
-      VAULT_ASSIGN_OR_RETURN(vault_key, PublicKey::FromRaw(where->vault_key()));
-      at_vault = where->vault();
-    }
-    ControlPayload p;
-    p.set_agent_id(f.id);
-    p.set_action(action);
-    p.set_reason(f.reason);
-    p.set_signer(key->public_key().raw());
-    p.set_vault(vault_key.raw());
-    p.set_issued_unix_ms(absl::ToUnixMillis(absl::Now()));
-    VAULT_ASSIGN_OR_RETURN(*p.mutable_nonce(), common::RandomBytes(16));
-    vault::v1::ControlRequest req;
-    req.set_payload(common::SerializeDeterministic(p));
-    VAULT_ASSIGN_OR_RETURN(*req.mutable_signature(),
-                           key->Sign(absl::StrCat(kControlDomain, req.payload())));
-    vault::v1::ControlResponse out;
-    VAULT_RETURN_IF_ERROR(
-        FromAgentsGrpc(conn->agents()->Control(conn->Context().get(), req, &out)));
-    return out;
-  }();
+  ControlPayload p;
+  p.set_agent_id(f.id);
+  p.set_action(action);
+  p.set_reason(f.reason);
+  absl::StatusOr<vault::v1::ControlResponse> resp = SignedControl(
+      *conn, *key, p,
+      action == ControlPayload::TERMINATE ? absl::Seconds(10) : absl::ZeroDuration(), &at_vault);
   if (!resp.ok()) return ReportError(resp.status(), g.json());
   if (g.json()) {
     Json out = Json::Object().Add("agent_id", f.id).Add("state", StateName(resp->state()));

@@ -4,9 +4,12 @@
 // vaultctl agent where ID / agent journey ID: where a mobile agent is now (the vault follows the
 // members' records), and every hop it made as the audit logs witnessed them.
 #include <iostream>
+#include <map>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
@@ -132,6 +135,20 @@ int JourneyCommand(const GlobalOptions& g, const std::string& id) {
     if (e.action() == "agent.departed")
       receipts[DetailOf(e, "transfer_id")] = DetailOf(e, "receipt");
   }
+  // Messages that crossed a hop: carried in it (agent.migrate.in's "messages"), or forwarded
+  // from the vault it left to the next (message.forwarded, in the forwarding vault's log).
+  std::map<std::pair<std::string, std::string>, int> forwarded;  // (from, to) -> count
+  for (const vault::v1::AuditEntry& e : resp.entries()) {
+    if (e.action() == "message.forwarded") ++forwarded[{e.vault(), DetailOf(e, "to_vault")}];
+  }
+  auto forwarded_on = [&](const vault::v1::AuditEntry& arrival) {
+    auto it = forwarded.find({DetailOf(arrival, "from"), arrival.vault()});
+    return it == forwarded.end() ? 0 : it->second;
+  };
+  auto carried = [](const vault::v1::AuditEntry& arrival) {
+    int n = 0;
+    return absl::SimpleAtoi(DetailOf(arrival, "messages"), &n) ? n : 0;
+  };
   std::vector<const vault::v1::AuditEntry*> arrivals;
   for (const vault::v1::AuditEntry& e : resp.entries()) {
     if (e.action() == "agent.migrate.in" && e.decision() == vault::v1::AuditEntry::ALLOWED) {
@@ -150,6 +167,8 @@ int JourneyCommand(const GlobalOptions& g, const std::string& id) {
                     .Add("transfer_id", DetailOf(*e, "transfer_id"))
                     .Add("grants", DetailOf(*e, "grants"))
                     .Add("narrowed", DetailOf(*e, "narrowed") == "yes")
+                    .Add("messages_carried", carried(*e))
+                    .Add("messages_forwarded", forwarded_on(*e))
                     .Add("receipt_sha256", r == receipts.end() ? "" : r->second));
     }
     Json entries = Json::Array();
@@ -188,7 +207,7 @@ int JourneyCommand(const GlobalOptions& g, const std::string& id) {
   std::cout << "\n\n";
   if (!arrivals.empty()) {
     std::vector<std::vector<std::string>> rows = {
-        {"HOP", "FROM", "TO", "ARRIVED", "RECEIPT", "GRANTS THERE"}};
+        {"HOP", "FROM", "TO", "ARRIVED", "RECEIPT", "MESSAGES", "GRANTS THERE"}};
     for (const vault::v1::AuditEntry* e : arrivals) {
       auto r = receipts.find(DetailOf(*e, "transfer_id"));
       std::string receipt = r == receipts.end() ? "-" : r->second.substr(0, 16);
@@ -196,6 +215,7 @@ int JourneyCommand(const GlobalOptions& g, const std::string& id) {
       if (DetailOf(*e, "narrowed") == "yes") grants += " (narrowed)";
       rows.push_back({DetailOf(*e, "hop"), TerminalSafe(DetailOf(*e, "from")),
                       TerminalSafe(e->vault()), Micros(e->time_unix_micros()), receipt,
+                      absl::StrCat(carried(*e), " carried, ", forwarded_on(*e), " forwarded"),
                       TerminalSafe(grants.empty() ? "none" : grants)});
     }
     PrintTable(rows);

@@ -70,8 +70,9 @@ class AgentRuntime::Impl : public HostCallServices,
   // `forwarded`: it came from a member (never forwarded again).
   absl::StatusOr<vault::v1::ControlResponse> Control(const vault::v1::ControlRequest& request,
                                                      bool forwarded);
+  // `by`: who the audit entry names ("local-admin", or the principal of a signed request).
   absl::StatusOr<uint64_t> SendFromOperator(const std::string& id, const std::string& type,
-                                            const std::string& data);
+                                            const std::string& data, const std::string& by);
   absl::StatusOr<vault::v1::QueryResponse> Query(const vault::v1::QueryRequest& request);
 
   // Records a new agent (already authorized) and starts it. `parent` is "" for an operator.
@@ -320,12 +321,14 @@ class AgentRuntime::Impl : public HostCallServices,
   absl::StatusOr<vault::v1::RevokeResponse> Revoke(const vault::v1::RevokeRequest& request,
                                                    const std::string& from_member);
 
-  // ---- members.cc: control forwarding and revocation gossip ----
+  // ---- members.cc: control forwarding and revocation gossip (control.cc: Control) ----
   std::optional<std::string> MemberNameOfKey(absl::string_view raw) const;
   // "" unless the agent departed from here; else an error text naming where it went.
   std::string DepartedNote(const std::string& id);
+  // `serve_time`: what the request may take there (a query's timeout), on top of the call's own.
   absl::StatusOr<vault::v1::ControlResponse> ForwardControl(
-      const vault::v1::ControlRequest& request, absl::string_view for_vault_key);
+      const vault::v1::ControlRequest& request, absl::string_view for_vault_key,
+      absl::Duration serve_time);
   void GossipRevocation(const vault::v1::SignedRevocation& revocation, const std::string& except);
   void GossipAllRevocations();
   // The other members (AgentRuntime::SetMemberClient, once, before agents reach them), or null.

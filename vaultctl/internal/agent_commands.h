@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "capability/principal.h"
 #include "google/protobuf/repeated_field.h"
 #include "vault/v1/agent.pb.h"
@@ -51,8 +52,37 @@ std::string TimeText(int64_t unix_ms);
 std::string StateName(vault::v1::AgentState state);
 // The vault's signing key, which spawn links and control requests are addressed to.
 absl::StatusOr<capability::PublicKey> VaultKey(const Connection& conn);
+// Agents.Get at the connected vault.
+absl::StatusOr<vault::v1::AgentStatus> GetAgent(const Connection& conn, const std::string& id);
+// The connected vault's name.
+absl::StatusOr<std::string> VaultName(const Connection& conn);
 // The grants as a JSON array of GrantToString lines.
 Json GrantsJson(const google::protobuf::RepeatedPtrField<vault::v1::Grant>& grants);
+
+// agent_remote.cc: a request signed with --as for the member that hosts an agent, given to the
+// connected vault, which forwards it there.
+struct Host {
+  std::string key;    // the hosting vault's 32-byte signing key
+  std::string vault;  // its name; "" when it is the connected vault
+};
+// Where agent `id` is, by Agents.Locate (the connected vault when Locate cannot say).
+absl::StatusOr<Host> FindHost(const Connection& conn, const std::string& id);
+// The member named `vault` (the connected vault's own name gives Host{key, ""}).
+absl::StatusOr<Host> MemberHost(const Connection& conn, const std::string& vault);
+// Signs `p` (adding signer, vault, time and nonce) for `host` and gives it to the connected vault.
+// `serve_time`: what the request may take there (a query's timeout, a logs wait).
+absl::StatusOr<vault::v1::ControlResponse> SignedControlAt(const Connection& conn,
+                                                           const capability::PrivateKey& key,
+                                                           const Host& host,
+                                                           vault::v1::ControlPayload p,
+                                                           absl::Duration serve_time);
+// FindHost, then SignedControlAt, following an agent that moves meanwhile; *at_vault is the
+// host's name when it is not the connected vault.
+absl::StatusOr<vault::v1::ControlResponse> SignedControl(const Connection& conn,
+                                                         const capability::PrivateKey& key,
+                                                         const vault::v1::ControlPayload& p,
+                                                         absl::Duration serve_time,
+                                                         std::string* at_vault);
 
 // The subcommands; each returns an exit code (output.h).
 // agent_lifecycle_commands.cc
