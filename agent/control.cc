@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "agent/internal/runtime_impl.h"
 #include "common/status_macros.h"
@@ -16,8 +17,11 @@ using vault::v1::AgentRecord;
 using vault::v1::ControlPayload;
 
 constexpr size_t kLogPage = 500;
+constexpr size_t kLogPageBytes = 4 << 20;  // (one line may be more: a page has one at least)
 constexpr uint32_t kMaxLogWaitMs = 10000;
-constexpr uint32_t kMaxQueryTimeoutMs = 600000;
+// Requests that wait (QUERY, LOGS) under way at once per signing key: the executor that runs
+// them is shared by every operator of the federation.
+constexpr int kMaxWaitingPerSigner = 4;
 
 // What a forwarded request may take at the vault that serves it.
 absl::Duration ServeTime(const ControlPayload& p) {
@@ -103,6 +107,22 @@ absl::StatusOr<vault::v1::ControlResponse> AgentRuntime::Impl::Control(
     nonces_[key] = issued + kControlWindow;
   }
   vault::v1::ControlResponse response;
+  const bool waits = p.action() == ControlPayload::QUERY || p.action() == ControlPayload::LOGS;
+  if (waits) {
+    absl::MutexLock lock(&mu_);
+    int& n = waiting_by_signer_[signer.raw()];
+    if (n >= kMaxWaitingPerSigner) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          signer.ShortId(), " has ", kMaxWaitingPerSigner, " queries or log follows under way at ",
+          options_.vault_name, " already: wait for one to end"));
+    }
+    ++n;
+  }
+  absl::Cleanup done_waiting = [&] {
+    if (!waits) return;
+    absl::MutexLock lock(&mu_);
+    if (--waiting_by_signer_[signer.raw()] <= 0) waiting_by_signer_.erase(signer.raw());
+  };
   // Reads: whatever this vault holds of the agent, running here or not.
   if (p.action() == ControlPayload::STATUS) {
     VAULT_ASSIGN_OR_RETURN(*response.mutable_status(), Get(p.agent_id()));
@@ -119,11 +139,26 @@ absl::StatusOr<vault::v1::ControlResponse> AgentRuntime::Impl::Control(
         break;
       }
     }
-    // The state first, then the lines: a line the agent wrote before it left is in this read.
+    // Whether lines may still come first, then the lines: a line written before the agent's
+    // process was gone is in this read. (Its state reads DEPARTED before the output it left in
+    // its pipe is read: the process is what says.)
+    response.set_final_lines(Find(p.agent_id()) == nullptr);
     VAULT_ASSIGN_OR_RETURN(*response.mutable_status(), Get(p.agent_id()));
     lines = store_->ReadLogs(p.agent_id(), p.from_seq(), kLogPage);
-    for (vault::v1::AgentLogLine& l : lines) *response.add_lines() = std::move(l);
+    size_t bytes = 0;
+    for (vault::v1::AgentLogLine& l : lines) {
+      bytes += l.ByteSizeLong();
+      if (bytes > kLogPageBytes && response.lines_size() > 0) {
+        response.set_final_lines(false);  // (more wait)
+        break;
+      }
+      *response.add_lines() = std::move(l);
+    }
     return response;
+  }
+  if (live != nullptr) {
+    absl::MutexLock lock(&live->mu);
+    if (live->record.state() == vault::v1::DEPARTED) live = nullptr;  // (its process is ending)
   }
   if (live == nullptr) {
     if (std::string note = DepartedNote(p.agent_id()); !note.empty()) {

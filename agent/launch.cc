@@ -692,6 +692,8 @@ void AgentRuntime::Impl::OnExit(const std::shared_ptr<LiveAgent>& live,
         agents_.erase(it);
       }
       UnindexNameLocked(live);
+      // A question it had not answered is asked again where it went (Query says where).
+      AnswerPendingQueriesLocked(live->id, "vault.departed");
       return;
     }
     case EndCause::kTerminated:
@@ -734,14 +736,19 @@ void AgentRuntime::Impl::OnExit(const std::shared_ptr<LiveAgent>& live,
   {
     absl::MutexLock agents_lock(&mu_);
     ForgetLocked(live);
-    for (auto& [id, q] : queries_) {
-      if (q->agent == live->id && !q->answered) {
-        q->answered = true;
-        q->response.set_type("vault.ended");
-      }
-    }
-    queries_cv_.SignalAll();
+    AnswerPendingQueriesLocked(live->id, "vault.ended");
   }
+}
+
+void AgentRuntime::Impl::AnswerPendingQueriesLocked(const std::string& agent,
+                                                    const std::string& type) {
+  for (auto& [id, q] : queries_) {
+    if (q->agent == agent && !q->answered) {
+      q->answered = true;
+      q->response.set_type(type);
+    }
+  }
+  queries_cv_.SignalAll();
 }
 
 }  // namespace vault::agent

@@ -37,11 +37,14 @@ std::string AgentRuntime::Impl::DepartedNote(const std::string& id) {
   absl::StatusOr<vault::v1::AgentRecord> stored = store_->Get(id);
   if (!stored.ok() || stored->state() != vault::v1::DEPARTED) return "";
   return absl::StrCat("agent ", id, " has departed to ", stored->migration().to_vault(), " (hop ",
-                      stored->hop(),
-                      "): reach it from here with --as KEY (its spawning principal "
-                      "or an administrator of the vault that hosts it), or run the command there "
-                      "(vaultctl agent where ",
-                      id, " finds it)");
+                      stored->hop(), ")");
+}
+
+std::string AgentRuntime::Impl::DepartedFix(const std::string& id) {
+  return absl::StrCat(
+      ": reach it from here with --as KEY (its spawning principal or an administrator of the "
+      "vault that hosts it), or run the command there (vaultctl agent where ",
+      id, " finds it)");
 }
 
 absl::StatusOr<vault::v1::ControlResponse> AgentRuntime::Impl::ForwardControl(

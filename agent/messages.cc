@@ -532,6 +532,7 @@ absl::StatusOr<vault::v1::DeliverResponse> AgentRuntime::Impl::DeliverFromMember
                             {"from", r.from()},
                             {"seq", absl::StrCat(r.seq())},
                             {"to_vault", next},
+                            {"hop", absl::StrCat(stored->hop())},
                             {"delivered_at", out->delivered_at()}}),
           /*durable=*/false);
   }

@@ -108,7 +108,7 @@ absl::StatusOr<uint64_t> AgentRuntime::Impl::SendFromOperator(const std::string&
   if (live == nullptr) {
     VAULT_RETURN_IF_ERROR(store_->Get(id).status());
     if (std::string note = DepartedNote(id); !note.empty()) {
-      return absl::FailedPreconditionError(note);
+      return absl::FailedPreconditionError(note + DepartedFix(id));
     }
     return absl::FailedPreconditionError(absl::StrCat("agent ", id, " has ended"));
   }
@@ -140,9 +140,20 @@ absl::StatusOr<vault::v1::QueryResponse> AgentRuntime::Impl::Query(
   if (live == nullptr) {
     VAULT_RETURN_IF_ERROR(store_->Get(request.id()).status());
     if (std::string note = DepartedNote(request.id()); !note.empty()) {
-      return absl::FailedPreconditionError(note);
+      return absl::FailedPreconditionError(note + DepartedFix(request.id()));
     }
     return absl::FailedPreconditionError(absl::StrCat("agent ", request.id(), " has ended"));
+  }
+  if (request.timeout_ms() > kMaxQueryTimeoutMs) {
+    return absl::InvalidArgumentError("a query's timeout is at most 600 s");
+  }
+  {
+    // A question given to an agent mid-hop would wait in a mailbox that does not travel.
+    absl::MutexLock lock(&live->mu);
+    if (live->record.state() == vault::v1::MIGRATING) {
+      return absl::UnavailableError(
+          absl::StrCat("agent ", request.id(), " is migrating: try again in a moment"));
+    }
   }
   vault::v1::Message m;
   m.set_from("operator");
@@ -173,6 +184,10 @@ absl::StatusOr<vault::v1::QueryResponse> AgentRuntime::Impl::Query(
   if (!pending->answered) {
     return absl::DeadlineExceededError(absl::StrCat(
         "agent ", request.id(), " did not answer within ", absl::FormatDuration(timeout)));
+  }
+  if (pending->response.type() == "vault.departed") {
+    return absl::FailedPreconditionError(
+        absl::StrCat(DepartedNote(request.id()), " before answering", DepartedFix(request.id())));
   }
   if (pending->response.type() == "vault.ended") {
     return absl::AbortedError(absl::StrCat("agent ", request.id(), " ended before answering"));

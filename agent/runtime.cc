@@ -97,6 +97,7 @@ absl::StatusOr<vault::v1::ControlResponse> AgentRuntime::Control(
     const vault::v1::ControlRequest& r) {
   return impl_->Control(r, /*forwarded=*/false);
 }
+bool AgentRuntime::HasProcess(const std::string& id) { return impl_->Find(id) != nullptr; }
 absl::StatusOr<vault::v1::ControlResponse> AgentRuntime::ControlFromMember(
     const vault::v1::ControlRequest& r) {
   return impl_->Control(r, /*forwarded=*/true);

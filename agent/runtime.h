@@ -117,6 +117,9 @@ class AgentRuntime {
   absl::StatusOr<vault::v1::SpawnResponse> Spawn(const vault::v1::SpawnRequest& request);
   vault::v1::ListAgentsResponse List(const vault::v1::ListAgentsRequest& request);
   absl::StatusOr<vault::v1::AgentStatus> Get(const std::string& id);
+  // Whether agent `id` has a process here, or one that is ending (its last output may still be
+  // read into its log).
+  bool HasProcess(const std::string& id);
   // A request whose payload names another member's key is forwarded to that member.
   absl::StatusOr<vault::v1::ControlResponse> Control(const vault::v1::ControlRequest& request);
   // A control request a member forwarded: checked here, never forwarded again.

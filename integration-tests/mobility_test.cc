@@ -288,6 +288,10 @@ TEST_F(MobilityTest, OperatorsReachAMovedAgentFromAnyMemberWithASignedRequest) {
   ASSERT_EQ(
       Ctl("a", {"agent", "send", id, "--type", "go", "--data", to_c, "--as", owner_key_}).exit_code,
       kExitOk);
+  // A question racing that hop (given to b before, during or after it) is answered from c.
+  RunResult raced = Ctl("a", {"agent", "query", id, "where?", "--as", owner_key_});
+  ASSERT_EQ(raced.exit_code, kExitOk) << raced;
+  EXPECT_EQ(raced.out, "answer from c");
   WaitLog("c", id, "start vault=c hop=2");
   RunResult again = Ctl("a", {"-o", "json", "agent", "send", id, "--type", "note", "--data", hello,
                               "--as", owner_key_});
@@ -346,6 +350,24 @@ TEST_F(MobilityTest, TheMailboxTravelsInTheHopAndTheJourneyCountsIt) {
             owner_key_);
   ASSERT_FALSE(id.empty());
   WaitLog("a", id, "start vault=a hop=0");
+  // It does not answer questions on a: a key may have 4 of them waiting at a vault, not 5.
+  std::vector<std::unique_ptr<ChildProcess>> waiting;
+  for (int i = 0; i < 4; ++i) {
+    absl::StatusOr<std::unique_ptr<ChildProcess>> q =
+        ChildProcess::Spawn({VaultctlPath(), "--vault", V("a").socket, "agent", "query", id,
+                             "anyone?", "--timeout", "8", "--as", owner_key_},
+                            absl::StrCat(root(), "/query", i, ".log"));
+    ASSERT_TRUE(q.ok()) << q.status();
+    waiting.push_back(*std::move(q));
+  }
+  absl::SleepFor(absl::Seconds(2));  // (all four are waiting at a)
+  RunResult fifth =
+      Ctl("a", {"agent", "query", id, "anyone?", "--timeout", "1", "--as", owner_key_});
+  EXPECT_EQ(fifth.exit_code, kExitRefused) << fifth;
+  EXPECT_THAT(fifth.err, HasSubstr("has 4 queries or log follows under way at a already")) << fifth;
+  for (std::unique_ptr<ChildProcess>& q : waiting) {
+    EXPECT_EQ(q->WaitExit(absl::Seconds(20)), std::optional<int>(kExitUnavailable));
+  }
   for (const char* n : {"1", "2", "3"}) {
     const std::string file = absl::StrCat(root(), "/note", n);
     ASSERT_TRUE(WriteFile(file, n).ok());

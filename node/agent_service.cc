@@ -142,6 +142,8 @@ grpc::ServerWriteReactor<vault::v1::AgentLogLine>* AgentService::Logs(
   absl::StatusOr<vault::v1::AgentStatus> exists = runtime_->Get(req->id());
   if (!exists.ok()) return new LogsError(exists.status());
   auto finished = [runtime = runtime_, id = req->id()] {
+    // (A departing agent's state changes before the output it left in its pipe is read.)
+    if (runtime->HasProcess(id)) return false;
     absl::StatusOr<vault::v1::AgentStatus> st = runtime->Get(id);
     if (!st.ok()) return true;
     switch (st->record().state()) {

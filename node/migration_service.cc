@@ -65,7 +65,13 @@ grpc::ServerUnaryReactor* MigrationService::Located(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* MigrationService::Control(grpc::CallbackServerContext* ctx,
                                                     const vault::v1::ControlRequest* req,
                                                     vault::v1::ControlResponse* resp) {
-  return RunUnary(ctx, waiters_.get(), [this, req, resp]() -> absl::Status {
+  // Requests that wait (a query for its answer, logs for a line) run apart from the rest, so they
+  // cannot hold up a pause or a terminate.
+  vault::v1::ControlPayload p;
+  const bool waits =
+      p.ParseFromString(req->payload()) && (p.action() == vault::v1::ControlPayload::QUERY ||
+                                            p.action() == vault::v1::ControlPayload::LOGS);
+  return RunUnary(ctx, waits ? waiters_.get() : executor_, [this, req, resp]() -> absl::Status {
     VAULT_ASSIGN_OR_RETURN(*resp, runtime_->ControlFromMember(*req));
     return absl::OkStatus();
   });

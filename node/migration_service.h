@@ -53,6 +53,7 @@ class MigrationService final : public vault::v1::Migration::CallbackService {
   migration::Migration* const migration_;
   common::Executor* const executor_;
   // Control requests that wait (a query for its answer, logs for a line), off executor_.
+  // (TERMINATE waits up to 10 s for the exit to be recorded, on executor_.)
   std::unique_ptr<common::Executor> waiters_;
 };
 

@@ -30,8 +30,11 @@ inline grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* ctx,
                                           common::Executor* executor,
                                           std::function<absl::Status()> work) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  bool queued =
-      executor->Schedule([reactor, work = std::move(work)] { reactor->Finish(ToGrpc(work())); });
+  // Work whose caller went away (cancelled, or past its deadline) while it queued is not done.
+  bool queued = executor->Schedule([ctx, reactor, work = std::move(work)] {
+    if (ctx->IsCancelled()) return reactor->Finish(grpc::Status::CANCELLED);
+    reactor->Finish(ToGrpc(work()));
+  });
   if (!queued) reactor->Finish(BusyStatus());
   return reactor;
 }

@@ -185,8 +185,9 @@ void AddAgentCommands(CLI::App& app, GlobalOptions& g, Command& command) {
       "logs", "Print an agent's log: TIME LEVEL [incarnation] message (JSON: one object per line)");
   logs->add_option("ID", f.id, "The agent id")->required();
   logs->add_flag("-f,--follow", f.follow,
-                 "Keep printing new lines until Ctrl-C (for at most 24 hours: the stream's "
-                 "deadline; then it says the --from to continue with)");
+                 "Keep printing new lines until the agent ends or leaves this vault (with --as: "
+                 "follows it to the next), or Ctrl-C; for at most 24 hours (the stream's "
+                 "deadline; then it says where to continue)");
   logs->add_option("--from", f.from_seq, "Start at this line number (default: the oldest kept)");
   logs->add_option("--as", f.as,
                    absl::StrCat(kReachHelp, "; with -f, follows the agent from vault to vault"));

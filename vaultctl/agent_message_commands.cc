@@ -172,6 +172,7 @@ int LogsCommand(const GlobalOptions& g, const AgentFlags& f) {
     absl::StatusOr<Host> found = FindHost(*conn, f.id);
     if (!found.ok()) return ReportError(found.status(), g.json());
     at = *found;
+    next[at.vault] = f.from_seq;  // (--from: of the first vault read)
   }
   std::string departed_to;
   for (bool first = true;; first = false) {
@@ -192,6 +193,7 @@ int LogsCommand(const GlobalOptions& g, const AgentFlags& f) {
         if (!found.ok()) return ReportError(found.status(), g.json());
         if (found->vault.empty()) return ReportError(s, g.json());
         at = *found;
+        next[at.vault] = f.from_seq;
         continue;
       }
       {
@@ -211,9 +213,10 @@ int LogsCommand(const GlobalOptions& g, const AgentFlags& f) {
       for (;;) {
         if (absl::Now() > give_up) {
           std::cerr << "vaultctl: stopped following after " << absl::FormatDuration(kFollowDeadline)
-                    << "\n";
+                    << " (at " << TerminalSafe(at.vault) << ", line " << next[at.vault] << ")\n";
           return kExitOk;
         }
+        const absl::Time asked = absl::Now();
         vault::v1::ControlPayload p;
         p.set_agent_id(f.id);
         p.set_action(vault::v1::ControlPayload::LOGS);
@@ -228,6 +231,13 @@ int LogsCommand(const GlobalOptions& g, const AgentFlags& f) {
         }
         if (!resp->lines().empty()) continue;  // more may wait
         if (!f.follow) return kExitOk;
+        if (!resp->final_lines()) {
+          // (An answer at once without a line: the agent is arriving or leaving there.)
+          if (absl::Now() - asked < absl::Milliseconds(200)) {
+            absl::SleepFor(absl::Milliseconds(200));
+          }
+          continue;
+        }
         const vault::v1::AgentRecord& r = resp->status().record();
         if (Over(r.state())) {
           SayWhatHappened(f.id, r, at.vault);
@@ -238,6 +248,7 @@ int LogsCommand(const GlobalOptions& g, const AgentFlags& f) {
           departed_to = r.migration().to_vault();
           break;
         }
+        absl::SleepFor(absl::Seconds(1));  // (recorded there, not running: agents are off)
       }
     }
     // It moved on: to the vault it departed to (each vault's part of the log in turn, even when

@@ -19,6 +19,8 @@ using capability::PublicKey;
 
 // A forwarded request takes the forwarding call's own time at the host on top of its wait.
 constexpr absl::Duration kForwardMargin = absl::Seconds(15);
+// How long a request follows an agent that moves, or is mid-hop, before it gives up.
+constexpr absl::Duration kFollowFor = absl::Seconds(10);
 
 }  // namespace
 
@@ -27,6 +29,8 @@ absl::StatusOr<Host> FindHost(const Connection& conn, const std::string& id) {
   VAULT_ASSIGN_OR_RETURN(PublicKey here, VaultKey(conn));
   host.key = here.raw();
   absl::StatusOr<vault::v1::LocateResponse> where = LocateAgent(conn, id);
+  // (NOT_FOUND: no member knows it; the connected vault says so itself.)
+  if (!where.ok() && !absl::IsNotFound(where.status())) return where.status();
   if (where.ok() && where->vault_key().size() == PublicKey::kRawSize &&
       where->vault_key() != here.raw()) {
     host.key = where->vault_key();
@@ -87,9 +91,10 @@ absl::StatusOr<vault::v1::ControlResponse> SignedControl(const Connection& conn,
                                                          const vault::v1::ControlPayload& p,
                                                          absl::Duration serve_time,
                                                          std::string* at_vault) {
-  absl::Status last;
-  // An agent that moves between the Locate and the request is followed (twice at most).
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  // An agent that moves between the Locate and the request, or is mid-hop, is followed: asked
+  // again (for up to kFollowFor) where the host said it is not there, or not yet.
+  const absl::Time until = absl::Now() + kFollowFor;
+  for (;;) {
     VAULT_ASSIGN_OR_RETURN(Host host, FindHost(conn, p.agent_id()));
     absl::StatusOr<vault::v1::ControlResponse> out =
         SignedControlAt(conn, key, host, p, serve_time);
@@ -97,13 +102,13 @@ absl::StatusOr<vault::v1::ControlResponse> SignedControl(const Connection& conn,
       *at_vault = host.vault;
       return out;
     }
-    last = out.status();
-    if (!absl::IsFailedPrecondition(last) ||
-        !absl::StrContains(last.message(), "has departed to")) {
-      return last;
-    }
+    const absl::Status& s = out.status();
+    const bool moved =
+        (absl::IsFailedPrecondition(s) && absl::StrContains(s.message(), "has departed to")) ||
+        (absl::IsUnavailable(s) && absl::StrContains(s.message(), "try again"));
+    if (!moved || absl::Now() > until) return s;
+    absl::SleepFor(absl::Milliseconds(200));
   }
-  return last;
 }
 
 }  // namespace vault::vaultctl

@@ -136,13 +136,13 @@ int JourneyCommand(const GlobalOptions& g, const std::string& id) {
       receipts[DetailOf(e, "transfer_id")] = DetailOf(e, "receipt");
   }
   // Messages that crossed a hop: carried in it (agent.migrate.in's "messages"), or forwarded
-  // from the vault it left to the next (message.forwarded, in the forwarding vault's log).
-  std::map<std::pair<std::string, std::string>, int> forwarded;  // (from, to) -> count
+  // by the vault it left (message.forwarded, in that vault's log, naming the hop).
+  std::map<std::pair<std::string, std::string>, int> forwarded;  // (from vault, hop) -> count
   for (const vault::v1::AuditEntry& e : resp.entries()) {
-    if (e.action() == "message.forwarded") ++forwarded[{e.vault(), DetailOf(e, "to_vault")}];
+    if (e.action() == "message.forwarded") ++forwarded[{e.vault(), DetailOf(e, "hop")}];
   }
   auto forwarded_on = [&](const vault::v1::AuditEntry& arrival) {
-    auto it = forwarded.find({DetailOf(arrival, "from"), arrival.vault()});
+    auto it = forwarded.find({DetailOf(arrival, "from"), DetailOf(arrival, "hop")});
     return it == forwarded.end() ? 0 : it->second;
   };
   auto carried = [](const vault::v1::AuditEntry& arrival) {

@@ -323,8 +323,10 @@ class AgentRuntime::Impl : public HostCallServices,
 
   // ---- members.cc: control forwarding and revocation gossip (control.cc: Control) ----
   std::optional<std::string> MemberNameOfKey(absl::string_view raw) const;
-  // "" unless the agent departed from here; else an error text naming where it went.
+  // "" unless the agent departed from here; else "agent ID has departed to VAULT (hop N)".
   std::string DepartedNote(const std::string& id);
+  // What an operator's unsigned request for a departed agent adds to DepartedNote: the fix.
+  static std::string DepartedFix(const std::string& id);
   // `serve_time`: what the request may take there (a query's timeout), on top of the call's own.
   absl::StatusOr<vault::v1::ControlResponse> ForwardControl(
       const vault::v1::ControlRequest& request, absl::string_view for_vault_key,
@@ -360,6 +362,11 @@ class AgentRuntime::Impl : public HostCallServices,
   };
   absl::flat_hash_map<uint64_t, std::shared_ptr<PendingQuery>> queries_ ABSL_GUARDED_BY(mu_);
   absl::CondVar queries_cv_;
+  // Answers `agent`'s unanswered queries with `type` ("vault.ended", "vault.departed").
+  void AnswerPendingQueriesLocked(const std::string& agent, const std::string& type)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Signed requests that wait (QUERY, LOGS) under way per signing key (control.cc).
+  absl::flat_hash_map<std::string, int> waiting_by_signer_ ABSL_GUARDED_BY(mu_);
   // Control nonces seen (replay protection), with when they expire.
   absl::flat_hash_map<std::string, absl::Time> nonces_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> next_message_id_{1};
@@ -400,6 +407,8 @@ class AgentRuntime::Impl : public HostCallServices,
 inline constexpr size_t kMaxCodeBytes = 256 << 20;
 inline constexpr absl::Duration kTick = absl::Milliseconds(25);  // the watchdog's period
 inline constexpr absl::Duration kControlWindow = absl::Minutes(5);
+// The longest an operator's query waits for its answer.
+inline constexpr uint32_t kMaxQueryTimeoutMs = 600000;
 inline constexpr size_t kMaxLogLine = 4096;
 // Messages an agent may receive between two captures of its state and still get again if it
 // resumes from the older one (docs/messages.md): beyond it, the oldest are taken as read.
