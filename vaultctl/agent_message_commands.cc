@@ -65,6 +65,12 @@ bool IsValidUtf8(absl::string_view s) {
   return true;
 }
 
+// --as's key, when given.
+absl::StatusOr<std::optional<capability::PrivateKey>> LoadAs(const AgentFlags& f) {
+  if (f.as.empty()) return std::nullopt;
+  return capability::PrivateKey::LoadFile(f.as);
+}
+
 // FILE's bytes; "-" is stdin.
 absl::StatusOr<std::string> ReadInput(const std::string& path) {
   if (path != "-") return common::ReadFile(path);
@@ -153,12 +159,9 @@ absl::Status StreamLocal(const GlobalOptions& g, const Connection& conn, const A
 }  // namespace
 
 int LogsCommand(const GlobalOptions& g, const AgentFlags& f) {
-  std::optional<capability::PrivateKey> key;
-  if (!f.as.empty()) {
-    absl::StatusOr<capability::PrivateKey> k = capability::PrivateKey::LoadFile(f.as);
-    if (!k.ok()) return ReportInputError(k.status(), g.json());
-    key = *std::move(k);
-  }
+  absl::StatusOr<std::optional<capability::PrivateKey>> as = LoadAs(f);
+  if (!as.ok()) return ReportInputError(as.status(), g.json());
+  const std::optional<capability::PrivateKey>& key = *as;
   absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
   if (!conn.ok()) return ReportConnectError(conn.status(), g.json());
   // Where each vault's log continues: line numbers are per vault.
@@ -270,12 +273,9 @@ int SendCommand(const GlobalOptions& g, const AgentFlags& f) {
     if (!data.ok()) return ReportInputError(data.status(), g.json());
     req.set_data(*std::move(data));
   }
-  std::optional<capability::PrivateKey> key;
-  if (!f.as.empty()) {
-    absl::StatusOr<capability::PrivateKey> k = capability::PrivateKey::LoadFile(f.as);
-    if (!k.ok()) return ReportInputError(k.status(), g.json());
-    key = *std::move(k);
-  }
+  absl::StatusOr<std::optional<capability::PrivateKey>> as = LoadAs(f);
+  if (!as.ok()) return ReportInputError(as.status(), g.json());
+  const std::optional<capability::PrivateKey>& key = *as;
   absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
   if (!conn.ok()) return ReportConnectError(conn.status(), g.json());
   std::string at_vault;  // the member that took it, when not this one
@@ -329,12 +329,9 @@ int QueryCommand(const GlobalOptions& g, const AgentFlags& f) {
     return absl::OkStatus();
   }();
   if (!input.ok()) return ReportInputError(input, g.json());
-  std::optional<capability::PrivateKey> key;
-  if (!f.as.empty()) {
-    absl::StatusOr<capability::PrivateKey> k = capability::PrivateKey::LoadFile(f.as);
-    if (!k.ok()) return ReportInputError(k.status(), g.json());
-    key = *std::move(k);
-  }
+  absl::StatusOr<std::optional<capability::PrivateKey>> as = LoadAs(f);
+  if (!as.ok()) return ReportInputError(as.status(), g.json());
+  const std::optional<capability::PrivateKey>& key = *as;
   absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
   if (!conn.ok()) return ReportConnectError(conn.status(), g.json());
   absl::StatusOr<vault::v1::QueryResponse> answer =
