@@ -121,13 +121,14 @@ absl::Status Store::Recover() {
     if (!t.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
       return absl::DataLossError("store totals record does not parse");
     }
-    totals = {t.objects(), t.bytes()};
+    totals = {t.objects(), t.bytes(), t.removed()};
   } else if (!s.IsNotFound()) {
     return storage::ToStatus(s, "read store totals");
   }
-  if (totals.objects != last) {
-    return absl::DataLossError(
-        absl::StrCat("store totals say ", totals.objects, " objects but the feed ends at ", last));
+  if (totals.objects + totals.removed != last) {
+    return absl::DataLossError(absl::StrCat("store totals say ", totals.objects, " objects and ",
+                                            totals.removed, " removed but the feed ends at ",
+                                            last));
   }
   next_seq_ = last + 1;
   leader_totals_ = totals;
@@ -311,6 +312,14 @@ void Store::DiscardBeside(const std::optional<PackRef>& written) {
   if (!packs_->Discard(*written).ok()) hash_beside_.store(false, std::memory_order_relaxed);
 }
 
+absl::StatusOr<RemoveOutcome> Store::Remove(const Digest& digest) {
+  VAULT_RETURN_IF_ERROR(CheckSize(digest));
+  CommitOp op{.digest = &digest, .remove = true};
+  VAULT_RETURN_IF_ERROR(committer_->Commit(&op));
+  VAULT_RETURN_IF_ERROR(op.status);
+  return RemoveOutcome{.removed = op.outcome.already_present, .seq = op.outcome.seq};
+}
+
 absl::Status Store::PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::WriteBatch* batch) {
   // Which objects exist already? One sorted MultiGet for the group.
   std::vector<std::string> keys;
@@ -321,6 +330,7 @@ absl::Status Store::PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::Write
   LookupMeta(keys, &values, &statuses);
 
   const int64_t now = NowMs();
+  // Objects of this group, as the group's earlier ops left them: seq when stored, 0 removed.
   absl::flat_hash_map<absl::string_view, uint64_t> in_group;
   StoreTotals totals = leader_totals_;
   uint64_t seq = next_seq_;
@@ -328,6 +338,36 @@ absl::Status Store::PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::Write
     CommitOp* op = ops[i];
     op->outcome = PutOutcome{};
     op->status = absl::OkStatus();
+    if (op->remove) {
+      uint64_t seq_of = 0;  // of the object stored now, 0 when none
+      if (auto it = in_group.find(keys[i]); it != in_group.end()) {
+        seq_of = it->second;
+      } else if (statuses[i].ok()) {
+        vault::v1::ObjectRecord rec;
+        if (!rec.ParseFromArray(values[i].data(), static_cast<int>(values[i].size()))) {
+          op->status = absl::DataLossError(
+              absl::StrCat("object record of ", op->digest->ToString(), " does not parse"));
+          continue;
+        }
+        seq_of = rec.seq();
+      } else if (!statuses[i].IsNotFound()) {
+        return storage::ToStatus(statuses[i], "look up object");
+      }
+      if (seq_of != 0) {
+        batch->Delete(meta_, keys[i]);
+        batch->Delete(data_, keys[i]);
+        --totals.objects;
+        ++totals.removed;
+        totals.bytes -= op->digest->size();
+        op->outcome = {seq_of, true};
+      }
+      in_group[keys[i]] = 0;
+      continue;
+    }
+    if (auto it = in_group.find(keys[i]); it != in_group.end() && it->second == 0) {
+      // Removed earlier in this group: stored again below, as new.
+      statuses[i] = rocksdb::Status::NotFound();
+    }
     if (statuses[i].ok()) {
       vault::v1::ObjectRecord rec;
       if (!rec.ParseFromArray(values[i].data(), static_cast<int>(values[i].size()))) {
@@ -339,7 +379,7 @@ absl::Status Store::PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::Write
       op->outcome = {rec.seq(), true};
     } else if (!statuses[i].IsNotFound()) {
       return storage::ToStatus(statuses[i], "look up object");
-    } else if (auto it = in_group.find(keys[i]); it != in_group.end()) {
+    } else if (auto it = in_group.find(keys[i]); it != in_group.end() && it->second != 0) {
       op->outcome = {it->second, true};
     } else {
       vault::v1::ObjectRecord rec;
@@ -359,10 +399,11 @@ absl::Status Store::PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::Write
     }
     if (op->from_upload) DeleteUploadRecords(keys[i], batch);
   }
-  if (totals.objects != leader_totals_.objects) {
+  if (totals.objects != leader_totals_.objects || totals.removed != leader_totals_.removed) {
     vault::v1::StoreTotals t;
     t.set_objects(totals.objects);
     t.set_bytes(totals.bytes);
+    t.set_removed(totals.removed);
     batch->Put(meta_, storage::ToSlice(kTotalsKey), t.SerializeAsString());
   }
   // Applied to the leader's state only once the write succeeded (FinishGroup).

@@ -87,6 +87,11 @@ struct PutOutcome {
   bool already_present = false;  // stored before; nothing was written
 };
 
+struct RemoveOutcome {
+  bool removed = false;  // false: it was not stored
+  uint64_t seq = 0;      // the removed object's feed sequence number
+};
+
 struct PutItem {
   Digest digest;
   absl::string_view data;
@@ -122,6 +127,7 @@ struct RangeSummary {
 struct StoreTotals {
   uint64_t objects = 0;
   uint64_t bytes = 0;
+  uint64_t removed = 0;  // objects removed since the store began
 };
 
 class Store;
@@ -271,6 +277,13 @@ class Store {
   absl::Status Repair(const Digest& digest, absl::string_view data);
   // NOT_FOUND when the object is not stored.
   absl::StatusOr<ObjectInfo> Stat(const Digest& digest) const;
+  // Removes a stored object: its record and its bytes entry (a chunked object's manifest) and
+  // its share of the totals, in one durable write made in the same order as puts (the group
+  // commit), so a put committed after it stores the object again and a put before it answered
+  // already_present. Its feed entry stays (readers of the feed find the object gone); its chunks
+  // and pack bytes stay too, garbage for collection and compaction (design §12). Readers that
+  // opened the object before finish reading it.
+  absl::StatusOr<RemoveOutcome> Remove(const Digest& digest);
   // Durable bytes of an interrupted upload of `digest` (0 when there is none).
   absl::StatusOr<uint64_t> UploadOffset(const Digest& digest) const;
 
@@ -325,8 +338,10 @@ class Store {
     bool chunked = false;
     uint32_t chunk_count = 0;
     bool from_upload = false;  // delete the upload's records
-    PutOutcome outcome;
-    absl::Status status;  // this item's own failure (the group's write may still succeed)
+    bool remove = false;       // Remove: delete the object instead of storing it
+    PutOutcome outcome;        // for a remove: seq of the removed object; already_present: it was
+                               // stored (and is removed)
+    absl::Status status;       // this item's own failure (the group's write may still succeed)
   };
 
   Store(storage::Database* db, const StoreOptions& options, ChunkerParams chunker);

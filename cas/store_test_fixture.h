@@ -71,7 +71,8 @@ inline absl::flat_hash_set<uint64_t> ChunkEnds(absl::string_view data) {
 }
 
 // Compares byte strings without printing megabytes on a mismatch.
-::testing::AssertionResult SameBytes(absl::string_view got, absl::string_view want) {
+[[maybe_unused]] ::testing::AssertionResult SameBytes(absl::string_view got,
+                                                      absl::string_view want) {
   if (got == want) return ::testing::AssertionSuccess();
   size_t at = 0;
   while (at < got.size() && at < want.size() && got[at] == want[at]) ++at;
@@ -97,9 +98,12 @@ class StoreTest : public ::testing::Test {
     db_.reset();
   }
 
+  // The database's column families (a test of something beside the store adds its own).
+  virtual std::vector<storage::ColumnFamilySpec> Families() { return Store::ColumnFamilies(); }
+
   void Open() {
     absl::StatusOr<std::unique_ptr<storage::Database>> db = storage::Database::Open(
-        {.path = dir_ + "/db", .sync_writes = false, .block_cache_mb = 8}, Store::ColumnFamilies());
+        {.path = dir_ + "/db", .sync_writes = false, .block_cache_mb = 8}, Families());
     ASSERT_EQ(db.status(), absl::OkStatus());
     db_ = std::move(*db);
     absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(db_.get(), options_);

@@ -324,8 +324,12 @@ absl::StatusOr<std::unique_ptr<ObjectReader>> Store::OpenReader(const Digest& di
                              .chunk_count = rec.chunk_count(),
                              .stored_unix_ms = rec.stored_unix_ms()};
   absl::StatusOr<std::string> value = GetValue(data_, digest.Key(), "read object");
-  // The object record exists, so missing bytes are damaged storage, not a missing object.
+  // The object record existed, so missing bytes are damaged storage, not a missing object,
+  // unless the object was removed (Store::Remove) since: then its record is gone too.
   if (absl::IsNotFound(value.status())) {
+    if (absl::IsNotFound(GetValue(meta_, digest.Key(), "look up object").status())) {
+      return absl::NotFoundError(absl::StrCat("object ", digest.ToString(), " is not stored"));
+    }
     return absl::DataLossError(absl::StrCat("bytes of ", digest.ToString(), " are missing"));
   }
   if (!value.ok()) return value.status();
