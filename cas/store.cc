@@ -312,14 +312,6 @@ void Store::DiscardBeside(const std::optional<PackRef>& written) {
   if (!packs_->Discard(*written).ok()) hash_beside_.store(false, std::memory_order_relaxed);
 }
 
-absl::StatusOr<RemoveOutcome> Store::Remove(const Digest& digest) {
-  VAULT_RETURN_IF_ERROR(CheckSize(digest));
-  CommitOp op{.digest = &digest, .remove = true};
-  VAULT_RETURN_IF_ERROR(committer_->Commit(&op));
-  VAULT_RETURN_IF_ERROR(op.status);
-  return RemoveOutcome{.removed = op.outcome.already_present, .seq = op.outcome.seq};
-}
-
 absl::Status Store::PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::WriteBatch* batch) {
   // Which objects exist already? One sorted MultiGet for the group.
   std::vector<std::string> keys;
@@ -330,8 +322,11 @@ absl::Status Store::PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::Write
   LookupMeta(keys, &values, &statuses);
 
   const int64_t now = NowMs();
+  const int64_t confirm_before = now - absl::ToInt64Milliseconds(options_.confirm_after);
   // Objects of this group, as the group's earlier ops left them: seq when stored, 0 removed.
   absl::flat_hash_map<absl::string_view, uint64_t> in_group;
+  // Objects present before the group that an earlier op of it confirmed.
+  absl::flat_hash_set<absl::string_view> confirmed;
   StoreTotals totals = leader_totals_;
   uint64_t seq = next_seq_;
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -340,6 +335,7 @@ absl::Status Store::PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::Write
     op->status = absl::OkStatus();
     if (op->remove) {
       uint64_t seq_of = 0;  // of the object stored now, 0 when none
+      int64_t touched = now;
       if (auto it = in_group.find(keys[i]); it != in_group.end()) {
         seq_of = it->second;
       } else if (statuses[i].ok()) {
@@ -350,8 +346,22 @@ absl::Status Store::PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::Write
           continue;
         }
         seq_of = rec.seq();
+        if (!confirmed.contains(keys[i])) {
+          touched = std::max(rec.stored_unix_ms(), rec.confirmed_unix_ms());
+        }
       } else if (!statuses[i].IsNotFound()) {
         return storage::ToStatus(statuses[i], "look up object");
+      }
+      if (seq_of != 0 && touched >= op->untouched_before_ms) {
+        op->kept_recent = true;
+        op->outcome = {seq_of, true};
+        continue;
+      }
+      if (seq_of != 0 && op->also != nullptr && *op->also) {
+        if (absl::Status s = (*op->also)(batch); !s.ok()) {
+          op->status = s;
+          continue;
+        }
       }
       if (seq_of != 0) {
         batch->Delete(meta_, keys[i]);
@@ -377,6 +387,13 @@ absl::Status Store::PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::Write
         continue;
       }
       op->outcome = {rec.seq(), true};
+      // Confirmed: a collection that began before this put leaves the object alone.
+      if (std::max(rec.stored_unix_ms(), rec.confirmed_unix_ms()) < confirm_before &&
+          !confirmed.contains(keys[i])) {
+        rec.set_confirmed_unix_ms(now);
+        batch->Put(meta_, keys[i], rec.SerializeAsString());
+        confirmed.insert(keys[i]);
+      }
     } else if (!statuses[i].IsNotFound()) {
       return storage::ToStatus(statuses[i], "look up object");
     } else if (auto it = in_group.find(keys[i]); it != in_group.end() && it->second != 0) {
@@ -725,7 +742,8 @@ absl::StatusOr<ObjectInfo> Store::Stat(const Digest& digest) const {
                     .seq = rec.seq(),
                     .chunked = rec.chunked(),
                     .chunk_count = rec.chunk_count(),
-                    .stored_unix_ms = rec.stored_unix_ms()};
+                    .stored_unix_ms = rec.stored_unix_ms(),
+                    .confirmed_unix_ms = rec.confirmed_unix_ms()};
 }
 
 absl::StatusOr<uint64_t> Store::UploadOffset(const Digest& digest) const {

@@ -25,7 +25,9 @@
 #ifndef VAULT_CAS_STORE_H_
 #define VAULT_CAS_STORE_H_
 
+#include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -80,6 +82,10 @@ struct StoreOptions {
   // one, nothing is checked) has less than this free: the rest is kept for RocksDB, whose
   // packaged build aborts when its WAL meets a full disk, and for the audit log. 0: no check.
   uint64_t min_free_bytes = 64 << 20;
+  // A put of an object already stored rewrites the record's confirmed time when the later of it
+  // and the stored time is older than this (half the collector's grace period, design §12): a
+  // collection that began before the put then leaves the object alone.
+  absl::Duration confirm_after = absl::Minutes(30);
 };
 
 struct PutOutcome {
@@ -88,8 +94,27 @@ struct PutOutcome {
 };
 
 struct RemoveOutcome {
-  bool removed = false;  // false: it was not stored
-  uint64_t seq = 0;      // the removed object's feed sequence number
+  bool removed = false;      // false: it was not stored, or kept_recent
+  bool kept_recent = false;  // stored or confirmed at or after RemoveOptions::untouched_before
+  uint64_t seq = 0;          // the removed object's feed sequence number
+};
+
+struct RemoveOptions {
+  // Removes the object only when it was stored and last confirmed before this time (the
+  // collector's cutoff); an object a put stored or confirmed since is kept (kept_recent).
+  absl::Time untouched_before = absl::InfiniteFuture();
+  // Called in the group commit when the object is removed, to add writes that must be atomic
+  // with the removal (the refund of the principal it was charged to). Its error fails the
+  // removal alone.
+  std::function<absl::Status(rocksdb::WriteBatch*)> also;
+};
+
+// What a sweep of unreferenced chunks found (Store::SweepChunks).
+struct ChunkSweep {
+  uint64_t chunks = 0;        // chunks stored when it began
+  uint64_t unreferenced = 0;  // named by no object and no open upload
+  uint64_t bytes = 0;         // their bytes
+  uint64_t removed = 0;       // removed (0 for a dry run)
 };
 
 struct PutItem {
@@ -103,6 +128,9 @@ struct ObjectInfo {
   bool chunked = false;
   uint32_t chunk_count = 0;
   int64_t stored_unix_ms = 0;
+  int64_t confirmed_unix_ms = 0;  // 0: never confirmed by a later put
+  // The later of the two: what the collector's grace period counts from.
+  int64_t touched_unix_ms() const { return std::max(stored_unix_ms, confirmed_unix_ms); }
 };
 
 struct FeedItem {
@@ -141,6 +169,9 @@ enum class ReadCheck { kVerified, kUnverified };
 // against its hash. Thread-safety: const methods may be called from several threads.
 class ObjectReader {
  public:
+  ~ObjectReader();
+  ObjectReader(const ObjectReader&) = delete;
+  ObjectReader& operator=(const ObjectReader&) = delete;
   const ObjectInfo& info() const { return info_; }
   // A chunked object's chunks in order, (sha256, size) each; empty for an inline object.
   const std::vector<std::pair<std::string, uint32_t>>& chunks() const { return chunks_; }
@@ -166,6 +197,7 @@ class ObjectReader {
   const Store* const store_;
   bool verify_ = true;
   bool bypass_cache_ = false;
+  bool registered_ = false;       // its chunks are kept from a sweep (Store::AddChunkReader)
   mutable AlignedBuffer buffer_;  // for bypass_cache_
   ObjectInfo info_;
   std::string inline_bytes_;                              // !chunked
@@ -224,6 +256,10 @@ class Upload {
   Sha256 hash_;
   uint64_t committed_offset_ = 0;  // durable bytes (chunk boundaries)
   uint32_t chunk_count_ = 0;       // chunks taken (durable or pending)
+  // chunks_[chunks_released_, chunks_noted_) are noted as taken and named by no durable record
+  // yet (Store::NoteChunkTaken).
+  size_t chunks_noted_ = 0;
+  size_t chunks_released_ = 0;
   // Chunks taken but not yet durable: their RocksDB records, the pack ticket of their bytes,
   // and the offset they end at.
   std::unique_ptr<rocksdb::WriteBatch> pending_;
@@ -283,7 +319,15 @@ class Store {
   // already_present. Its feed entry stays (readers of the feed find the object gone); its chunks
   // and pack bytes stay too, garbage for collection and compaction (design §12). Readers that
   // opened the object before finish reading it.
-  absl::StatusOr<RemoveOutcome> Remove(const Digest& digest);
+  absl::StatusOr<RemoveOutcome> Remove(const Digest& digest, const RemoveOptions& options = {});
+  // The stored objects in key order from the first key >= `start`, at most `limit`.
+  absl::StatusOr<std::vector<ObjectInfo>> ScanObjects(absl::string_view start, size_t limit) const;
+  // Removes the chunks that no stored object's manifest and no upload names (dry_run: only
+  // counts them). Safe while puts, uploads and reads run: a chunk an upload takes while the
+  // sweep runs, or that a reader opened before its object was removed still reads, is kept
+  // (design §12). `keep_going` is asked between steps and ends the sweep with its error.
+  absl::StatusOr<ChunkSweep> SweepChunks(bool dry_run,
+                                         const std::function<absl::Status()>& keep_going = nullptr);
   // Durable bytes of an interrupted upload of `digest` (0 when there is none).
   absl::StatusOr<uint64_t> UploadOffset(const Digest& digest) const;
 
@@ -332,13 +376,23 @@ class Store {
  private:
   friend class Upload;
   friend class ObjectReader;
+  // Chunks a sweep must not take though no durable record names them yet or any longer
+  // (store_gc.cc): those of uploads not yet written, those taken since the sweep began, and
+  // those of open readers.
+  void NoteChunkTaken(const std::string& sha256);
+  void NoteChunksWritten(absl::Span<const std::pair<std::string, uint32_t>> chunks);
+  void AddChunkReader(const ObjectReader* reader);
+  void RemoveChunkReader(const ObjectReader* reader);
   struct CommitOp {
     const Digest* digest = nullptr;
     absl::string_view data;  // inline bytes, or the serialized manifest
     bool chunked = false;
     uint32_t chunk_count = 0;
-    bool from_upload = false;  // delete the upload's records
-    bool remove = false;       // Remove: delete the object instead of storing it
+    bool from_upload = false;                 // delete the upload's records
+    bool remove = false;                      // Remove: delete the object instead of storing it
+    int64_t untouched_before_ms = INT64_MAX;  // Remove: RemoveOptions::untouched_before
+    const std::function<absl::Status(rocksdb::WriteBatch*)>* also = nullptr;  // Remove
+    bool kept_recent = false;  // Remove: left alone (untouched_before_ms)
     PutOutcome outcome;        // for a remove: seq of the removed object; already_present: it was
                                // stored (and is removed)
     absl::Status status;       // this item's own failure (the group's write may still succeed)
@@ -420,6 +474,13 @@ class Store {
     std::function<void()> wake;
   };
   absl::flat_hash_map<uintptr_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  // See NoteChunkTaken. Taken after mu_ when both are held.
+  mutable absl::Mutex chunk_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  absl::flat_hash_map<std::string, uint32_t> chunks_in_flight_ ABSL_GUARDED_BY(chunk_mu_);
+  bool sweeping_ ABSL_GUARDED_BY(chunk_mu_) = false;
+  absl::flat_hash_set<std::string> taken_while_sweeping_ ABSL_GUARDED_BY(chunk_mu_);
+  absl::flat_hash_set<const ObjectReader*> chunk_readers_ ABSL_GUARDED_BY(chunk_mu_);
+  absl::Mutex sweep_mu_;  // one sweep at a time
   // Removes and returns the waiters due at `seq` (all of them when closed_).
   std::vector<std::function<void()>> TakeDueWaiters(uint64_t seq)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -36,6 +36,10 @@ Upload::~Upload() {
       store_->CheckCurrentUpload(key_, generation_).ok()) {
     WritePending().IgnoreError();  // best effort: only the resume point is at stake
   }
+  // Chunks never written: a sweep may take them now.
+  if (chunks_noted_ > chunks_released_) {
+    store_->NoteChunksWritten(absl::MakeConstSpan(chunks_).subspan(chunks_released_));
+  }
   store_->ReleaseUpload(key_, generation_, reserved_);
 }
 
@@ -130,6 +134,7 @@ absl::StatusOr<std::unique_ptr<Upload>> Store::StartUpload(const Digest& digest,
     up->hash_.Update(chunk);
     up->chunks_.emplace_back(ref.sha256(), ref.size());
   }
+  up->chunks_noted_ = up->chunks_released_ = up->chunks_.size();
   up->offset_ = up->committed_offset_ = up->pending_offset_ = rec.committed_offset();
   up->chunk_count_ = rec.chunk_count();
   up->started_unix_ms_ = rec.started_unix_ms();
@@ -140,6 +145,9 @@ absl::Status Store::PersistChunk(const std::string& upload_key, uint32_t index,
                                  absl::string_view chunk, const std::string& chunk_hash,
                                  const vault::v1::UploadRecord& rec, rocksdb::WriteBatch* batch,
                                  uint64_t* ticket) {
+  // Noted before the lookup: a sweep that runs now either keeps the chunk or has removed it
+  // already, and then the lookup finds it missing and the bytes are stored again.
+  NoteChunkTaken(chunk_hash);
   std::string present;
   rocksdb::Status s = db_->db()->Get(rocksdb::ReadOptions(), chunk_index_, chunk_hash, &present);
   if (s.IsNotFound()) {
@@ -223,8 +231,14 @@ absl::Status Upload::TakeChunk(absl::string_view chunk) {
   rec.set_started_unix_ms(started_unix_ms_);
   rec.set_updated_unix_ms(NowMs());
   if (pending_ == nullptr) pending_ = std::make_unique<rocksdb::WriteBatch>();
-  VAULT_RETURN_IF_ERROR(
-      store_->PersistChunk(key_, chunk_count_, chunk, hash, rec, pending_.get(), &pending_ticket_));
+  if (absl::Status s = store_->PersistChunk(key_, chunk_count_, chunk, hash, rec, pending_.get(),
+                                            &pending_ticket_);
+      !s.ok()) {
+    const std::pair<std::string, uint32_t> taken(hash, static_cast<uint32_t>(chunk.size()));
+    store_->NoteChunksWritten(absl::MakeConstSpan(&taken, 1));
+    return s;
+  }
+  ++chunks_noted_;
   pending_offset_ += chunk.size();
   pending_bytes_ += chunk.size();
   ++chunk_count_;
@@ -247,6 +261,10 @@ absl::Status Upload::WritePending() {
   pending_bytes_ = 0;
   pending_ticket_ = 0;
   committed_offset_ = pending_offset_;
+  // Their upload's chunk list names them now.
+  store_->NoteChunksWritten(
+      absl::MakeConstSpan(chunks_).subspan(chunks_released_, chunks_noted_ - chunks_released_));
+  chunks_released_ = chunks_noted_;
   return absl::OkStatus();
 }
 
@@ -322,7 +340,8 @@ absl::StatusOr<std::unique_ptr<ObjectReader>> Store::OpenReader(const Digest& di
                              .seq = rec.seq(),
                              .chunked = rec.chunked(),
                              .chunk_count = rec.chunk_count(),
-                             .stored_unix_ms = rec.stored_unix_ms()};
+                             .stored_unix_ms = rec.stored_unix_ms(),
+                             .confirmed_unix_ms = rec.confirmed_unix_ms()};
   absl::StatusOr<std::string> value = GetValue(data_, digest.Key(), "read object");
   // The object record existed, so missing bytes are damaged storage, not a missing object,
   // unless the object was removed (Store::Remove) since: then its record is gone too.
@@ -356,6 +375,13 @@ absl::StatusOr<std::unique_ptr<ObjectReader>> Store::OpenReader(const Digest& di
   if (at != digest.size()) {
     return absl::DataLossError(absl::StrCat("manifest of ", digest.ToString(), " covers ", at,
                                             " bytes, not ", digest.size()));
+  }
+  // Its chunks are kept from a sweep while it is open. The object must still be stored once
+  // they are: a sweep may have taken them after the object was removed, before this.
+  const_cast<Store*>(this)->AddChunkReader(reader.get());
+  reader->registered_ = true;
+  if (absl::IsNotFound(GetValue(meta_, digest.Key(), "look up object").status())) {
+    return absl::NotFoundError(absl::StrCat("object ", digest.ToString(), " is not stored"));
   }
   return reader;
 }
