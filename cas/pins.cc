@@ -31,10 +31,9 @@ absl::StatusOr<Pin> FromRecord(const Digest& digest, absl::string_view value) {
 
 std::vector<storage::ColumnFamilySpec> Pins::ColumnFamilies() { return {{.name = kPins}}; }
 
-Pins::Pins(storage::Database* db, const Store* store)
-    : db_(db), store_(store), cf_(db->Handle(kPins)) {}
+Pins::Pins(storage::Database* db, Store* store) : db_(db), store_(store), cf_(db->Handle(kPins)) {}
 
-absl::StatusOr<std::unique_ptr<Pins>> Pins::Open(storage::Database* db, const Store* store) {
+absl::StatusOr<std::unique_ptr<Pins>> Pins::Open(storage::Database* db, Store* store) {
   return std::unique_ptr<Pins>(new Pins(db, store));
 }
 
@@ -49,11 +48,12 @@ absl::Status Pins::Add(Pin pin) {
                                                    " would end at ", absl::FormatTime(pin.until),
                                                    ", which is not in the future"));
   }
-  VAULT_ASSIGN_OR_RETURN(bool stored, store_->Contains(pin.digest));
-  if (!stored) {
+  auto not_stored = [&] {
     return absl::NotFoundError(absl::StrCat("object ", pin.digest.ToString(),
                                             " is not stored here: only a stored object is pinned"));
-  }
+  };
+  VAULT_ASSIGN_OR_RETURN(bool stored, store_->Contains(pin.digest));
+  if (!stored) return not_stored();
   vault::v1::PinRecord r;
   r.set_reason(pin.reason);
   r.set_until_unix_ms(pin.until == absl::InfiniteFuture() ? 0 : absl::ToUnixMillis(pin.until));
@@ -61,7 +61,15 @@ absl::Status Pins::Add(Pin pin) {
   r.set_pinned_unix_ms(absl::ToUnixMillis(now));
   rocksdb::WriteBatch batch;
   batch.Put(cf_, pin.digest.Key(), r.SerializeAsString());
-  return db_->Write(&batch);
+  VAULT_RETURN_IF_ERROR(db_->Write(&batch));
+  // Then confirmed, in the order of removals: a collection that read the pins before this one
+  // was written leaves the object alone, or removed it first and the pin goes again.
+  absl::Status touched = store_->Touch(pin.digest);
+  if (touched.ok()) return absl::OkStatus();
+  rocksdb::WriteBatch undo;
+  undo.Delete(cf_, pin.digest.Key());
+  VAULT_RETURN_IF_ERROR(db_->Write(&undo));
+  return absl::IsNotFound(touched) ? not_stored() : touched;
 }
 
 absl::Status Pins::Remove(const Digest& digest) {

@@ -33,8 +33,9 @@ struct Pin {
 class Pins {
  public:
   static std::vector<storage::ColumnFamilySpec> ColumnFamilies();
-  // `store` (which must outlive the pins) answers whether an object is stored.
-  static absl::StatusOr<std::unique_ptr<Pins>> Open(storage::Database* db, const Store* store);
+  // `store` (which must outlive the pins) answers whether an object is stored; a pin confirms
+  // its object there (Store::Touch).
+  static absl::StatusOr<std::unique_ptr<Pins>> Open(storage::Database* db, Store* store);
 
   // Pins a stored object (NOT_FOUND naming it otherwise); a second pin replaces the first's
   // reason and end. INVALID_ARGUMENT for an end in the past or a reason over 1,024 bytes.
@@ -50,9 +51,9 @@ class Pins {
   bool Holds(const Digest& digest, absl::Time now) const;
 
  private:
-  Pins(storage::Database* db, const Store* store);
+  Pins(storage::Database* db, Store* store);
   storage::Database* const db_;
-  const Store* const store_;
+  Store* const store_;
   rocksdb::ColumnFamilyHandle* const cf_;
 };
 

@@ -358,7 +358,7 @@ absl::Status Store::PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::Write
         continue;
       }
       if (seq_of != 0 && op->also != nullptr && *op->also) {
-        if (absl::Status s = (*op->also)(batch); !s.ok()) {
+        if (absl::Status s = (*op->also)(*op->digest, batch); !s.ok()) {
           op->status = s;
           continue;
         }
@@ -377,6 +377,29 @@ absl::Status Store::PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::Write
     if (auto it = in_group.find(keys[i]); it != in_group.end() && it->second == 0) {
       // Removed earlier in this group: stored again below, as new.
       statuses[i] = rocksdb::Status::NotFound();
+    }
+    if (op->touch) {
+      if (auto it = in_group.find(keys[i]); it != in_group.end() && it->second != 0) {
+        op->outcome = {it->second, true};  // stored by this group: as new as can be
+        continue;
+      }
+      if (statuses[i].IsNotFound()) {
+        op->status =
+            absl::NotFoundError(absl::StrCat("object ", op->digest->ToString(), " is not stored"));
+        continue;
+      }
+      if (!statuses[i].ok()) return storage::ToStatus(statuses[i], "look up object");
+      vault::v1::ObjectRecord rec;
+      if (!rec.ParseFromArray(values[i].data(), static_cast<int>(values[i].size()))) {
+        op->status = absl::DataLossError(
+            absl::StrCat("object record of ", op->digest->ToString(), " does not parse"));
+        continue;
+      }
+      rec.set_confirmed_unix_ms(now);
+      batch->Put(meta_, keys[i], rec.SerializeAsString());
+      confirmed.insert(keys[i]);
+      op->outcome = {rec.seq(), true};
+      continue;
     }
     if (statuses[i].ok()) {
       vault::v1::ObjectRecord rec;

@@ -106,7 +106,7 @@ struct RemoveOptions {
   // Called in the group commit when the object is removed, to add writes that must be atomic
   // with the removal (the refund of the principal it was charged to). Its error fails the
   // removal alone.
-  std::function<absl::Status(rocksdb::WriteBatch*)> also;
+  std::function<absl::Status(const Digest&, rocksdb::WriteBatch*)> also;
 };
 
 // What a sweep of unreferenced chunks found (Store::SweepChunks).
@@ -320,6 +320,14 @@ class Store {
   // and pack bytes stay too, garbage for collection and compaction (design §12). Readers that
   // opened the object before finish reading it.
   absl::StatusOr<RemoveOutcome> Remove(const Digest& digest, const RemoveOptions& options = {});
+  // Removes many objects with one durable write per group (RemoveOptions::also is called with
+  // the digest of each object removed); the outcomes in input order.
+  std::vector<absl::StatusOr<RemoveOutcome>> RemoveMany(absl::Span<const Digest> digests,
+                                                        const RemoveOptions& options = {});
+  // Confirms a stored object now, as a put of it would whatever its age: something new holds it
+  // (a pin, an agent given it), and a collection that began before must leave it alone.
+  // NOT_FOUND when it is not stored, in the same order as removals: then it is gone for good.
+  absl::Status Touch(const Digest& digest);
   // The stored objects in key order from the first key >= `start`, at most `limit`.
   absl::StatusOr<std::vector<ObjectInfo>> ScanObjects(absl::string_view start, size_t limit) const;
   // Removes the chunks that no stored object's manifest and no upload names (dry_run: only
@@ -391,7 +399,8 @@ class Store {
     bool from_upload = false;                 // delete the upload's records
     bool remove = false;                      // Remove: delete the object instead of storing it
     int64_t untouched_before_ms = INT64_MAX;  // Remove: RemoveOptions::untouched_before
-    const std::function<absl::Status(rocksdb::WriteBatch*)>* also = nullptr;  // Remove
+    const std::function<absl::Status(const Digest&, rocksdb::WriteBatch*)>* also = nullptr;
+    bool touch = false;        // Touch: confirm the stored object now (NOT_FOUND when not stored)
     bool kept_recent = false;  // Remove: left alone (untouched_before_ms)
     PutOutcome outcome;        // for a remove: seq of the removed object; already_present: it was
                                // stored (and is removed)

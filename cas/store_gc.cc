@@ -38,17 +38,55 @@ class SnapshotHolder {
 }  // namespace
 
 absl::StatusOr<RemoveOutcome> Store::Remove(const Digest& digest, const RemoveOptions& options) {
-  VAULT_RETURN_IF_ERROR(CheckSize(digest));
-  CommitOp op{.digest = &digest, .remove = true};
-  if (options.untouched_before != absl::InfiniteFuture()) {
-    op.untouched_before_ms = absl::ToUnixMillis(options.untouched_before);
+  std::vector<absl::StatusOr<RemoveOutcome>> out =
+      RemoveMany(absl::MakeConstSpan(&digest, 1), options);
+  return std::move(out[0]);
+}
+
+std::vector<absl::StatusOr<RemoveOutcome>> Store::RemoveMany(absl::Span<const Digest> digests,
+                                                             const RemoveOptions& options) {
+  std::vector<absl::StatusOr<RemoveOutcome>> out(digests.size(), RemoveOutcome{});
+  std::vector<CommitOp> ops;
+  std::vector<size_t> index;
+  ops.reserve(digests.size());
+  for (size_t i = 0; i < digests.size(); ++i) {
+    if (absl::Status s = CheckSize(digests[i]); !s.ok()) {
+      out[i] = s;
+      continue;
+    }
+    CommitOp op{.digest = &digests[i], .remove = true};
+    if (options.untouched_before != absl::InfiniteFuture()) {
+      op.untouched_before_ms = absl::ToUnixMillis(options.untouched_before);
+    }
+    if (options.also) op.also = &options.also;
+    ops.push_back(op);
+    index.push_back(i);
   }
-  if (options.also) op.also = &options.also;
+  if (ops.empty()) return out;
+  std::vector<CommitOp*> ptrs;
+  ptrs.reserve(ops.size());
+  for (CommitOp& op : ops) ptrs.push_back(&op);
+  const absl::Status written = committer_->CommitMany(ptrs);
+  for (size_t k = 0; k < ops.size(); ++k) {
+    if (!written.ok()) {
+      out[index[k]] = written;
+    } else if (!ops[k].status.ok()) {
+      out[index[k]] = ops[k].status;
+    } else {
+      out[index[k]] =
+          RemoveOutcome{.removed = ops[k].outcome.already_present && !ops[k].kept_recent,
+                        .kept_recent = ops[k].kept_recent,
+                        .seq = ops[k].outcome.seq};
+    }
+  }
+  return out;
+}
+
+absl::Status Store::Touch(const Digest& digest) {
+  VAULT_RETURN_IF_ERROR(CheckSize(digest));
+  CommitOp op{.digest = &digest, .touch = true};
   VAULT_RETURN_IF_ERROR(committer_->Commit(&op));
-  VAULT_RETURN_IF_ERROR(op.status);
-  return RemoveOutcome{.removed = op.outcome.already_present && !op.kept_recent,
-                       .kept_recent = op.kept_recent,
-                       .seq = op.outcome.seq};
+  return op.status;
 }
 
 absl::StatusOr<std::vector<ObjectInfo>> Store::ScanObjects(absl::string_view start,

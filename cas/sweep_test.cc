@@ -97,7 +97,8 @@ TEST_F(SweepTest, TheWritesOfARemovalAreMadeOnlyWithIt) {
   PutOk("with a refund");
   const Digest d = Digest::Of("with a refund");
   int calls = 0;
-  auto also = [&](rocksdb::WriteBatch* batch) -> absl::Status {
+  auto also = [&](const Digest& removed, rocksdb::WriteBatch* batch) -> absl::Status {
+    EXPECT_EQ(removed, d);
     ++calls;
     batch->Put(db_->Handle("cas_uploads"), "marker", "refund");
     return absl::OkStatus();
@@ -108,8 +109,10 @@ TEST_F(SweepTest, TheWritesOfARemovalAreMadeOnlyWithIt) {
       absl::OkStatus());
   EXPECT_EQ(calls, 0);
   // Its error fails the removal alone, and the object stays.
-  absl::StatusOr<RemoveOutcome> refused = store_->Remove(
-      d, {.also = [](rocksdb::WriteBatch*) { return absl::DataLossError("refund unreadable"); }});
+  absl::StatusOr<RemoveOutcome> refused =
+      store_->Remove(d, {.also = [](const Digest&, rocksdb::WriteBatch*) {
+                       return absl::DataLossError("refund unreadable");
+                     }});
   EXPECT_EQ(refused.status(), absl::DataLossError("refund unreadable"));
   EXPECT_EQ(ReadAllOk(d), "with a refund");
   // Removed: called once, its write made with the removal.
