@@ -214,6 +214,16 @@ absl::StatusOr<std::shared_ptr<LiveAgent>> AgentRuntime::Impl::CreateAndLaunch(
     *record.mutable_state_digest() = FromDigest(d);
     record.set_has_state(true);
   }
+  // The code is confirmed in the CAS: no collection takes it before this record holds it
+  // (design §12).
+  {
+    VAULT_ASSIGN_OR_RETURN(cas::Digest code, ToDigest(record.spec().code_digest()));
+    VAULT_ASSIGN_OR_RETURN(bool present, cas::TouchIfStored(*deps_.cas, code));
+    if (!present) {
+      return absl::NotFoundError(
+          absl::StrCat("the code ", code.ToString(), " is not in this vault's CAS"));
+    }
+  }
   int64_t now_ms = absl::ToUnixMillis(absl::Now());
   record.set_state(vault::v1::SPAWNED);
   record.set_spawned_unix_ms(now_ms);

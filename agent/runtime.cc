@@ -65,6 +65,7 @@ AgentRuntime::~AgentRuntime() { impl_->Stop(); }
 
 std::vector<storage::ColumnFamilySpec> AgentRuntime::ColumnFamilies() {
   std::vector<storage::ColumnFamilySpec> cfs = AgentStore::ColumnFamilies();
+  for (storage::ColumnFamilySpec& cf : AgentObjects::ColumnFamilies()) cfs.push_back(cf);
   for (storage::ColumnFamilySpec& cf : TrustPolicy::ColumnFamilies()) cfs.push_back(cf);
   for (storage::ColumnFamilySpec& cf : capability::RevocationStore::ColumnFamilies()) {
     cfs.push_back(cf);
@@ -170,8 +171,14 @@ absl::Status AgentRuntime::Impl::Init() {
 
   VAULT_ASSIGN_OR_RETURN(std::vector<AgentRecord> records, store_->LoadAll());
   // Lock order: an agent's mu before the runtime's mu_, never the other way.
+  objects_ = std::make_unique<AgentObjects>(deps_.db);
+  for (const AgentRecord& r : records) quota_->Add(r.principal(), r.counters().bytes_written());
+  {
+    // What the collector gave back (design §12).
+    VAULT_ASSIGN_OR_RETURN(auto refunds, objects_->Refunds());
+    for (const auto& [principal, bytes] : refunds) quota_->Refund(principal, bytes);
+  }
   for (AgentRecord& r : records) {
-    quota_->Add(r.principal(), r.counters().bytes_written());
     if (Ended(r.state())) continue;
     auto live = std::make_shared<LiveAgent>(r.id(), r.principal());
     const std::string name = r.spec().name();

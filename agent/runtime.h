@@ -35,6 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "cas/collector.h"
 #include "agent/agent_store.h"
 #include "agent/migration_port.h"
 #include "agent/policy.h"
@@ -144,6 +145,20 @@ class AgentRuntime {
   // One gossiped by member `caller`: passed on to the others when it is new here.
   absl::StatusOr<vault::v1::RevokeResponse> RevokeFromMember(
       const vault::v1::RevokeRequest& request, const std::string& caller);
+
+  // ---- The CAS lifecycle (design §12; agent/cas_roots.cc) ----
+  // Reports to `sink` the objects this vault's agents hold: the code, state, result and hop in
+  // flight of every agent here (running, paused, migrating, or departed before its receipt) or
+  // ended within `keep_ended`, and what each of those stored or was given. Every object an agent
+  // stored or was given is tracked (AddCasRemoval applies to it).
+  absl::Status ListCasRoots(cas::RootSink& sink, absl::Time now, absl::Duration keep_ended);
+  // The writes that go with the collector's removal of a tracked object: its agent_objects
+  // entries, and the refund of the bytes charged for it.
+  absl::Status AddCasRemoval(const cas::Digest& digest, rocksdb::WriteBatch* batch);
+  // The collector removed these (durably): their refunds apply to the quotas now.
+  void CasObjectsRemoved(const std::vector<cas::Digest>& digests);
+  // Bytes held against the principal's storage quota.
+  uint64_t StorageUsed(const std::string& principal);
 
   TrustPolicy* policy() const;
   AgentStore* store() const;

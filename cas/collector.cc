@@ -24,8 +24,17 @@ void Collector::Roots::Hold(const Digest& digest, absl::string_view holder) {
 void Collector::Roots::Track(const Digest& digest) { tracked.insert(digest.Key()); }
 
 Collector::Collector(Store* store, const Pins* pins, std::vector<RootSource> sources,
-                     std::function<absl::Status(const Digest&, rocksdb::WriteBatch*)> on_remove)
-    : store_(store), pins_(pins), sources_(std::move(sources)), on_remove_(std::move(on_remove)) {}
+                     RemovalHooks hooks)
+    : store_(store), pins_(pins), sources_(std::move(sources)), hooks_(std::move(hooks)) {}
+
+void Collector::TellRemoved(const Roots& roots, const std::vector<Digest>& removed) const {
+  if (!hooks_.removed) return;
+  std::vector<Digest> tracked;
+  for (const Digest& d : removed) {
+    if (roots.tracked.contains(d.Key())) tracked.push_back(d);
+  }
+  if (!tracked.empty()) hooks_.removed(tracked);
+}
 
 absl::Status Collector::ReadRoots(Roots* roots, absl::Time now) const {
   if (pins_ != nullptr) {
@@ -49,10 +58,10 @@ absl::Status Collector::ReadRoots(Roots* roots, absl::Time now) const {
 
 RemoveOptions Collector::RemovalOptions(const Roots& roots, absl::Time untouched_before) const {
   RemoveOptions options{.untouched_before = untouched_before};
-  if (on_remove_) {
+  if (hooks_.also) {
     options.also = [this, &roots](const Digest& d, rocksdb::WriteBatch* batch) -> absl::Status {
       if (!roots.tracked.contains(d.Key())) return absl::OkStatus();
-      return on_remove_(d, batch);
+      return hooks_.also(d, batch);
     };
   }
   return options;
@@ -103,15 +112,21 @@ absl::StatusOr<CollectReport> Collector::Run(const CollectOptions& options) {
       }
     } else if (!doomed.empty()) {
       std::vector<absl::StatusOr<RemoveOutcome>> out = store_->RemoveMany(doomed, removal);
+      std::vector<Digest> removed;
+      absl::Status failed;
       for (size_t i = 0; i < out.size(); ++i) {
-        VAULT_RETURN_IF_ERROR(out[i].status());
-        if (out[i]->removed) {
+        if (!out[i].ok()) {
+          failed.Update(out[i].status());
+        } else if (out[i]->removed) {
           ++report.removed;
           report.removed_bytes += doomed[i].size();
+          removed.push_back(doomed[i]);
         } else if (out[i]->kept_recent) {
           ++report.kept_recent;
         }
       }
+      TellRemoved(roots, removed);
+      VAULT_RETURN_IF_ERROR(failed);
     }
     VAULT_RETURN_IF_ERROR(check());
     if (page.size() < kPageObjects) break;

@@ -82,12 +82,19 @@ struct CollectReport {
   absl::Duration took;
 };
 
+// What the sources that track objects (RootSink::Track) do when one is removed.
+struct RemovalHooks {
+  // Adds the writes that go with the removal (in its write, RemoveOptions::also).
+  std::function<absl::Status(const Digest&, rocksdb::WriteBatch*)> also;
+  // Told once the removals are durable, with the tracked objects removed.
+  std::function<void(const std::vector<Digest>&)> removed;
+};
+
 class Collector {
  public:
-  // `store` and `pins` must outlive the collector. `on_remove` (may be empty) adds to an
-  // object's removal the writes that must go with it, for objects a source tracked.
+  // `store` and `pins` must outlive the collector.
   Collector(Store* store, const Pins* pins, std::vector<RootSource> sources,
-            std::function<absl::Status(const Digest&, rocksdb::WriteBatch*)> on_remove = nullptr);
+            RemovalHooks hooks = {});
 
   absl::StatusOr<CollectReport> Run(const CollectOptions& options);
   // What holds `digest` now: "pinned (reason)" or a source's holder; "" when nothing does.
@@ -108,11 +115,13 @@ class Collector {
   };
   absl::Status ReadRoots(Roots* roots, absl::Time now) const;
   RemoveOptions RemovalOptions(const Roots& roots, absl::Time untouched_before) const;
+  // Tells hooks_.removed which of `removed` were tracked.
+  void TellRemoved(const Roots& roots, const std::vector<Digest>& removed) const;
 
   Store* const store_;
   const Pins* const pins_;
   const std::vector<RootSource> sources_;
-  const std::function<absl::Status(const Digest&, rocksdb::WriteBatch*)> on_remove_;
+  const RemovalHooks hooks_;
   absl::Mutex run_mu_;
 };
 

@@ -62,11 +62,16 @@ TEST_F(CollectorTest, WhatNothingHoldsGoesOnceOlderThanTheGrace) {
   absl::SleepFor(absl::Milliseconds(300));
   PutOk("young");
   std::vector<std::string> refunded;
+  std::vector<Digest> told;
   Collector gc(store_.get(), pins_.get(), {Source("agent", {"held"}, {"tracked", "held"})},
-               [&](const Digest& d, rocksdb::WriteBatch*) {
-                 refunded.push_back(d.ToString());
-                 return absl::OkStatus();
-               });
+               {.also =
+                    [&](const Digest& d, rocksdb::WriteBatch*) {
+                      refunded.push_back(d.ToString());
+                      return absl::OkStatus();
+                    },
+                .removed = [&](const std::vector<Digest>& d) {
+                  told.insert(told.end(), d.begin(), d.end());
+                }});
   absl::StatusOr<CollectReport> r = gc.Run({.grace = absl::Milliseconds(150)});
   ASSERT_EQ(r.status(), absl::OkStatus());
   EXPECT_EQ(r->objects, 5u);
@@ -84,6 +89,7 @@ TEST_F(CollectorTest, WhatNothingHoldsGoesOnceOlderThanTheGrace) {
   EXPECT_FALSE(Stored("old"));
   // The removal's writes were asked for the tracked object alone.
   EXPECT_THAT(refunded, ElementsAre(Digest::Of("tracked").ToString()));
+  EXPECT_THAT(told, ElementsAre(Digest::Of("tracked")));
   EXPECT_EQ(store_->totals().objects, 3u);
 }
 

@@ -395,9 +395,14 @@ absl::Status Store::PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::Write
             absl::StrCat("object record of ", op->digest->ToString(), " does not parse"));
         continue;
       }
-      rec.set_confirmed_unix_ms(now);
-      batch->Put(meta_, keys[i], rec.SerializeAsString());
-      confirmed.insert(keys[i]);
+      // Confirmed within confirm_after (at most half the grace period) is recent enough for
+      // any collection that began before now.
+      if (std::max(rec.stored_unix_ms(), rec.confirmed_unix_ms()) < confirm_before &&
+          !confirmed.contains(keys[i])) {
+        rec.set_confirmed_unix_ms(now);
+        batch->Put(meta_, keys[i], rec.SerializeAsString());
+        confirmed.insert(keys[i]);
+      }
       op->outcome = {rec.seq(), true};
       continue;
     }

@@ -324,9 +324,10 @@ class Store {
   // the digest of each object removed); the outcomes in input order.
   std::vector<absl::StatusOr<RemoveOutcome>> RemoveMany(absl::Span<const Digest> digests,
                                                         const RemoveOptions& options = {});
-  // Confirms a stored object now, as a put of it would whatever its age: something new holds it
-  // (a pin, an agent given it), and a collection that began before must leave it alone.
-  // NOT_FOUND when it is not stored, in the same order as removals: then it is gone for good.
+  // Confirms a stored object, as a put of it does: something new holds it (a pin, an agent given
+  // it), and a collection that began before must leave it alone (a collection's grace period
+  // must be at least twice confirm_after). NOT_FOUND when it is not stored, in the same order as
+  // removals: then it is gone for good.
   absl::Status Touch(const Digest& digest);
   // The stored objects in key order from the first key >= `start`, at most `limit`.
   absl::StatusOr<std::vector<ObjectInfo>> ScanObjects(absl::string_view start, size_t limit) const;
@@ -494,6 +495,10 @@ class Store {
   std::vector<std::function<void()>> TakeDueWaiters(uint64_t seq)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
+
+// Store::Touch as an answer to "is it stored?": false when it is not. For a caller about to
+// hold the object (design §12).
+absl::StatusOr<bool> TouchIfStored(Store& store, const Digest& digest);
 
 // Stores `data` as `digest` whatever its size: one Put below the store's chunking threshold, a
 // streaming upload in pieces above it (the CAS checks every byte either way).

@@ -89,6 +89,13 @@ absl::Status Store::Touch(const Digest& digest) {
   return op.status;
 }
 
+absl::StatusOr<bool> TouchIfStored(Store& store, const Digest& digest) {
+  absl::Status s = store.Touch(digest);
+  if (s.ok()) return true;
+  if (absl::IsNotFound(s)) return false;
+  return s;
+}
+
 absl::StatusOr<std::vector<ObjectInfo>> Store::ScanObjects(absl::string_view start,
                                                            size_t limit) const {
   rocksdb::ReadOptions ro;

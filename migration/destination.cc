@@ -125,8 +125,14 @@ absl::StatusOr<std::vector<vault::v1::Digest>> Migration::OfferIn(
   for (const vault::v1::Digest& c : p.carried()) wanted.push_back(c);
   for (const vault::v1::Digest& d : wanted) {
     VAULT_ASSIGN_OR_RETURN(cas::Digest digest, cas::FromProto(d));
-    VAULT_ASSIGN_OR_RETURN(bool present, deps_.cas->Contains(digest));
-    if (!present) missing.push_back(d);
+    // Confirmed when present, so that no collection takes it before the agent's record holds
+    // it (design §12).
+    absl::Status touched = deps_.cas->Touch(digest);
+    if (absl::IsNotFound(touched)) {
+      missing.push_back(d);
+    } else if (!touched.ok()) {
+      return touched;
+    }
   }
   // (A container agent's code is its whole image: the manifest and every blob it names.)
   const bool code_here =

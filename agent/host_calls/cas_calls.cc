@@ -181,9 +181,15 @@ void CasPut(HostCallContext& ctx) {
   if (charged) {
     if (c.status = s.ChargeStorage(live->principal, data.size()); !c.status.ok()) return;
   }
+  // Recorded before it is stored: the agent holds it from the moment it is (design §12).
+  if (c.status = s.RecordObject(*live, d, charged ? data.size() : 0); !c.status.ok()) {
+    if (charged) s.RefundStorage(live->principal, data.size());
+    return;
+  }
   absl::StatusOr<cas::PutOutcome> out = cas::PutObject(s.cas(), d, data);
   if (charged && (!out.ok() || out->already_present)) {
     s.RefundStorage(live->principal, data.size());
+    if (out.ok()) s.RecordObject(*live, d, 0).IgnoreError();  // charged to whoever stored it
   }
   if (!out.ok()) {
     c.status = out.status();
@@ -363,16 +369,35 @@ void CasUploadFinish(HostCallContext& ctx) {
     return;
   }
   absl::StatusOr<cas::PutOutcome> out;
-  if (up->upload != nullptr) {
+  // What the agent stores it holds from the moment it is stored (design §12); a runner's
+  // snapshot its checkpoint holds.
+  absl::Status recorded =
+      up->state ? absl::OkStatus() : s.RecordObject(*live, up->digest, up->charged);
+  if (!recorded.ok()) {
+    out = recorded;  // nothing stored
+  } else if (up->upload != nullptr) {
     out = up->upload->Finish();
   } else if (up->hash.Finish() != up->digest.sha256()) {
     out = absl::InvalidArgumentError(absl::StrCat("digest mismatch: the bytes sent do not hash to ",
                                                   up->digest.ToString(), "; nothing stored"));
   } else {
-    out = cas::PutOutcome{.seq = 0, .already_present = true};
+    // Stored before the upload began: confirmed, so that no collection takes it now.
+    absl::StatusOr<bool> present = cas::TouchIfStored(s.cas(), up->digest);
+    if (!present.ok()) {
+      out = present.status();
+    } else if (!*present) {
+      out = absl::UnavailableError(absl::StrCat("object ", up->digest.ToString(),
+                                                " was removed while it was being uploaded; "
+                                                "upload it again"));
+    } else {
+      out = cas::PutOutcome{.seq = 0, .already_present = true};
+    }
   }
   up->upload.reset();
   if (!out.ok() || out->already_present) s.RefundStorage(live->principal, up->charged);
+  if (out.ok() && out->already_present && up->charged != 0 && !up->state) {
+    s.RecordObject(*live, up->digest, 0).IgnoreError();  // charged to whoever stored it
+  }
   if (!out.ok()) {
     c.status = out.status();
     return;

@@ -285,7 +285,7 @@ void Migrate(HostCallContext& ctx) {
           ", which this agent may not read (it did not put it, and no grant covers it)"));
       return;
     }
-    absl::StatusOr<bool> present = s.cas().Contains(*d);
+    absl::StatusOr<bool> present = cas::TouchIfStored(s.cas(), *d);  // held from now on
     if (!present.ok() || !*present) {
       c.status = present.ok()
                      ? absl::NotFoundError(absl::StrCat("the migrate names ", d->ToString(),
@@ -324,7 +324,7 @@ void Exit(HostCallContext& ctx) {
   HostCall& c = ctx.call;
   if (request.exit().has_result()) {
     absl::StatusOr<cas::Digest> d = ToDigest(request.exit().result());
-    absl::StatusOr<bool> present = d.ok() ? s.cas().Contains(*d) : d.status();
+    absl::StatusOr<bool> present = d.ok() ? cas::TouchIfStored(s.cas(), *d) : d.status();
     if (!present.ok() || !*present) {
       c.status = present.ok()
                      ? absl::NotFoundError("the result names an object that is not in the CAS")

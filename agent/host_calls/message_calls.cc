@@ -232,13 +232,9 @@ void Share(HostCallContext& ctx) {
         absl::PermissionDeniedError("denied: an agent can share only an object it may read itself");
     return;
   }
-  absl::StatusOr<bool> present = [&]() -> absl::StatusOr<bool> {
-    VAULT_ASSIGN_OR_RETURN(cas::Digest d, ToDigest(share.digest()));
-    return s.cas().Contains(d);
-  }();
-  if (!present.ok() || !*present) {
-    c.status =
-        present.ok() ? absl::NotFoundError("no such object in this vault's CAS") : present.status();
+  absl::StatusOr<cas::Digest> shared = ToDigest(share.digest());
+  if (!shared.ok()) {
+    c.status = shared.status();
     return;
   }
   std::vector<std::shared_ptr<LiveAgent>> targets;
@@ -253,6 +249,17 @@ void Share(HostCallContext& ctx) {
     targets.push_back(std::move(to));
   }
   if (!c.status.ok()) return;
+  // Each receiver holds it from now on (design §12): recorded, then confirmed in the CAS, so
+  // that no collection takes it meanwhile.
+  for (const auto& to : targets) {
+    if (c.status = s.RecordObject(*to, *shared, 0); !c.status.ok()) return;
+  }
+  absl::StatusOr<bool> present = cas::TouchIfStored(s.cas(), *shared);
+  if (!present.ok() || !*present) {
+    c.status =
+        present.ok() ? absl::NotFoundError("no such object in this vault's CAS") : present.status();
+    return;
+  }
   for (const auto& to : targets) {
     absl::MutexLock lock(&to->mu);
     to->shared.insert(share.digest().sha256());

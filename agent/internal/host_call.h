@@ -49,6 +49,10 @@ class HostCallServices {
   // reservation that wrote nothing.
   virtual absl::Status ChargeStorage(const std::string& principal, uint64_t bytes) = 0;
   virtual void RefundStorage(const std::string& principal, uint64_t bytes) = 0;
+  // Records that the agent holds `digest` (agent_objects.h), before the object is stored or
+  // given to it; `charged`: the bytes charged to its principal for it.
+  virtual absl::Status RecordObject(const LiveAgent& live, const cas::Digest& digest,
+                                    uint64_t charged) = 0;
   // Writes the agent's record (synced).
   virtual absl::Status Persist(LiveAgent& live) ABSL_EXCLUSIVE_LOCKS_REQUIRED(live.mu) = 0;
   virtual void AppendLog(const std::string& id, const std::string& level, std::string message,

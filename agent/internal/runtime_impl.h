@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "agent/agent_objects.h"
 #include "agent/agent_store.h"
 #include "agent/audit_writer.h"
 #include "agent/channel_reactor.h"
@@ -153,6 +154,13 @@ class AgentRuntime::Impl : public HostCallServices,
   void RefundStorage(const std::string& principal, uint64_t bytes) override {
     quota_->Refund(principal, bytes);
   }
+  uint64_t StorageUsed(const std::string& principal) { return quota_->Used(principal); }
+  absl::Status RecordObject(const LiveAgent& live, const cas::Digest& digest,
+                            uint64_t charged) override;
+  // ---- cas_roots.cc: the CAS lifecycle (AgentRuntime's methods of the same names) ----
+  absl::Status ListCasRoots(cas::RootSink& sink, absl::Time now, absl::Duration keep_ended);
+  absl::Status AddCasRemoval(const cas::Digest& digest, rocksdb::WriteBatch* batch);
+  void CasObjectsRemoved(const std::vector<cas::Digest>& digests);
   void AppendLog(const std::string& id, const std::string& level, std::string message,
                  uint64_t incarnation) override;
 
@@ -401,6 +409,11 @@ class AgentRuntime::Impl : public HostCallServices,
   std::unique_ptr<AuditWriter> audit_writer_;
   // Bytes written by each principal's agents, against its quota (agent/storage_quota.h).
   std::unique_ptr<StorageQuota> quota_;
+  std::unique_ptr<AgentObjects> objects_;
+  // Refunds of removals being written (AddCasRemoval), applied once durable (CasObjectsRemoved).
+  absl::Mutex refunds_mu_;
+  absl::flat_hash_map<std::string, std::vector<StorageRefund>> pending_refunds_
+      ABSL_GUARDED_BY(refunds_mu_);
 };
 
 // Limits and intervals shared by the runtime's files.
