@@ -46,8 +46,7 @@ absl::Status AgentObjects::ForEach(const std::function<void(const AgentObject&)>
     if (key.size() <= kObjectKeyBytes) continue;
     absl::StatusOr<cas::Digest> d = cas::Digest::FromKey(key.substr(0, kObjectKeyBytes));
     vault::v1::AgentObjectRecord r;
-    if (!d.ok() ||
-        !r.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+    if (!d.ok() || !r.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
       return absl::DataLossError("an agent_objects entry is corrupt");
     }
     fn(AgentObject{.digest = *std::move(d),

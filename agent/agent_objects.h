@@ -4,8 +4,8 @@
 // (AddRemoval), so storage accounting stays exact across deletions and restarts.
 //
 // Column families: "agent_objects" (object key (40 bytes) + agent id -> AgentObjectRecord) and
-// "storage_refunds" (principal \0 object key + agent id + time -> bytes, big-endian 64-bit): the bytes
-// given back, summed per principal at start.
+// "storage_refunds" (principal \0 object key + agent id + time -> bytes, big-endian 64-bit): the
+// bytes given back, summed per principal at start.
 //
 //   AgentObjects objects(db);
 //   VAULT_RETURN_IF_ERROR(objects.Record(agent_id, principal, digest, /*charged=*/size));

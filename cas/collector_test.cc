@@ -63,15 +63,15 @@ TEST_F(CollectorTest, WhatNothingHoldsGoesOnceOlderThanTheGrace) {
   PutOk("young");
   std::vector<std::string> refunded;
   std::vector<Digest> told;
-  Collector gc(store_.get(), pins_.get(), {Source("agent", {"held"}, {"tracked", "held"})},
-               {.also =
-                    [&](const Digest& d, rocksdb::WriteBatch*) {
-                      refunded.push_back(d.ToString());
-                      return absl::OkStatus();
-                    },
-                .removed = [&](const std::vector<Digest>& d) {
-                  told.insert(told.end(), d.begin(), d.end());
-                }});
+  Collector gc(
+      store_.get(), pins_.get(), {Source("agent", {"held"}, {"tracked", "held"})},
+      {.also =
+           [&](const Digest& d, rocksdb::WriteBatch*) {
+             refunded.push_back(d.ToString());
+             return absl::OkStatus();
+           },
+       .removed =
+           [&](const std::vector<Digest>& d) { told.insert(told.end(), d.begin(), d.end()); }});
   absl::StatusOr<CollectReport> r = gc.Run({.grace = absl::Milliseconds(150)});
   ASSERT_EQ(r.status(), absl::OkStatus());
   EXPECT_EQ(r->objects, 5u);

@@ -170,6 +170,10 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
   if (cas->upload_ttl_hours() == 0) cas->set_upload_ttl_hours(24);
   if (cas->max_batch_items() == 0) cas->set_max_batch_items(10000);
   if (cas->max_upload_buffer_bytes() == 0) cas->set_max_upload_buffer_bytes(256 << 20);
+  auto* gc = cas->mutable_gc();
+  if (gc->keep_unheld_seconds() == 0) gc->set_keep_unheld_seconds(7 * 86400);
+  if (!gc->has_keep_ended_agents_seconds()) gc->set_keep_ended_agents_seconds(7 * 86400);
+  if (!gc->has_interval_seconds()) gc->set_interval_seconds(0);
   auto* srv = c->mutable_server();
   if (srv->worker_threads() == 0) {
     srv->set_worker_threads(std::max(4u, 2 * std::thread::hardware_concurrency()));

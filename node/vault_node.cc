@@ -198,6 +198,7 @@ std::vector<storage::ColumnFamilySpec> VaultNode::ColumnFamilies() {
     cfs.push_back(std::move(cf));
   }
   for (storage::ColumnFamilySpec& cf : image::ImageStore::ColumnFamilies()) cfs.push_back(cf);
+  for (storage::ColumnFamilySpec& cf : cas::Pins::ColumnFamilies()) cfs.push_back(cf);
   return cfs;
 }
 
@@ -241,6 +242,8 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
       .max_upload_buffer_bytes = config.cas().max_upload_buffer_bytes(),
       .pack_dir = config.data_dir() + "/packs",
       .direct_chunk_writes = config.storage().direct_chunk_writes(),
+      // Half the collector's grace period (design §12).
+      .confirm_after = absl::Seconds(config.cas().gc().keep_unheld_seconds()) / 2,
   };
   VAULT_ASSIGN_OR_RETURN(node->store_, cas::Store::Open(node->db_.get(), store_options));
   node->key_ = std::make_unique<capability::PrivateKey>(std::move(key));
@@ -505,6 +508,19 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
           .spool_dir = absl::StrCat(config.data_dir(), "/imports"),
           .max_import_bytes = config.containers().max_import_bytes(),
           .max_import_time = absl::Seconds(config.containers().max_import_seconds())});
+  VAULT_ASSIGN_OR_RETURN(
+      node->cas_lifecycle_,
+      CasLifecycle::Start(config.cas().gc(), {.db = node->db_.get(),
+                                              .store = node->store_.get(),
+                                              .agents = node->agents_.get(),
+                                              .images = node->images_.get(),
+                                              .auditor = node->auditor_.get(),
+                                              .pack_dir = config.data_dir() + "/packs",
+                                              .db_dir = config.data_dir() + "/db"}));
+  node->collect_executor_ = std::make_unique<common::Executor>(/*threads=*/1, /*max_queue=*/2);
+  node->cas_admin_ =
+      std::make_unique<CasAdminService>(node->cas_lifecycle_.get(), node->unix_executor_.get(),
+                                        node->collect_executor_.get(), node->auditor_.get());
   grpc::ServerBuilder b;
   ConfigureBuilder(config, &b);
   b.experimental().SetInterceptorCreators(node->metrics_->RpcInterceptors("admin"));
@@ -519,6 +535,7 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
                                      node->unix_executor_.get(), node->auditor_.get());
   b.RegisterService(node->agent_service_.get());
   b.RegisterService(node->image_service_.get());
+  b.RegisterService(node->cas_admin_.get());
   node->unix_federation_ = std::make_unique<FederationService>(
       node->FederationDeps(node->unix_executor_.get()), /*admin=*/true);
   b.RegisterService(node->unix_federation_.get());
@@ -598,6 +615,8 @@ void VaultNode::Shutdown(absl::Duration drain) {
   if (follower_ != nullptr) follower_->Stop();
   if (replication_follower_ != nullptr) replication_follower_->Stop();
   if (scrubber_ != nullptr) scrubber_->Stop();
+  // A collection in progress stops at its next step; the schedule ends.
+  if (cas_lifecycle_ != nullptr) cas_lifecycle_->Stop();
   if (store_ != nullptr) store_->Close();  // wakes Feed followers
   for (grpc::Server* s : {tcp_server_.get(), unix_server_.get()}) {
     if (s != nullptr && s->GetHealthCheckService() != nullptr)
@@ -612,12 +631,15 @@ void VaultNode::Shutdown(absl::Duration drain) {
   if (tcp_executor_ != nullptr) tcp_executor_->Shutdown();
   if (unix_executor_ != nullptr) unix_executor_->Shutdown();
   if (import_executor_ != nullptr) import_executor_->Shutdown();
+  if (collect_executor_ != nullptr) collect_executor_->Shutdown();
   if (tcp_server_ != nullptr) tcp_server_->Wait();
   if (unix_server_ != nullptr) unix_server_->Wait();
   tcp_server_.reset();
   unix_server_.reset();
   agent_service_.reset();
   image_service_.reset();
+  cas_admin_.reset();
+  cas_lifecycle_.reset();
   images_.reset();
   // Agents are asked to checkpoint and end; their records stay for the next start. (The
   // runtime's Stop stops the migration first: hops in flight settle at the next start.)

@@ -33,6 +33,8 @@
 #include "node/audit_follower.h"
 #include "node/audit_service.h"
 #include "node/auditor.h"
+#include "node/cas_admin_service.h"
+#include "node/cas_lifecycle.h"
 #include "node/cas_service.h"
 #include "node/federation_service.h"
 #include "node/image_service.h"
@@ -122,6 +124,9 @@ class VaultNode {
   std::unique_ptr<image::ImageStore> images_;
   std::unique_ptr<common::Executor> import_executor_;  // imports, one at a time
   std::unique_ptr<ImageService> image_service_;
+  std::unique_ptr<CasLifecycle> cas_lifecycle_;         // after agents_ and images_: reads them
+  std::unique_ptr<common::Executor> collect_executor_;  // collections, one at a time
+  std::unique_ptr<CasAdminService> cas_admin_;
   std::unique_ptr<AuditFollower> follower_;
   std::unique_ptr<common::Executor> tcp_executor_;
   std::unique_ptr<common::Executor> unix_executor_;

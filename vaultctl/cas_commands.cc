@@ -713,6 +713,7 @@ void AddCasCommands(CLI::App& app, GlobalOptions& g, Command& command) {
   ls->callback([&] { command = [&g] { return LsCommand(g, ls_after, ls_limit); }; });
 
   AddReplicationCommands(*cas, g, command);
+  AddCasLifecycleCommands(*cas, g, command);
 
   auto* has = cas->add_subcommand("has", "Tell which objects are stored (exit 3 if any missing)");
   static std::vector<std::string> has_digests;

@@ -36,6 +36,8 @@ using Command = std::function<int()>;
 void AddInitCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddMigrateCommands(CLI::App& app, GlobalOptions& global, Command& command);
 void AddCasCommands(CLI::App& app, GlobalOptions& global, Command& command);
+// cas rm, pin, unpin, pins, gc and du, added to the `cas` subcommand by AddCasCommands.
+void AddCasLifecycleCommands(CLI::App& cas, GlobalOptions& global, Command& command);
 // cas replicate and cas reconcile, added to the `cas` subcommand by AddCasCommands.
 void AddReplicationCommands(CLI::App& cas, GlobalOptions& global, Command& command);
 void AddKeyCommands(CLI::App& app, GlobalOptions& global, Command& command);
