@@ -11,8 +11,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -243,6 +246,7 @@ absl::StatusOr<std::shared_ptr<PackStore::File>> PackStore::OpenForRead(uint64_t
     absl::MutexLock lock(&mu_);
     auto it = readers_.find(id);
     if (it != readers_.end()) return it->second;
+    if (auto r = retired_.find(id); r != retired_.end()) return r->second.file;
   }
   const std::string path = PathOf(id);
   int err = 0;
@@ -262,6 +266,71 @@ absl::StatusOr<std::shared_ptr<PackStore::File>> PackStore::OpenForRead(uint64_t
   if (readers_.size() >= kMaxReaders) readers_.clear();
   auto [it, inserted] = readers_.emplace(id, file);
   return it->second;
+}
+
+absl::StatusOr<std::vector<PackStore::FileInfo>> PackStore::ListFiles() const {
+  std::vector<std::string> names;
+  if (int err = env_->ListDir(options_.dir, &names); err != 0) {
+    return ErrnoStatus(err, absl::StrCat("list pack directory ", options_.dir));
+  }
+  uint64_t appending = 0;
+  absl::flat_hash_set<uint64_t> retired;
+  {
+    absl::MutexLock lock(&mu_);
+    if (current_ != nullptr) appending = current_->id;
+    for (const auto& [id, r] : retired_) retired.insert(id);
+  }
+  std::vector<FileInfo> out;
+  for (const std::string& entry : names) {
+    absl::string_view name(entry);
+    uint64_t id = 0;
+    if (!absl::ConsumePrefix(&name, kPrefix) || name.size() != 16 ||
+        !absl::SimpleHexAtoi(name, &id) || retired.contains(id)) {
+      continue;
+    }
+    std::error_code ec;
+    const uintmax_t bytes = std::filesystem::file_size(PathOf(id), ec);
+    out.push_back(FileInfo{.id = id, .bytes = ec ? 0 : bytes, .appending = id == appending});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const FileInfo& a, const FileInfo& b) { return a.id < b.id; });
+  return out;
+}
+
+absl::Status PackStore::Retire(uint64_t id) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (current_ != nullptr && current_->id == id) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("pack file ", PathOf(id), " is being appended to"));
+    }
+  }
+  // Opened first, so that reads through a ref read before the move still find it.
+  VAULT_ASSIGN_OR_RETURN(std::shared_ptr<File> file, OpenForRead(id));
+  {
+    absl::MutexLock lock(&mu_);
+    retired_[id] = Retired{file, absl::Now()};
+    readers_.erase(id);
+  }
+  if (int err = env_->Remove(PathOf(id)); err != 0 && err != ENOENT) {
+    absl::MutexLock lock(&mu_);
+    retired_.erase(id);
+    return ErrnoStatus(err, absl::StrCat("remove pack file ", PathOf(id)));
+  }
+  return absl::OkStatus();
+}
+
+void PackStore::ReleaseRetired(absl::Time before) {
+  std::vector<std::shared_ptr<File>> closing;  // closed outside the lock
+  absl::MutexLock lock(&mu_);
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    if (it->second.at < before) {
+      closing.push_back(std::move(it->second.file));
+      retired_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
 }
 
 absl::Status PackStore::Discard(const PackRef& ref) {

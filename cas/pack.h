@@ -7,10 +7,11 @@
 // RocksDB keeps a 24-byte PackRef (EncodePackRef) where the bytes would have been.
 //
 // Files are `pack-<16 hex digits>` in one directory, filled up to a size and never rewritten;
-// a process appends only to files it created (a restart starts a new one), so bytes written by
-// an earlier run are never moved. Bytes written but never referenced (a crash before the commit,
-// a duplicate, a failed write) stay as garbage: nothing in the CAS is deleted yet. (Bytes that
-// failed their check after being written are punched out: Discard.)
+// a process appends only to files it created (a restart starts a new one). Bytes written but
+// never referenced (a crash before the commit, a duplicate, a failed write) and those of removed
+// objects are garbage until compaction (Store::Compact) copies a file's live values to the file
+// being appended and retires it (Retire). (Bytes that failed their check after being written are
+// punched out at once: Discard.)
 //
 //   VAULT_ASSIGN_OR_RETURN(auto packs, PackStore::Open({.dir = dir + "/packs"}));
 //   uint64_t ticket = 0;
@@ -45,6 +46,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/env.h"
 
@@ -134,6 +136,20 @@ class PackStore {
   // next use. An ordinary read where O_DIRECT is refused.
   absl::StatusOr<absl::string_view> ReadUncached(const PackRef& ref, AlignedBuffer* buffer) const;
 
+  struct FileInfo {
+    uint64_t id = 0;
+    uint64_t bytes = 0;      // its size on disk
+    bool appending = false;  // this process appends to it now: never rewritten
+  };
+  // The pack files in the directory, by id (those retired and not yet released left out).
+  absl::StatusOr<std::vector<FileInfo>> ListFiles() const;
+  // Removes a file whose live values were copied elsewhere (compaction): its name goes now, and
+  // reads of it (through a ref read before the move) keep working until ReleaseRetired. Refused
+  // (FAILED_PRECONDITION) for the file being appended to.
+  absl::Status Retire(uint64_t id);
+  // Closes the files retired before `before`: their space goes back to the file system.
+  void ReleaseRetired(absl::Time before);
+
   const std::string& dir() const { return options_.dir; }
 
  private:
@@ -167,6 +183,11 @@ class PackStore {
   std::vector<std::shared_ptr<File>> dirty_ ABSL_GUARDED_BY(mu_);
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
   mutable absl::flat_hash_map<uint64_t, std::shared_ptr<File>> readers_ ABSL_GUARDED_BY(mu_);
+  struct Retired {
+    std::shared_ptr<File> file;
+    absl::Time at;
+  };
+  absl::flat_hash_map<uint64_t, Retired> retired_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<bool> direct_ok_{true};                // cleared when a write refuses O_DIRECT
   mutable std::atomic<bool> direct_reads_ok_{true};  // cleared when a read refuses it

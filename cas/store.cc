@@ -378,6 +378,18 @@ absl::Status Store::PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::Write
       // Removed earlier in this group: stored again below, as new.
       statuses[i] = rocksdb::Status::NotFound();
     }
+    if (op->move) {
+      // (Anything an earlier op of the group did to the object leaves its old ref behind.)
+      if (in_group.contains(keys[i])) continue;
+      std::string value;
+      rocksdb::Status got = db_->db()->Get(rocksdb::ReadOptions(), data_, keys[i], &value);
+      if (got.IsNotFound()) continue;
+      if (!got.ok()) return storage::ToStatus(got, "read object bytes");
+      if (value != op->move_from) continue;
+      batch->Put(data_, keys[i], rocksdb::Slice(op->data.data(), op->data.size()));
+      op->outcome = {0, true};
+      continue;
+    }
     if (op->touch) {
       if (auto it = in_group.find(keys[i]); it != in_group.end() && it->second != 0) {
         op->outcome = {it->second, true};  // stored by this group: as new as can be

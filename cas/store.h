@@ -109,6 +109,30 @@ struct RemoveOptions {
   std::function<absl::Status(const Digest&, rocksdb::WriteBatch*)> also;
 };
 
+struct CompactOptions {
+  // A pack file whose live bytes are under this fraction of its size is rewritten.
+  double max_live_fraction = 0.5;
+  bool dry_run = false;
+  // A rewritten file is closed this long after its name is removed, for reads through a ref
+  // read just before it moved (PackStore::Retire).
+  absl::Duration retire_delay = absl::Seconds(2);
+  // Asked between steps: its error ends the run (what was moved stays moved).
+  std::function<absl::Status()> keep_going;
+};
+
+// What a compaction found and did (Store::Compact). Files are the pack files present when it
+// began, the one being appended to excluded.
+struct CompactReport {
+  uint64_t files = 0;
+  uint64_t file_bytes = 0;   // their size on disk
+  uint64_t live_bytes = 0;   // bytes of theirs a ref points to
+  uint64_t rewritten = 0;    // files whose live values were copied and that were removed
+  uint64_t freed_bytes = 0;  // the size of those files
+  uint64_t copied_bytes = 0;
+  uint64_t copied_values = 0;
+  uint64_t kept_damaged = 0;  // values that failed their hash: their file stays
+};
+
 // What a sweep of unreferenced chunks found (Store::SweepChunks).
 struct ChunkSweep {
   uint64_t chunks = 0;        // chunks stored when it began
@@ -337,6 +361,13 @@ class Store {
   // (design §12). `keep_going` is asked between steps and ends the sweep with its error.
   absl::StatusOr<ChunkSweep> SweepChunks(bool dry_run,
                                          const std::function<absl::Status()>& keep_going = nullptr);
+  // Rewrites the pack files whose live fraction is under options.max_live_fraction (and removes
+  // those with nothing live): their live values are read, checked against their hashes, copied
+  // to the file being appended, synced, and their refs moved (each only if it still points where
+  // it did: a value removed or stored again meanwhile is left alone); then the file is retired.
+  // A crash at any point leaves every ref pointing at good bytes, and at most copies no ref
+  // points to, which the next run takes. Safe while puts, reads and removals run.
+  absl::StatusOr<CompactReport> Compact(const CompactOptions& options);
   // Durable bytes of an interrupted upload of `digest` (0 when there is none).
   absl::StatusOr<uint64_t> UploadOffset(const Digest& digest) const;
 
@@ -401,7 +432,11 @@ class Store {
     bool remove = false;                      // Remove: delete the object instead of storing it
     int64_t untouched_before_ms = INT64_MAX;  // Remove: RemoveOptions::untouched_before
     const std::function<absl::Status(const Digest&, rocksdb::WriteBatch*)>* also = nullptr;
-    bool touch = false;        // Touch: confirm the stored object now (NOT_FOUND when not stored)
+    bool touch = false;  // Touch: confirm the stored object now (NOT_FOUND when not stored)
+    // Compact: replace the object's bytes entry `move_from` (a ref) with `data` (a new ref),
+    // only if it still holds move_from; outcome.already_present says whether it did.
+    bool move = false;
+    absl::string_view move_from;
     bool kept_recent = false;  // Remove: left alone (untouched_before_ms)
     PutOutcome outcome;        // for a remove: seq of the removed object; already_present: it was
                                // stored (and is removed)

@@ -100,10 +100,12 @@ class StoreTest : public ::testing::Test {
 
   // The database's column families (a test of something beside the store adds its own).
   virtual std::vector<storage::ColumnFamilySpec> Families() { return Store::ColumnFamilies(); }
+  // Off by default (faster); on, the pack files are synced too (PackOptions::sync).
+  bool sync_writes_ = false;
 
   void Open() {
     absl::StatusOr<std::unique_ptr<storage::Database>> db = storage::Database::Open(
-        {.path = dir_ + "/db", .sync_writes = false, .block_cache_mb = 8}, Families());
+        {.path = dir_ + "/db", .sync_writes = sync_writes_, .block_cache_mb = 8}, Families());
     ASSERT_EQ(db.status(), absl::OkStatus());
     db_ = std::move(*db);
     absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(db_.get(), options_);
