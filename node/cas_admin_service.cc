@@ -55,8 +55,11 @@ grpc::ServerUnaryReactor* CasAdminService::Collect(grpc::CallbackServerContext* 
                                                    vault::v1::CollectReport* resp) {
   const std::string actor = auditor_->Actor(ctx);
   return RunUnary(ctx, collections_, [this, req, resp, actor]() -> absl::Status {
-    absl::StatusOr<vault::v1::CollectReport> out = lifecycle_->Collect(
-        {.dry_run = req->dry_run(), .list_limit = req->list_limit(), .actor = actor});
+    absl::StatusOr<vault::v1::CollectReport> out =
+        lifecycle_->Collect({.dry_run = req->dry_run(),
+                             .list_limit = req->list_limit(),
+                             .actor = actor,
+                             .compact = !req->no_compact()});
     if (!out.ok()) return out.status();
     *resp = *std::move(out);
     return absl::OkStatus();

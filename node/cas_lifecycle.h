@@ -47,11 +47,14 @@ class CasLifecycle {
     uint32_t list_limit = 0;
     std::string actor;                 // for the audit entry
     std::string trigger = "operator";  // or "schedule"
+    bool compact = true;               // rewrite sparse pack files after the collection
   };
 
   static absl::StatusOr<std::unique_ptr<CasLifecycle>> Start(const vault::v1::GcConfig& config,
                                                              Deps deps);
   ~CasLifecycle();
+  // How long a rewritten pack file stays open for reads already under way (PackStore::Retire).
+  static constexpr absl::Duration kRetireDelay = absl::Seconds(2);
   // Ends the schedule (a collection in progress stops at its next step). Idempotent.
   void Stop();
 

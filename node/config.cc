@@ -174,6 +174,7 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
   if (gc->keep_unheld_seconds() == 0) gc->set_keep_unheld_seconds(7 * 86400);
   if (!gc->has_keep_ended_agents_seconds()) gc->set_keep_ended_agents_seconds(7 * 86400);
   if (!gc->has_interval_seconds()) gc->set_interval_seconds(0);
+  if (gc->compact_below_live_percent() == 0) gc->set_compact_below_live_percent(50);
   auto* srv = c->mutable_server();
   if (srv->worker_threads() == 0) {
     srv->set_worker_threads(std::max(4u, 2 * std::thread::hardware_concurrency()));
@@ -365,6 +366,9 @@ absl::Status FinalizeConfig(absl::string_view source, vault::v1::VaultConfig* c,
   if (cas->chunking_threshold_bytes() > (64u << 20)) {
     return FieldError(source, "cas.chunking_threshold_bytes",
                       "must be at most 64 MiB (smaller objects are held in memory whole)");
+  }
+  if (cas->gc().compact_below_live_percent() > 100) {
+    return FieldError(source, "cas.gc.compact_below_live_percent", "must be between 1 and 100");
   }
   if (cas->max_upload_buffer_bytes() < cas->chunking_threshold_bytes()) {
     return FieldError(source, "cas.max_upload_buffer_bytes",

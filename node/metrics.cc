@@ -256,6 +256,36 @@ class Metrics::StateCollector : public prometheus::Collectable {
     counts_.clear();
   }
 
+  static void CollectCasLifecycle(const vault::v1::CollectReport& r,
+                                  std::vector<MetricFamily>* out) {
+    auto gauge = [&](const char* name, const char* help, double v) {
+      MetricFamily f = Family(name, help, MetricType::Gauge);
+      AddSample(&f, {}, v);
+      out->push_back(std::move(f));
+    };
+    gauge("vault_cas_gc_last_run_timestamp_seconds",
+          "When the last CAS collection (or dry run) began, Unix seconds.",
+          static_cast<double>(r.started_unix_ms()) / 1000.0);
+    gauge("vault_cas_gc_last_removed_bytes",
+          "Bytes of the objects the last collection removed (a dry run: would remove).",
+          static_cast<double>(r.removed_bytes()));
+    gauge("vault_cas_held_bytes",
+          "Bytes of objects held (pins, agents, images) at the last "
+          "collection.",
+          static_cast<double>(r.held_bytes()));
+    gauge("vault_cas_pack_bytes",
+          "Size of the pack files at the last collection (the one being appended to excluded).",
+          static_cast<double>(r.pack_bytes()));
+    gauge("vault_cas_pack_live_bytes",
+          "Bytes of those pack files a ref points to; the rest is garbage until compaction.",
+          static_cast<double>(r.pack_live_bytes()));
+    gauge("vault_cas_pack_live_ratio",
+          "Live fraction of the pack files at the last collection (1 when there are none).",
+          r.pack_bytes() == 0
+              ? 1.0
+              : static_cast<double>(r.pack_live_bytes()) / static_cast<double>(r.pack_bytes()));
+  }
+
   std::vector<MetricFamily> Collect() const override {
     absl::MutexLock lock(&mu_);
     std::vector<MetricFamily> out;
@@ -267,8 +297,19 @@ class Metrics::StateCollector : public prometheus::Collectable {
       MetricFamily bytes = Family("vault_cas_bytes", "Bytes of the objects stored (their sizes).",
                                   MetricType::Gauge);
       AddSample(&bytes, {}, static_cast<double>(totals.bytes));
+      MetricFamily removed = Family("vault_cas_removed_objects_total",
+                                    "Objects removed (vaultctl cas rm, collections) since the "
+                                    "store began.",
+                                    MetricType::Counter);
+      AddSample(&removed, {}, static_cast<double>(totals.removed));
       out.push_back(std::move(objects));
       out.push_back(std::move(bytes));
+      out.push_back(std::move(removed));
+    }
+    if (s.cas_last_collection) {
+      if (std::optional<vault::v1::CollectReport> r = s.cas_last_collection(); r.has_value()) {
+        CollectCasLifecycle(*r, &out);
+      }
     }
     if (s.follows) CollectFollows(s.follows(), &out);
     if (s.audit_log != nullptr) {

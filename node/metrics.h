@@ -28,6 +28,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,7 @@
 #include "sandbox/sandbox.h"
 #include "vault/v1/agent.pb.h"
 #include "vault/v1/audit.pb.h"
+#include "vault/v1/cas_admin.pb.h"
 
 namespace prometheus {
 class Exposer;
@@ -63,6 +65,8 @@ struct MetricsSources {
     uint64_t cold = 0;
   };
   std::function<WarmStarts()> wasm_starts;
+  // The last CAS collection since start (design §12), if any.
+  std::function<std::optional<vault::v1::CollectReport>()> cas_last_collection;
 };
 
 class Metrics {

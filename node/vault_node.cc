@@ -282,6 +282,10 @@ absl::StatusOr<std::unique_ptr<VaultNode>> VaultNode::Start(const vault::v1::Vau
            if (n->wasm_sandbox_ == nullptr) return {};
            const sandbox::WasmSandbox::Starts starts = n->wasm_sandbox_->starts();
            return {.ready = starts.ready, .warm = starts.warm, .cold = starts.cold};
+         },
+         .cas_last_collection = [n]() -> std::optional<vault::v1::CollectReport> {
+           if (n->cas_lifecycle_ == nullptr) return std::nullopt;
+           return n->cas_lifecycle_->last_report();
          }});
   }
   // Images: their folders are made here, before the admin socket's umask,

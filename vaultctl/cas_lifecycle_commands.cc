@@ -101,6 +101,13 @@ Json ReportJson(const vault::v1::CollectReport& r) {
       .Add("chunks_unreferenced", r.chunks_unreferenced())
       .Add("chunk_bytes_unreferenced", r.chunk_bytes_unreferenced())
       .Add("chunks_removed", r.chunks_removed())
+      .Add("pack_files", r.pack_files())
+      .Add("pack_bytes", r.pack_bytes())
+      .Add("pack_live_bytes", r.pack_live_bytes())
+      .Add("packs_rewritten", r.packs_rewritten())
+      .Add("pack_bytes_freed", r.pack_bytes_freed())
+      .Add("pack_bytes_copied", r.pack_bytes_copied())
+      .Add("pack_values_damaged", r.pack_values_damaged())
       .Add("started_unix_ms", r.started_unix_ms())
       .Add("took_ms", r.took_ms());
   if (r.dry_run()) o.Add("listed", listed);
@@ -124,11 +131,19 @@ void PrintReport(const vault::v1::CollectReport& r) {
   std::cout << "chunks:   " << r.chunks_unreferenced() << " of " << r.chunks() << " unreferenced ("
             << HumanBytes(r.chunk_bytes_unreferenced()) << ")"
             << (r.dry_run() ? "" : absl::StrCat(", ", r.chunks_removed(), " removed")) << "\n"
-            << "took:     " << r.took_ms() << " ms\n";
-  for (const vault::v1::Digest& d : r.listed()) std::cout << "  " << Digest(d) << "\n";
-  if (!r.dry_run() && (r.removed() > 0 || r.chunks_removed() > 0)) {
-    std::cout << "The space comes back to the file system as pack files are compacted.\n";
+            << "packs:    " << r.pack_files() << " files, " << HumanBytes(r.pack_bytes()) << ", "
+            << HumanBytes(r.pack_live_bytes()) << " live";
+  if (r.packs_rewritten() > 0) {
+    std::cout << "; " << r.packs_rewritten() << " rewritten (" << HumanBytes(r.pack_bytes_copied())
+              << " copied), " << HumanBytes(r.pack_bytes_freed()) << " freed";
   }
+  std::cout << "\n";
+  if (r.pack_values_damaged() > 0) {
+    std::cout << "damaged:  " << r.pack_values_damaged()
+              << " values failed their hash and kept their pack file: run vaultctl scrub\n";
+  }
+  std::cout << "took:     " << r.took_ms() << " ms\n";
+  for (const vault::v1::Digest& d : r.listed()) std::cout << "  " << Digest(d) << "\n";
 }
 
 int RmCommand(const GlobalOptions& g, const std::vector<std::string>& texts) {
@@ -239,13 +254,14 @@ int PinsCommand(const GlobalOptions& g) {
   return kExitOk;
 }
 
-int GcCommand(const GlobalOptions& g, bool dry_run, uint32_t list) {
+int GcCommand(const GlobalOptions& g, bool dry_run, uint32_t list, bool no_compact) {
   absl::StatusOr<Connection> conn = Connection::Connect(g.connect);
   if (!conn.ok()) return ReportConnectError(conn.status(), g.json());
   vault::v1::CasAdmin::Stub stub(conn->channel());
   vault::v1::CollectRequest req;
   req.set_dry_run(dry_run);
   req.set_list_limit(list);
+  req.set_no_compact(no_compact);
   vault::v1::CollectReport resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + kCollectDeadline));
@@ -273,6 +289,8 @@ int DuCommand(const GlobalOptions& g) {
                  .Add("bytes", resp.bytes())
                  .Add("pack_files", resp.pack_files())
                  .Add("pack_bytes", resp.pack_bytes())
+                 .Add("pack_live_bytes", resp.pack_live_bytes())
+                 .Add("pack_garbage_bytes", resp.pack_garbage_bytes())
                  .Add("database_bytes", resp.database_bytes())
                  .Add("pins", resp.pins());
     if (resp.has_last_collection()) o.Add("last_collection", ReportJson(resp.last_collection()));
@@ -283,6 +301,8 @@ int DuCommand(const GlobalOptions& g) {
             << "on disk:   " << HumanBytes(resp.pack_bytes() + resp.database_bytes()) << " ("
             << HumanBytes(resp.pack_bytes()) << " in " << resp.pack_files() << " pack files, "
             << HumanBytes(resp.database_bytes()) << " database)\n"
+            << "garbage:   " << HumanBytes(resp.pack_garbage_bytes())
+            << " in pack files (given back by compaction: vaultctl cas gc)\n"
             << "pins:      " << resp.pins() << "\n";
   if (resp.has_last_collection()) {
     const vault::v1::CollectReport& r = resp.last_collection();
@@ -331,12 +351,17 @@ void AddCasLifecycleCommands(CLI::App& cas, GlobalOptions& g, Command& command) 
   auto* gc = cas.add_subcommand(
       "gc",
       "Collect garbage now: remove the objects nothing holds that are older than "
-      "cas.gc.keep_unheld_seconds, then the chunks nothing names");
-  static bool gc_dry_run = false;
+      "cas.gc.keep_unheld_seconds, then the chunks nothing names, then rewrite the pack files "
+      "whose live part is under cas.gc.compact_below_live_percent");
+  static bool gc_dry_run = false, gc_no_compact = false;
   static uint32_t gc_list = 0;
   gc->add_flag("--dry-run", gc_dry_run, "Count what would go, remove nothing");
   gc->add_option("--list", gc_list, "With --dry-run: list up to this many objects that would go");
-  gc->callback([&] { command = [&g] { return GcCommand(g, gc_dry_run, gc_list); }; });
+  gc->add_flag("--no-compact", gc_no_compact,
+               "Leave the pack files as they are (compaction gives the space back to the file "
+               "system)");
+  gc->callback(
+      [&] { command = [&g] { return GcCommand(g, gc_dry_run, gc_list, gc_no_compact); }; });
 
   auto* du = cas.add_subcommand("du",
                                 "Show the store's size, on disk too, and the last "
