@@ -91,9 +91,16 @@ class AgentTest : public VaultTest {
  protected:
   // Starts a standalone vault; `agents_lines` go into vault.conf's agents block first. Skips the
   // test when the vault runs without agents (a sandbox fence is missing).
-  void StartVault(const std::string& name, const std::string& agents_lines = "") {
+  // `extra_config` is appended to vault.conf.
+  void StartVault(const std::string& name, const std::string& agents_lines = "",
+                  const std::string& extra_config = "") {
     absl::StatusOr<VaultDir> v = InitVault(name, /*ca_dir=*/"");
     ASSERT_TRUE(v.ok()) << v.status();
+    if (!extra_config.empty()) {
+      absl::StatusOr<std::string> conf = ReadFile(v->config);
+      ASSERT_TRUE(conf.ok()) << conf.status();
+      ASSERT_TRUE(WriteFile(v->config, absl::StrCat(*conf, extra_config, "\n")).ok());
+    }
     if (searchable_) {
       // Container agents' host ids walk to the vault's data folder (docs/containers.md).
       ASSERT_EQ(chmod(root().c_str(), 0711), 0);

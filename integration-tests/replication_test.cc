@@ -503,6 +503,46 @@ TEST_F(ReplicationTest, FollowerCopiesThePeersFeedAcrossRestarts) {
   EXPECT_EQ(JsonField(st.out, "objects"), absl::StrCat(data.size())) << st.out;
 }
 
+// Deletion is local to a vault (design §12): a follower skips what its peer removed after its
+// feed listed it, and follows on past it.
+TEST_F(ReplicationTest, FollowerSkipsWhatThePeerRemoved) {
+  const std::string small = RandomBytes(rng_, 5000), large = RandomBytes(rng_, 6 << 20);
+  const std::string kept = RandomBytes(rng_, 7000);
+  const std::string d_small = Put(a_, small), d_large = Put(a_, large), d_kept = Put(a_, kept);
+  RunResult rm = Vaultctl({"--vault", a_.socket, "cas", "rm", d_small, d_large});
+  ASSERT_EQ(rm.exit_code, kExitOk) << rm;
+  EXPECT_EQ(rm.out, absl::StrCat("removed  ", d_small, "\nremoved  ", d_large, "\n"));
+  ASSERT_EQ(vaultd_b_->Stop(), 0);
+  {
+    std::ofstream conf(b_.config, std::ios::app);
+    conf << "follow {\n  peer: \"a\"\n  interval_ms: 200\n}\n";
+  }
+  ASSERT_EQ(vaultd_b_->Start(), absl::OkStatus());
+  const std::string later = RandomBytes(rng_, 3000);
+  const std::string d_later = Put(a_, later);
+  bool copied = false;
+  for (int i = 0; i < 300 && !copied; ++i) {
+    copied = Vaultctl({"--vault", b_.socket, "cas", "has", d_kept, d_later}).exit_code == kExitOk;
+    if (!copied) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(copied);
+  EXPECT_EQ(Get(b_, d_later), later);
+  EXPECT_EQ(Vaultctl({"--vault", b_.socket, "cas", "has", d_small}).exit_code, kExitNotFound);
+  EXPECT_EQ(Vaultctl({"--vault", b_.socket, "cas", "has", d_large}).exit_code, kExitNotFound);
+  // Its cursor passed them, up to the feed's last entry (4); without the skip it would stay
+  // before the first removed one.
+  uint64_t cursor = 0;
+  for (int i = 0; i < 100 && cursor < 4; ++i) {
+    for (const std::string& e : AuditEntries(b_, "replication.follow")) {
+      std::optional<std::string> c = JsonField(e, "peer_cursor");
+      uint64_t v = 0;
+      if (c.has_value() && absl::SimpleAtoi(*c, &v)) cursor = std::max(cursor, v);
+    }
+    if (cursor < 4) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(cursor, 4u);
+}
+
 TEST_F(ReplicationTest, ReconcileMakesOverlappingVaultsEqual) {
   // Many shared objects, some only on a and some only on b (a large one on each side too).
   std::vector<std::string> shared, only_a, only_b;

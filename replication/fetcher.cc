@@ -36,7 +36,9 @@ absl::Status Fetcher::FetchAll(absl::Span<const cas::Digest> digests, const Reco
     if (stopping_ && stopping_()) return absl::CancelledError("stopping");
     if (d.size() >= options_.small_object) {
       absl::StatusOr<cas::PutOutcome> outcome = FetchLarge(d);
-      if (!outcome.ok() && !Refusal(outcome.status())) return outcome.status();
+      if (!outcome.ok() && !Refusal(outcome.status()) && !RemovedAtPeer(outcome.status())) {
+        return outcome.status();
+      }
       record(d, outcome);
       continue;
     }
@@ -62,6 +64,11 @@ absl::Status Fetcher::FetchBatch(absl::Span<const cas::Digest> digests, const Re
   std::vector<size_t> index;
   for (int i = 0; i < resp.items_size(); ++i) {
     absl::Status s = internal::FromItem(resp.items(i).status());
+    if (absl::IsNotFound(s)) {
+      record(digests[i], absl::StatusOr<cas::PutOutcome>(
+                             absl::NotFoundError(absl::StrCat(peer_, ": ", s.message()))));
+      continue;
+    }
     if (!s.ok()) {
       // The peer could not serve it (not a refusal of bytes).
       record(digests[i], absl::StatusOr<cas::PutOutcome>(

@@ -55,6 +55,8 @@ class Fetcher {
   static bool Refusal(const absl::Status& s) {
     return absl::IsInvalidArgument(s) || absl::IsDataLoss(s);
   }
+  // The peer no longer has the object (it removed it, design §12): nothing to copy.
+  static bool RemovedAtPeer(const absl::Status& s) { return absl::IsNotFound(s); }
 
   // Fetches and stores `digests` in order, small ones batched; `record` gets each outcome. A
   // failure of the transfer itself (the peer unreachable, a cut stream, stopping: CANCELLED) ends

@@ -155,6 +155,8 @@ class Follower::Peer {
         absl::StrAppend(&listing, d.ToString(), "\n");
         return;
       }
+      // Removed at the peer since its feed listed it (deletion is local to each vault): skipped.
+      if (Fetcher::RemovedAtPeer(outcome.status())) return;
       failed.insert(d);
       if (Refusal(outcome.status()) && refused_.insert(d).second && refusals.size() < 16) {
         refusals.push_back(
