@@ -57,26 +57,35 @@ absl::Status AgentObjects::ForEach(const std::function<void(const AgentObject&)>
   return storage::ToStatus(it->status(), "read agent_objects");
 }
 
-absl::Status AgentObjects::AddRemoval(const cas::Digest& digest, rocksdb::WriteBatch* batch,
+absl::Status AgentObjects::AddRemoval(const cas::Digest& digest,
+                                      const std::function<bool(const std::string&)>& keep,
+                                      rocksdb::WriteBatch* batch,
                                       std::vector<StorageRefund>* refunds) const {
   const std::string prefix = digest.Key();
+  std::vector<std::string> deletes;
+  std::vector<std::pair<std::string, std::string>> puts;
+  std::vector<StorageRefund> mine;
   std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(rocksdb::ReadOptions(), objects_));
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+    const std::string agent_id = it->key().ToString().substr(prefix.size());
+    if (keep(agent_id)) continue;
     vault::v1::AgentObjectRecord r;
     if (!r.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
       return absl::DataLossError("an agent_objects entry is corrupt");
     }
-    batch->Delete(objects_, it->key());
+    deletes.push_back(it->key().ToString());
     if (r.charged_bytes() == 0) continue;
-    const std::string agent_id = it->key().ToString().substr(prefix.size());
     // (The time tells apart the refunds of an object stored and removed more than once.)
-    batch->Put(refunds_,
-               absl::StrCat(r.principal(), std::string(1, '\0'), prefix, agent_id,
-                            storage::BigEndian64(absl::ToUnixMicros(absl::Now()))),
-               storage::BigEndian64(r.charged_bytes()));
-    refunds->push_back({r.principal(), r.charged_bytes()});
+    puts.emplace_back(absl::StrCat(r.principal(), std::string(1, '\0'), prefix, agent_id,
+                                   storage::BigEndian64(absl::ToUnixMicros(absl::Now()))),
+                      storage::BigEndian64(r.charged_bytes()));
+    mine.push_back({r.principal(), r.charged_bytes()});
   }
-  return storage::ToStatus(it->status(), "read agent_objects");
+  VAULT_RETURN_IF_ERROR(storage::ToStatus(it->status(), "read agent_objects"));
+  for (const std::string& k : deletes) batch->Delete(objects_, k);
+  for (const auto& [k, v] : puts) batch->Put(refunds_, k, v);
+  for (StorageRefund& r : mine) refunds->push_back(std::move(r));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<absl::flat_hash_map<std::string, uint64_t>> AgentObjects::Refunds() const {

@@ -53,10 +53,13 @@ class AgentObjects {
                       const cas::Digest& digest, uint64_t charged);
   // Every entry, in object key order.
   absl::Status ForEach(const std::function<void(const AgentObject&)>& fn) const;
-  // Adds to `batch` the deletion of every entry of `digest` and the refunds of the bytes
-  // charged for it, which are appended to *refunds (applied to the quotas once written).
-  absl::Status AddRemoval(const cas::Digest& digest, rocksdb::WriteBatch* batch,
-                          std::vector<StorageRefund>* refunds) const;
+  // Adds to `batch` the deletion of the entries of `digest` whose agent `keep` does not name,
+  // and the refunds of the bytes charged for them, which are appended to *refunds (applied to
+  // the quotas once written). (An agent that recorded the object after the collector read the
+  // roots is about to store it again: its entry stays.) Nothing is added on an error.
+  absl::Status AddRemoval(const cas::Digest& digest,
+                          const std::function<bool(const std::string& agent_id)>& keep,
+                          rocksdb::WriteBatch* batch, std::vector<StorageRefund>* refunds) const;
   // The bytes given back to each principal since the vault began.
   absl::StatusOr<absl::flat_hash_map<std::string, uint64_t>> Refunds() const;
 

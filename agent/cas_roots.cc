@@ -78,7 +78,12 @@ absl::Status AgentRuntime::Impl::ListCasRoots(cas::RootSink& sink, absl::Time no
 absl::Status AgentRuntime::Impl::AddCasRemoval(const cas::Digest& digest,
                                                rocksdb::WriteBatch* batch) {
   std::vector<StorageRefund> refunds;
-  VAULT_RETURN_IF_ERROR(objects_->AddRemoval(digest, batch, &refunds));
+  // The agents here now: one that recorded the object after the roots were read keeps its entry.
+  auto live = [this](const std::string& id) {
+    absl::MutexLock lock(&mu_);
+    return agents_.contains(id);
+  };
+  VAULT_RETURN_IF_ERROR(objects_->AddRemoval(digest, live, batch, &refunds));
   if (refunds.empty()) return absl::OkStatus();
   absl::MutexLock lock(&refunds_mu_);
   pending_refunds_[digest.Key()] = std::move(refunds);  // replaces those of a write that failed

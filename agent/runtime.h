@@ -35,7 +35,6 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "cas/collector.h"
 #include "agent/agent_store.h"
 #include "agent/migration_port.h"
 #include "agent/policy.h"
@@ -43,6 +42,7 @@
 #include "capability/principal.h"
 #include "capability/revocation.h"
 #include "capability/signing_domains.h"
+#include "cas/collector.h"
 #include "cas/store.h"
 #include "sandbox/registry.h"
 #include "sandbox/sandbox.h"

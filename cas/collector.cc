@@ -67,9 +67,18 @@ RemoveOptions Collector::RemovalOptions(const Roots& roots, absl::Time untouched
   return options;
 }
 
-absl::StatusOr<CollectReport> Collector::Run(const CollectOptions& options) {
+absl::StatusOr<CollectReport> Collector::Run(const CollectOptions& options,
+                                             CollectReport* partial) {
   absl::MutexLock one_run(&run_mu_);
   CollectReport report;
+  absl::Status s = RunInto(options, &report);
+  if (s.ok()) return report;
+  if (partial != nullptr) *partial = std::move(report);
+  return s;
+}
+
+absl::Status Collector::RunInto(const CollectOptions& options, CollectReport* out) {
+  CollectReport& report = *out;
   report.dry_run = options.dry_run;
   report.started = absl::Now();
   auto check = [&]() -> absl::Status {
@@ -133,7 +142,7 @@ absl::StatusOr<CollectReport> Collector::Run(const CollectOptions& options) {
   }
   VAULT_ASSIGN_OR_RETURN(report.chunks, store_->SweepChunks(options.dry_run, options.keep_going));
   report.took = absl::Now() - report.started;
-  return report;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> Collector::HolderOf(const Digest& digest) const {
@@ -157,6 +166,7 @@ absl::StatusOr<RemoveOutcome> Collector::RemoveUnheld(const Digest& digest) {
                          : ""));
   }
   VAULT_ASSIGN_OR_RETURN(RemoveOutcome out, store_->Remove(digest, RemovalOptions(roots, began)));
+  if (out.removed) TellRemoved(roots, {digest});
   if (out.kept_recent) {
     return absl::FailedPreconditionError(
         absl::StrCat("object ", digest.ToString(),

@@ -96,7 +96,9 @@ class Collector {
   Collector(Store* store, const Pins* pins, std::vector<RootSource> sources,
             RemovalHooks hooks = {});
 
-  absl::StatusOr<CollectReport> Run(const CollectOptions& options);
+  // On an error, *partial (when given) gets what the run had done by then.
+  absl::StatusOr<CollectReport> Run(const CollectOptions& options,
+                                    CollectReport* partial = nullptr);
   // What holds `digest` now: "pinned (reason)" or a source's holder; "" when nothing does.
   absl::StatusOr<std::string> HolderOf(const Digest& digest) const;
   // An operator's removal: at once, whatever its age, unless something holds the object
@@ -113,6 +115,8 @@ class Collector {
     void Hold(const Digest& digest, absl::string_view holder) override;
     void Track(const Digest& digest) override;
   };
+  absl::Status RunInto(const CollectOptions& options, CollectReport* report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   absl::Status ReadRoots(Roots* roots, absl::Time now) const;
   RemoveOptions RemovalOptions(const Roots& roots, absl::Time untouched_before) const;
   // Tells hooks_.removed which of `removed` were tracked.

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -39,6 +40,9 @@ absl::StatusOr<CompactReport> Store::Compact(const CompactOptions& options) {
   auto check = [&]() -> absl::Status {
     return options.keep_going ? options.keep_going() : absl::OkStatus();
   };
+  // The file being appended to is sealed first: once its leases are gone, it is a file like the
+  // others (this run, or the next).
+  if (!options.dry_run) packs_->Seal();
   VAULT_ASSIGN_OR_RETURN(std::vector<PackStore::FileInfo> files, packs_->ListFiles());
   absl::flat_hash_map<uint64_t, uint64_t> live;  // file -> live bytes
   absl::flat_hash_set<uint64_t> candidates;
@@ -58,12 +62,23 @@ absl::StatusOr<CompactReport> Store::Compact(const CompactOptions& options) {
   ro.fill_cache = false;
   auto scan = [&](bool chunks, const std::function<void(Located)>& each) -> absl::Status {
     std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(ro, chunks ? chunks_ : data_));
+    // A chunk's size is in cas_chunk_index, under the same key: walked beside it, so that a
+    // chunk whose own bytes look like a ref is not taken for one.
+    std::unique_ptr<rocksdb::Iterator> sizes;
+    if (chunks) {
+      sizes.reset(db_->db()->NewIterator(ro, chunk_index_));
+      sizes->SeekToFirst();
+    }
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       absl::string_view key = storage::View(it->key());
-      uint64_t size = UINT64_MAX;  // a chunk's ref carries its size
+      uint64_t size = 0;
       if (!chunks) {
         if (key.size() != kSha256Bytes + 8) continue;
         size = storage::ParseBigEndian64(key.substr(kSha256Bytes));
+      } else {
+        while (sizes->Valid() && storage::View(sizes->key()) < key) sizes->Next();
+        if (!sizes->Valid() || storage::View(sizes->key()) != key) continue;  // no index: no ref
+        size = storage::ParseBigEndian64(storage::View(sizes->value()));
       }
       absl::string_view value = storage::View(it->value());
       std::optional<PackRef> ref = DecodePackRef(value, size);
@@ -71,6 +86,7 @@ absl::StatusOr<CompactReport> Store::Compact(const CompactOptions& options) {
       each(Located{
           .chunk = chunks, .key = std::string(key), .value = std::string(value), .ref = *ref});
     }
+    if (sizes != nullptr) VAULT_RETURN_IF_ERROR(storage::ToStatus(sizes->status(), "scan chunks"));
     return storage::ToStatus(it->status(), "scan refs");
   };
   for (bool chunks : {false, true}) {
@@ -82,6 +98,11 @@ absl::StatusOr<CompactReport> Store::Compact(const CompactOptions& options) {
     if (f.appending) continue;
     const uint64_t n = live[f.id];
     report.live_bytes += n;
+    // A file with leases may hold bytes about to be referred to (a put not yet committed, an
+    // upload's chunks not yet recorded): its refs are not all known. It gains none any more, so
+    // with none now, every value it holds is referred to by now or never will be, and the scan
+    // below sees them all.
+    if (packs_->Leased(f.id)) continue;
     if (static_cast<double>(n) < options.max_live_fraction * static_cast<double>(f.bytes) ||
         n == 0) {
       candidates.insert(f.id);
@@ -125,6 +146,7 @@ absl::StatusOr<CompactReport> Store::Compact(const CompactOptions& options) {
     std::vector<absl::string_view> views(bytes.begin(), bytes.end());
     uint64_t ticket = 0;
     VAULT_ASSIGN_OR_RETURN(std::vector<PackRef> refs, packs_->AppendMany(views, &ticket));
+    absl::Cleanup release = [&] { packs_->Release(refs); };
     VAULT_RETURN_IF_ERROR(packs_->Sync(ticket));
     // The refs move: objects' through the group commit, ordered with puts and removals; chunks'
     // under chunk_mu_, as the sweep removes them.
@@ -170,7 +192,10 @@ absl::StatusOr<CompactReport> Store::Compact(const CompactOptions& options) {
     report.copied_bytes += batch_bytes;
     VAULT_RETURN_IF_ERROR(check());
   }
-  // Every ref into these files moved (or its value was removed or stored again): they go.
+  // Every ref into these files moved (or its value was removed or stored again): they go. The
+  // WAL first: the sweep's removals of chunks are unsynced, and a power cut must not bring back
+  // a chunk whose ref points into a file that is gone.
+  VAULT_RETURN_IF_ERROR(storage::ToStatus(db_->db()->SyncWAL(), "sync the write-ahead log"));
   const absl::Time retired_at = absl::Now();
   for (const PackStore::FileInfo& f : files) {
     if (!candidates.contains(f.id) || keep.contains(f.id)) continue;

@@ -216,6 +216,47 @@ TEST_F(CompactionTest, ARemovalDuringTheRunIsNotUndone) {
   EXPECT_EQ(store_->totals().objects, 1u);
 }
 
+TEST_F(CompactionTest, AFileWithBytesNotYetReferredToStays) {
+  // An upload's chunks are in the pack file being appended to, their refs not yet recorded
+  // (pack_sync_bytes not reached): the compaction seals the file and must leave it alone.
+  options_.pack_sync_bytes = uint64_t{1} << 30;
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  const std::string data = RandomBytes(kThreshold * 3, 8);
+  absl::StatusOr<std::unique_ptr<Upload>> up = store_->StartUpload(Digest::Of(data), 0);
+  ASSERT_EQ(up.status(), absl::OkStatus());
+  ASSERT_EQ(AppendInPieces(up->get(), data, 0, data.size() - 1000, {65536}), absl::OkStatus());
+  absl::StatusOr<CompactReport> r = Compact();
+  ASSERT_EQ(r.status(), absl::OkStatus());
+  EXPECT_EQ(r->rewritten, 0u);
+  ASSERT_EQ(AppendInPieces(up->get(), data, data.size() - 1000, data.size(), {65536}),
+            absl::OkStatus());
+  ASSERT_EQ((*up)->Finish().status(), absl::OkStatus());
+  up->reset();
+  EXPECT_TRUE(SameBytes(ReadAllOk(Digest::Of(data)), data));
+  // Its refs recorded, the sealed file holds only live values: nothing to rewrite either.
+  absl::StatusOr<CompactReport> after = Compact();
+  ASSERT_EQ(after.status(), absl::OkStatus());
+  EXPECT_EQ(after->rewritten, 0u);
+  EXPECT_TRUE(SameBytes(ReadAllOk(Digest::Of(data)), data));
+}
+
+TEST_F(CompactionTest, TheFileBeingAppendedToIsSealedAndRewrittenToo) {
+  std::vector<std::string> objects;
+  for (int i = 0; i < 10; ++i) {
+    objects.push_back(RandomBytes(8 << 10, 900 + i));
+    PutOk(objects.back());
+  }
+  for (int i = 1; i < 10; ++i) {
+    ASSERT_EQ(store_->Remove(Digest::Of(objects[i])).status(), absl::OkStatus());
+  }
+  absl::StatusOr<CompactReport> r = Compact();
+  ASSERT_EQ(r.status(), absl::OkStatus());
+  EXPECT_EQ(r->rewritten, 1u);
+  EXPECT_EQ(r->copied_values, 1u);
+  EXPECT_TRUE(SameBytes(ReadAllOk(Digest::Of(objects[0])), objects[0]));
+  EXPECT_EQ(PackFiles(), 1u);
+}
+
 TEST_F(CompactionTest, ADamagedValueKeepsItsFile) {
   const std::vector<std::string> a = FillAFile(4, 5);
   ASSERT_EQ(store_->Remove(Digest::Of(a[2])).status(), absl::OkStatus());

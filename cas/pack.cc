@@ -110,6 +110,7 @@ absl::Status PackStore::NewFileLocked() {
     }
   }
   current_ = file;
+  written_[id] = file;
   tail_ = 0;
   if (readers_.size() >= kMaxReaders) readers_.clear();
   readers_[id] = file;
@@ -150,6 +151,7 @@ absl::StatusOr<std::vector<PackRef>> PackStore::AppendMany(
   for (absl::string_view v : values) total += v.size();
   VAULT_ASSIGN_OR_RETURN(auto reserved, Reserve(total, 1));
   const auto& [file, offset] = reserved;
+  file->leases.fetch_add(static_cast<int64_t>(values.size()));
   std::vector<PackRef> refs;
   refs.reserve(values.size());
   std::vector<iovec> iov;
@@ -162,6 +164,7 @@ absl::StatusOr<std::vector<PackRef>> PackStore::AppendMany(
     if (!v.empty()) iov.push_back(iovec{const_cast<char*>(v.data()), v.size()});
   }
   if (int err = file->file->WriteAt(offset, std::move(iov)); err != 0) {
+    file->leases.fetch_sub(static_cast<int64_t>(values.size()));
     return ErrnoStatus(err, absl::StrCat("write pack file ", PathOf(file->id)));
   }
   *ticket = Completed(file);
@@ -186,6 +189,7 @@ absl::StatusOr<PackRef> PackStore::AppendUncached(absl::string_view bytes, uint6
   const bool aligned = options_.direct_writes && direct_ok_.load(std::memory_order_relaxed);
   VAULT_ASSIGN_OR_RETURN(auto reserved, Reserve(bytes.size(), aligned ? kDirectAlignment : 1));
   const auto& [file, offset] = reserved;
+  file->leases.fetch_add(1);
   const PackRef ref{
       .file = file->id, .offset = offset, .size = static_cast<uint32_t>(bytes.size())};
   int err = EINVAL;
@@ -207,7 +211,10 @@ absl::StatusOr<PackRef> PackStore::AppendUncached(absl::string_view bytes, uint6
               ? 0
               : file->file->WriteAt(offset, {iovec{const_cast<char*>(bytes.data()), bytes.size()}});
   }
-  if (err != 0) return ErrnoStatus(err, absl::StrCat("write pack file ", PathOf(file->id)));
+  if (err != 0) {
+    file->leases.fetch_sub(1);
+    return ErrnoStatus(err, absl::StrCat("write pack file ", PathOf(file->id)));
+  }
   *ticket = Completed(file);
   return ref;
 }
@@ -263,6 +270,8 @@ absl::StatusOr<std::shared_ptr<PackStore::File>> PackStore::OpenForRead(uint64_t
     file->direct = env_->Open(path, common::OpenMode::kReadOnly, /*direct=*/true, &err);
   }
   absl::MutexLock lock(&mu_);
+  // Retired meanwhile: the retired entry is the one to use (and to close in time).
+  if (auto r = retired_.find(id); r != retired_.end()) return r->second.file;
   if (readers_.size() >= kMaxReaders) readers_.clear();
   auto [it, inserted] = readers_.emplace(id, file);
   return it->second;
@@ -318,6 +327,24 @@ absl::Status PackStore::Retire(uint64_t id) {
     return ErrnoStatus(err, absl::StrCat("remove pack file ", PathOf(id)));
   }
   return absl::OkStatus();
+}
+
+void PackStore::Release(absl::Span<const PackRef> refs) {
+  absl::MutexLock lock(&mu_);
+  for (const PackRef& r : refs) {
+    if (auto it = written_.find(r.file); it != written_.end()) it->second->leases.fetch_sub(1);
+  }
+}
+
+bool PackStore::Leased(uint64_t id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = written_.find(id);
+  return it != written_.end() && it->second->leases.load() > 0;
+}
+
+void PackStore::Seal() {
+  absl::MutexLock lock(&mu_);
+  if (current_ != nullptr && tail_ > 0) current_.reset();
 }
 
 void PackStore::ReleaseRetired(absl::Time before) {

@@ -149,6 +149,14 @@ class PackStore {
   absl::Status Retire(uint64_t id);
   // Closes the files retired before `before`: their space goes back to the file system.
   void ReleaseRetired(absl::Time before);
+  // Leases: every value appended holds one on its file until the caller says its ref is
+  // recorded (or given up) with Release. Compaction leaves a file with leases alone: bytes
+  // written there may be about to be referred to. Only the file being appended to gains leases.
+  void Release(absl::Span<const PackRef> refs);
+  bool Leased(uint64_t id) const;
+  // The next append starts a new file, so the one being appended to now can be compacted once
+  // its leases are released.
+  void Seal();
 
   const std::string& dir() const { return options_.dir; }
 
@@ -160,6 +168,7 @@ class PackStore {
     // ones), or null where refused.
     std::unique_ptr<common::EnvFile> direct;
     bool dirty = false;  // guarded by PackStore::mu_
+    std::atomic<int64_t> leases{0};
   };
   explicit PackStore(const PackOptions& options)
       : options_(options), env_(options.env != nullptr ? options.env : common::Env::Default()) {}
@@ -188,6 +197,8 @@ class PackStore {
     absl::Time at;
   };
   absl::flat_hash_map<uint64_t, Retired> retired_ ABSL_GUARDED_BY(mu_);
+  // The files this process created (the only ones it appends to), for their leases.
+  absl::flat_hash_map<uint64_t, std::shared_ptr<File>> written_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<bool> direct_ok_{true};                // cleared when a write refuses O_DIRECT
   mutable std::atomic<bool> direct_reads_ok_{true};  // cleared when a read refuses it

@@ -8,6 +8,7 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -237,6 +238,11 @@ std::vector<absl::StatusOr<PutOutcome>> Store::PutMany(absl::Span<const PutItem>
     results[0] = DigestMismatch(items[0].digest, actual);
     return true;
   };
+  // The pack leases of what this put wrote, given back once its refs are committed (or not).
+  std::vector<PackRef> leased;
+  absl::Cleanup release = [&] {
+    if (!leased.empty()) packs_->Release(leased);
+  };
   std::vector<std::string> pack_keys;
   std::vector<size_t> pack_ops;
   for (size_t k = 0; k < ops.size(); ++k) {
@@ -261,6 +267,7 @@ std::vector<absl::StatusOr<PutOutcome>> Store::PutMany(absl::Span<const PutItem>
     if (!to_pack.empty()) {
       absl::StatusOr<std::vector<PackRef>> written = packs_->AppendMany(to_pack, &ticket);
       if (written.ok()) {
+        leased = *written;
         for (size_t j = 0; j < packed_ops.size(); ++j) {
           refs[packed_ops[j]] = EncodePackRef((*written)[j]);
         }
@@ -407,10 +414,9 @@ absl::Status Store::PrepareGroup(absl::Span<CommitOp* const> ops, rocksdb::Write
             absl::StrCat("object record of ", op->digest->ToString(), " does not parse"));
         continue;
       }
-      // Confirmed within confirm_after (at most half the grace period) is recent enough for
-      // any collection that began before now.
-      if (std::max(rec.stored_unix_ms(), rec.confirmed_unix_ms()) < confirm_before &&
-          !confirmed.contains(keys[i])) {
+      // Always written (unlike a put's confirmation): an operator's removal that began before
+      // now takes its own start as the cutoff.
+      if (!confirmed.contains(keys[i])) {
         rec.set_confirmed_unix_ms(now);
         batch->Put(meta_, keys[i], rec.SerializeAsString());
         confirmed.insert(keys[i]);

@@ -284,6 +284,8 @@ class Upload {
   // yet (Store::NoteChunkTaken).
   size_t chunks_noted_ = 0;
   size_t chunks_released_ = 0;
+  std::vector<PackRef> pending_leases_;  // pack leases of the chunks in pending_
+  std::optional<PackRef> inline_lease_;  // Finish: the pack lease of an inline object's bytes
   // Chunks taken but not yet durable: their RocksDB records, the pack ticket of their bytes,
   // and the offset they end at.
   std::unique_ptr<rocksdb::WriteBatch> pending_;
@@ -348,10 +350,9 @@ class Store {
   // the digest of each object removed); the outcomes in input order.
   std::vector<absl::StatusOr<RemoveOutcome>> RemoveMany(absl::Span<const Digest> digests,
                                                         const RemoveOptions& options = {});
-  // Confirms a stored object, as a put of it does: something new holds it (a pin, an agent given
-  // it), and a collection that began before must leave it alone (a collection's grace period
-  // must be at least twice confirm_after). NOT_FOUND when it is not stored, in the same order as
-  // removals: then it is gone for good.
+  // Confirms a stored object now, whatever its age: something new holds it (a pin, an agent given
+  // it), and a removal that began before (a collection's, an operator's) must leave it alone.
+  // NOT_FOUND when it is not stored, in the same order as removals: then it is gone for good.
   absl::Status Touch(const Digest& digest);
   // The stored objects in key order from the first key >= `start`, at most `limit`.
   absl::StatusOr<std::vector<ObjectInfo>> ScanObjects(absl::string_view start, size_t limit) const;
@@ -459,7 +460,8 @@ class Store {
   // once the pack is synced up to *ticket.
   absl::Status PersistChunk(const std::string& upload_key, uint32_t index, absl::string_view chunk,
                             const std::string& chunk_hash, const vault::v1::UploadRecord& rec,
-                            rocksdb::WriteBatch* batch, uint64_t* ticket);
+                            rocksdb::WriteBatch* batch, uint64_t* ticket,
+                            std::vector<PackRef>* leases);
   bool ShouldPack(size_t bytes) const {
     return packs_ != nullptr && bytes >= options_.pack_min_bytes;
   }

@@ -132,6 +132,9 @@ void Store::NoteChunkTaken(const std::string& sha256) {
 void Store::NoteChunksWritten(absl::Span<const std::pair<std::string, uint32_t>> chunks) {
   absl::MutexLock lock(&chunk_mu_);
   for (const auto& [sha256, size] : chunks) {
+    // A sweep under way may have read its records before these chunks were written: they stay
+    // protected until it ends.
+    if (sweeping_) taken_while_sweeping_.insert(sha256);
     auto it = chunks_in_flight_.find(sha256);
     if (it == chunks_in_flight_.end()) continue;
     if (--it->second == 0) chunks_in_flight_.erase(it);

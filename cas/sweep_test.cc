@@ -241,6 +241,54 @@ TEST_F(SweepTest, ASweepKeepsTheChunksOfAnUploadDurableOrNot) {
   EXPECT_TRUE(SameBytes(ReadAllOk(d), data));
 }
 
+TEST_F(SweepTest, ChunksAnUploadWritesWhileASweepRunsAreKept) {
+  const std::string data = RandomBytes(kThreshold * 4, 25);
+  const Digest d = Digest::Of(data);
+  ASSERT_EQ(UploadWhole(data).status(), absl::OkStatus());
+  const std::vector<ChunkInfo> chunks = ChunksOf(d);
+  ASSERT_NO_FATAL_FAILURE(RemoveOk(d));
+  // Stored again: the upload takes the stored (unreferenced) chunks as they are. A few are
+  // taken before the sweep begins and written (recorded in the upload's chunk list) while it
+  // runs, after it read the records.
+  options_.pack_sync_bytes = kThreshold;
+  ASSERT_NO_FATAL_FAILURE(Reopen());
+  absl::StatusOr<std::unique_ptr<Upload>> up = store_->StartUpload(d, 0);
+  ASSERT_EQ(up.status(), absl::OkStatus());
+  ASSERT_EQ(AppendInPieces(up->get(), data, 0, kThreshold / 2, {65536}), absl::OkStatus());
+  bool appended = false;
+  absl::StatusOr<ChunkSweep> sweep = store_->SweepChunks(false, [&]() -> absl::Status {
+    if (!appended) {
+      appended = true;
+      EXPECT_EQ(AppendInPieces(up->get(), data, kThreshold / 2, kThreshold * 2, {65536}),
+                absl::OkStatus());
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_EQ(sweep.status(), absl::OkStatus());
+  ASSERT_TRUE(appended);
+  ASSERT_EQ(AppendInPieces(up->get(), data, kThreshold * 2, data.size(), {65536}),
+            absl::OkStatus());
+  ASSERT_EQ((*up)->Finish().status(), absl::OkStatus());
+  EXPECT_TRUE(SameBytes(ReadAllOk(d), data));
+  EXPECT_EQ(MissingChunks(chunks), 0u);
+}
+
+TEST_F(SweepTest, AnUploadOfAStoredObjectConfirmsIt) {
+  const std::string data = RandomBytes(kThreshold * 2, 26);
+  const Digest d = Digest::Of(data);
+  ASSERT_EQ(UploadWhole(data).status(), absl::OkStatus());
+  absl::SleepFor(absl::Milliseconds(20));
+  const absl::Time began = absl::Now();
+  absl::SleepFor(absl::Milliseconds(5));
+  absl::StatusOr<PutOutcome> again = UploadWhole(data);
+  ASSERT_EQ(again.status(), absl::OkStatus());
+  EXPECT_TRUE(again->already_present);
+  absl::StatusOr<RemoveOutcome> out = store_->Remove(d, {.untouched_before = began});
+  ASSERT_EQ(out.status(), absl::OkStatus());
+  EXPECT_TRUE(out->kept_recent);
+  EXPECT_TRUE(SameBytes(ReadAllOk(d), data));
+}
+
 TEST_F(SweepTest, AReaderOpenedBeforeItsObjectWasRemovedReadsItToTheEnd) {
   const std::string data = RandomBytes(kThreshold * 3, 24);
   const Digest d = Digest::Of(data);

@@ -36,7 +36,8 @@ Upload::~Upload() {
       store_->CheckCurrentUpload(key_, generation_).ok()) {
     WritePending().IgnoreError();  // best effort: only the resume point is at stake
   }
-  // Chunks never written: a sweep may take them now.
+  // Chunks never written: their bytes are garbage, and a sweep may take them now.
+  if (!pending_leases_.empty()) store_->packs_->Release(pending_leases_);
   if (chunks_noted_ > chunks_released_) {
     store_->NoteChunksWritten(absl::MakeConstSpan(chunks_).subspan(chunks_released_));
   }
@@ -144,7 +145,7 @@ absl::StatusOr<std::unique_ptr<Upload>> Store::StartUpload(const Digest& digest,
 absl::Status Store::PersistChunk(const std::string& upload_key, uint32_t index,
                                  absl::string_view chunk, const std::string& chunk_hash,
                                  const vault::v1::UploadRecord& rec, rocksdb::WriteBatch* batch,
-                                 uint64_t* ticket) {
+                                 uint64_t* ticket, std::vector<PackRef>* leases) {
   // Noted before the lookup: a sweep that runs now either keeps the chunk or has removed it
   // already, and then the lookup finds it missing and the bytes are stored again.
   NoteChunkTaken(chunk_hash);
@@ -154,6 +155,7 @@ absl::Status Store::PersistChunk(const std::string& upload_key, uint32_t index,
     if (ShouldPack(chunk.size())) {
       // A chunk is read again only when the object is: keep it out of the page cache.
       VAULT_ASSIGN_OR_RETURN(PackRef ref, packs_->AppendUncached(chunk, ticket));
+      if (leases != nullptr) leases->push_back(ref);  // until the batch is written
       batch->Put(chunks_, chunk_hash, EncodePackRef(ref));
     } else {
       batch->Put(chunks_, chunk_hash, rocksdb::Slice(chunk.data(), chunk.size()));
@@ -232,7 +234,7 @@ absl::Status Upload::TakeChunk(absl::string_view chunk) {
   rec.set_updated_unix_ms(NowMs());
   if (pending_ == nullptr) pending_ = std::make_unique<rocksdb::WriteBatch>();
   if (absl::Status s = store_->PersistChunk(key_, chunk_count_, chunk, hash, rec, pending_.get(),
-                                            &pending_ticket_);
+                                            &pending_ticket_, &pending_leases_);
       !s.ok()) {
     const std::pair<std::string, uint32_t> taken(hash, static_cast<uint32_t>(chunk.size()));
     store_->NoteChunksWritten(absl::MakeConstSpan(&taken, 1));
@@ -261,7 +263,11 @@ absl::Status Upload::WritePending() {
   pending_bytes_ = 0;
   pending_ticket_ = 0;
   committed_offset_ = pending_offset_;
-  // Their upload's chunk list names them now.
+  // Their refs are recorded: their pack leases go. And their upload's chunk list names them now.
+  if (!pending_leases_.empty()) {
+    store_->packs_->Release(pending_leases_);
+    pending_leases_.clear();
+  }
   store_->NoteChunksWritten(
       absl::MakeConstSpan(chunks_).subspan(chunks_released_, chunks_noted_ - chunks_released_));
   chunks_released_ = chunks_noted_;
@@ -273,6 +279,14 @@ absl::StatusOr<PutOutcome> Upload::Finish() {
   VAULT_RETURN_IF_ERROR(store_->CheckCurrentUpload(key_, generation_));
   if (present_) {
     finished_ = true;
+    // Confirmed, as a put of a stored object is: no removal that began before takes it now.
+    absl::Status touched = store_->Touch(digest_);
+    if (absl::IsNotFound(touched)) {
+      return absl::AbortedError(absl::StrCat("object ", digest_.ToString(),
+                                             " was removed while this upload ran: upload it "
+                                             "again"));
+    }
+    VAULT_RETURN_IF_ERROR(touched);
     return present_outcome_;
   }
   if (offset_ != digest_.size()) {
@@ -314,10 +328,19 @@ absl::StatusOr<PutOutcome> Upload::Finish() {
   } else if (store_->ShouldPack(inline_data_.size())) {
     VAULT_ASSIGN_OR_RETURN(manifest_bytes, store_->PackNow(inline_data_));  // the ref
     op.data = manifest_bytes;
+    // Its pack lease goes once the ref is committed (or not).
+    if (std::optional<PackRef> ref = DecodePackRef(manifest_bytes, inline_data_.size())) {
+      inline_lease_ = *ref;
+    }
   } else {
     op.data = inline_data_;
   }
-  VAULT_RETURN_IF_ERROR(store_->committer_->Commit(&op));
+  absl::Status committed = store_->committer_->Commit(&op);
+  if (inline_lease_.has_value()) {
+    store_->packs_->Release(absl::MakeConstSpan(&*inline_lease_, 1));
+    inline_lease_.reset();
+  }
+  VAULT_RETURN_IF_ERROR(committed);
   VAULT_RETURN_IF_ERROR(op.status);
   return op.outcome;
 }

@@ -197,6 +197,12 @@ absl::StatusOr<vault::v1::ImageRecord> ImageStore::ImportFromStore(const cas::Di
   if (manifest.size() > kMaxStoredDocument) return refused("it is too large for a manifest");
   ArchivePlan plan;
   plan.source_format = "cas";
+  // Confirmed, as its blobs are below: no collection takes it before the record holds it.
+  VAULT_ASSIGN_OR_RETURN(bool stored, cas::TouchIfStored(*store_, manifest));
+  if (!stored) {
+    return absl::NotFoundError(
+        absl::StrCat("the manifest sha256:", hex, " is not in this vault's CAS"));
+  }
   VAULT_ASSIGN_OR_RETURN(plan.manifest_bytes, store_->ReadAll(manifest));
   vault::v1::OciManifest parsed;
   if (absl::Status s = ParseOciJson("the manifest", plan.manifest_bytes, &parsed); !s.ok()) {
@@ -223,7 +229,7 @@ absl::StatusOr<vault::v1::ImageRecord> ImageStore::ImportFromStore(const cas::Di
     raw = absl::HexStringToBytes(blob_hex);
     VAULT_ASSIGN_OR_RETURN(cas::Digest digest,
                            cas::Digest::FromParts(raw, static_cast<uint64_t>(d.size())));
-    VAULT_ASSIGN_OR_RETURN(bool present, store_->Contains(digest));
+    VAULT_ASSIGN_OR_RETURN(bool present, cas::TouchIfStored(*store_, digest));
     if (!present) {
       return absl::NotFoundError(absl::StrCat("the ", role, " of image sha256:", hex, " (",
                                               digest.ToString(), ") is not in this vault's CAS"));
@@ -317,7 +323,8 @@ absl::StatusOr<ImageStore::Imported> ImageStore::Import(const std::string& archi
   std::vector<const PlannedBlob*> blobs{&plan.config};
   for (const PlannedBlob& l : plan.layers) blobs.push_back(&l);
   for (const PlannedBlob* b : blobs) {
-    VAULT_ASSIGN_OR_RETURN(bool present, store_->Contains(b->digest));
+    // A blob stored before is confirmed: no collection takes it before the record holds it.
+    VAULT_ASSIGN_OR_RETURN(bool present, cas::TouchIfStored(*store_, b->digest));
     if (present) continue;
     VAULT_ASSIGN_OR_RETURN(std::unique_ptr<cas::Upload> up, store_->StartUpload(b->digest, 0));
     VAULT_RETURN_IF_ERROR(ForBlob(archive_path, b->path, limits, [&](const ByteSource& source) {

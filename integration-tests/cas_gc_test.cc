@@ -96,7 +96,7 @@ TEST_F(CasGcTest, AnOperatorPinsRemovesCollectsAndCompacts) {
   ASSERT_EQ(Ctl({"cas", "unpin", pinned}).exit_code, kExitOk);
   RunResult again = Ctl({"cas", "unpin", pinned});
   EXPECT_EQ(again.exit_code, kExitNotFound) << again;
-  EXPECT_EQ(again.err, absl::StrCat("vaultctl: object ", pinned, " is not pinned\n"));
+  EXPECT_EQ(again.err, absl::StrCat("vaultctl: object ", pinned, " is not pinned [NOT_FOUND]\n"));
   RunResult gone = Ctl({"cas", "rm", pinned});
   EXPECT_EQ(gone.exit_code, kExitOk) << gone;
   EXPECT_FALSE(Has(pinned));
@@ -121,7 +121,7 @@ wait_for("/vault/pub/" + st["go"])
 a.exit(0)
 )";
   const std::string first(80, 'a'), second(80, 'b');
-  std::string id = Spawn(Agent("storer", body, "(cas-write) (file-read \"/vault/pub\")"), "",
+  std::string id = Spawn(Agent("storer", body, "(cas-write) (read \"/vault/pub\")"), "",
                          absl::StrCat("{\"data\": \"", first, "\", \"go\": \"go1\"}"));
   ASSERT_FALSE(id.empty());
   WaitLog(id, absl::StrCat("put 0 ", DigestText(first)));
@@ -137,7 +137,7 @@ a.exit(0)
   // Its code, state and what it stored: all the agent's.
   EXPECT_THAT(run, ::testing::HasSubstr("\"held_by\":{\"agent\":3}"));
   // Over its quota, a second agent of the same principal may not store 80 bytes more.
-  std::string id2 = Spawn(Agent("storer2", body, "(cas-write) (file-read \"/vault/pub\")"), "",
+  std::string id2 = Spawn(Agent("storer2", body, "(cas-write) (read \"/vault/pub\")"), "",
                           absl::StrCat("{\"data\": \"", second, "\", \"go\": \"go2\"}"));
   ASSERT_FALSE(id2.empty());
   std::string refused;
@@ -153,6 +153,7 @@ a.exit(0)
       << refused;
 
   // It ends; once keep_ended_agents_seconds is past, its objects go and the bytes come back.
+  std::filesystem::create_directories(files_dir() + "/pub");
   ASSERT_TRUE(WriteFile(files_dir() + "/pub/go1", "go").ok());
   ASSERT_TRUE(WriteFile(files_dir() + "/pub/go2", "go").ok());
   EXPECT_EQ(JsonField(WaitEnded(id), "state"), "completed");
@@ -163,7 +164,7 @@ a.exit(0)
   // Across a restart too: the refund is durable.
   ASSERT_EQ(vaultd_->Stop(), 0);
   ASSERT_EQ(vaultd_->Start(), absl::OkStatus());
-  std::string id3 = Spawn(Agent("storer3", body, "(cas-write) (file-read \"/vault/pub\")"), "",
+  std::string id3 = Spawn(Agent("storer3", body, "(cas-write) (read \"/vault/pub\")"), "",
                           absl::StrCat("{\"data\": \"", second, "\", \"go\": \"go3\"}"));
   ASSERT_FALSE(id3.empty());
   WaitLog(id3, absl::StrCat("put 0 ", DigestText(second)));

@@ -149,6 +149,7 @@ void CasLifecycle::ScheduleLoop() {
 
 absl::StatusOr<vault::v1::CollectReport> CasLifecycle::Collect(const CollectOptions& options) {
   const absl::Duration keep = absl::Seconds(config_.keep_unheld_seconds());
+  cas::CollectReport partial;
   absl::StatusOr<cas::CollectReport> run = collector_->Run(
       {.dry_run = options.dry_run,
        .grace = keep,
@@ -156,13 +157,19 @@ absl::StatusOr<vault::v1::CollectReport> CasLifecycle::Collect(const CollectOpti
          absl::MutexLock lock(&mu_);
          return stopping_ ? absl::CancelledError("the vault is stopping") : absl::OkStatus();
        },
-       .list_limit = options.list_limit});
+       .list_limit = options.list_limit},
+      &partial);
   // (One collection at a time: the collector's own lock; compaction takes the store's.)
   if (!run.ok()) {
     // A failed run is witnessed too: what it removed before it stopped is not lost from view.
-    (void)deps_.auditor->Record(Auditor::Entry(options.actor, "cas.gc", options.trigger,
-                                               AuditEntry::ALLOWED, "",
-                                               {{"error", std::string(run.status().message())}}));
+    // What it removed before it stopped is witnessed all the same.
+    (void)deps_.auditor->Record(
+        Auditor::Entry(options.actor, "cas.gc", options.trigger, AuditEntry::ALLOWED, "",
+                       {{"objects", absl::StrCat(partial.objects)},
+                        {"removed", absl::StrCat(partial.removed)},
+                        {"removed_bytes", absl::StrCat(partial.removed_bytes)},
+                        {"chunks_removed", absl::StrCat(partial.chunks.removed)},
+                        {"error", std::string(run.status().message())}}));
     return run.status();
   }
   vault::v1::CollectReport report = ToProto(*run, options.trigger);
