@@ -205,6 +205,10 @@ TEST(FinalizeConfig, KeepsExplicitValues) {
   c.mutable_cas()->set_upload_ttl_hours(1);
   c.mutable_cas()->set_max_batch_items(5);
   c.mutable_cas()->set_max_upload_buffer_bytes(2 << 20);
+  c.mutable_cas()->mutable_gc()->set_keep_unheld_seconds(5);
+  c.mutable_cas()->mutable_gc()->set_keep_ended_agents_seconds(0);
+  c.mutable_cas()->mutable_gc()->set_interval_seconds(60);
+  c.mutable_cas()->mutable_gc()->set_compact_below_live_percent(30);
   c.mutable_server()->set_worker_threads(2);
   c.mutable_server()->set_drain_timeout_ms(500);
   c.mutable_server()->set_max_message_bytes(2 << 20);
