@@ -92,54 +92,50 @@ absl::Status Collector::RunInto(const CollectOptions& options, CollectReport* ou
   VAULT_RETURN_IF_ERROR(check());
   const RemoveOptions removal = RemovalOptions(roots, cutoff);
 
-  std::string start;
-  for (;;) {
-    VAULT_ASSIGN_OR_RETURN(std::vector<ObjectInfo> page, store_->ScanObjects(start, kPageObjects));
-    if (page.empty()) break;
-    start = page.back().digest.Key() + std::string(1, '\0');
-    std::vector<Digest> doomed;
-    for (ObjectInfo& info : page) {
-      const uint64_t size = info.digest.size();
-      ++report.objects;
-      report.bytes += size;
-      if (auto it = roots.source_of.find(info.digest.Key()); it != roots.source_of.end()) {
-        ++report.held;
-        report.held_bytes += size;
-        ++report.held_by[it->second];
-      } else if (info.touched_unix_ms() >= cutoff_ms) {
-        ++report.young;
-        report.young_bytes += size;
-      } else {
-        doomed.push_back(std::move(info.digest));
-      }
-    }
-    if (options.dry_run) {
-      for (Digest& d : doomed) {
-        ++report.removed;
-        report.removed_bytes += d.size();
-        if (report.listed.size() < options.list_limit) report.listed.push_back(std::move(d));
-      }
-    } else if (!doomed.empty()) {
-      std::vector<absl::StatusOr<RemoveOutcome>> out = store_->RemoveMany(doomed, removal);
-      std::vector<Digest> removed;
-      absl::Status failed;
-      for (size_t i = 0; i < out.size(); ++i) {
-        if (!out[i].ok()) {
-          failed.Update(out[i].status());
-        } else if (out[i]->removed) {
-          ++report.removed;
-          report.removed_bytes += doomed[i].size();
-          removed.push_back(doomed[i]);
-        } else if (out[i]->kept_recent) {
-          ++report.kept_recent;
+  VAULT_RETURN_IF_ERROR(
+      store_->ForEachObjectPage(kPageObjects, [&](std::vector<ObjectInfo>& page) -> absl::Status {
+        std::vector<Digest> doomed;
+        for (ObjectInfo& info : page) {
+          const uint64_t size = info.digest.size();
+          ++report.objects;
+          report.bytes += size;
+          if (auto it = roots.source_of.find(info.digest.Key()); it != roots.source_of.end()) {
+            ++report.held;
+            report.held_bytes += size;
+            ++report.held_by[it->second];
+          } else if (info.touched_unix_ms() >= cutoff_ms) {
+            ++report.young;
+            report.young_bytes += size;
+          } else {
+            doomed.push_back(std::move(info.digest));
+          }
         }
-      }
-      TellRemoved(roots, removed);
-      VAULT_RETURN_IF_ERROR(failed);
-    }
-    VAULT_RETURN_IF_ERROR(check());
-    if (page.size() < kPageObjects) break;
-  }
+        if (options.dry_run) {
+          for (Digest& d : doomed) {
+            ++report.removed;
+            report.removed_bytes += d.size();
+            if (report.listed.size() < options.list_limit) report.listed.push_back(std::move(d));
+          }
+        } else if (!doomed.empty()) {
+          std::vector<absl::StatusOr<RemoveOutcome>> out = store_->RemoveMany(doomed, removal);
+          std::vector<Digest> removed;
+          absl::Status failed;
+          for (size_t i = 0; i < out.size(); ++i) {
+            if (!out[i].ok()) {
+              failed.Update(out[i].status());
+            } else if (out[i]->removed) {
+              ++report.removed;
+              report.removed_bytes += doomed[i].size();
+              removed.push_back(doomed[i]);
+            } else if (out[i]->kept_recent) {
+              ++report.kept_recent;
+            }
+          }
+          TellRemoved(roots, removed);
+          VAULT_RETURN_IF_ERROR(failed);
+        }
+        return check();
+      }));
   VAULT_ASSIGN_OR_RETURN(report.chunks, store_->SweepChunks(options.dry_run, options.keep_going));
   report.took = absl::Now() - report.started;
   return absl::OkStatus();

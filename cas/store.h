@@ -356,6 +356,12 @@ class Store {
   absl::Status Touch(const Digest& digest);
   // The stored objects in key order from the first key >= `start`, at most `limit`.
   absl::StatusOr<std::vector<ObjectInfo>> ScanObjects(absl::string_view start, size_t limit) const;
+  // Every stored object, in key order, handed to `page` `page_size` at a time, through one
+  // iterator (a new one per page would copy the hashed memtable each time): the objects as they
+  // were when the walk began. `page`'s error ends the walk and is returned.
+  absl::Status ForEachObjectPage(
+      size_t page_size,
+      const std::function<absl::Status(std::vector<ObjectInfo>& page)>& page) const;
   // Removes the chunks that no stored object's manifest and no upload names (dry_run: only
   // counts them). Safe while puts, uploads and reads run: a chunk an upload takes while the
   // sweep runs, or that a reader opened before its object was removed still reads, is kept
