@@ -354,8 +354,6 @@ class Store {
   // it), and a removal that began before (a collection's, an operator's) must leave it alone.
   // NOT_FOUND when it is not stored, in the same order as removals: then it is gone for good.
   absl::Status Touch(const Digest& digest);
-  // The stored objects in key order from the first key >= `start`, at most `limit`.
-  absl::StatusOr<std::vector<ObjectInfo>> ScanObjects(absl::string_view start, size_t limit) const;
   // Every stored object, in key order, handed to `page` `page_size` at a time, through one
   // iterator (a new one per page would copy the hashed memtable each time): the objects as they
   // were when the walk began. `page`'s error ends the walk and is returned.

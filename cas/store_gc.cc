@@ -96,33 +96,6 @@ absl::StatusOr<bool> TouchIfStored(Store& store, const Digest& digest) {
   return s;
 }
 
-absl::StatusOr<std::vector<ObjectInfo>> Store::ScanObjects(absl::string_view start,
-                                                           size_t limit) const {
-  rocksdb::ReadOptions ro;
-  ro.total_order_seek = true;  // the column family has a prefix extractor
-  ro.fill_cache = false;
-  std::unique_ptr<rocksdb::Iterator> it(db_->db()->NewIterator(ro, meta_));
-  std::vector<ObjectInfo> out;
-  for (it->Seek(storage::ToSlice(start)); it->Valid() && out.size() < limit; it->Next()) {
-    absl::string_view key = storage::View(it->key());
-    if (key.size() != kSha256Bytes + 8) continue;  // the totals record
-    VAULT_ASSIGN_OR_RETURN(Digest d, Digest::FromKey(key));
-    vault::v1::ObjectRecord rec;
-    if (!rec.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
-      return absl::DataLossError(
-          absl::StrCat("object record of ", d.ToString(), " does not parse"));
-    }
-    out.push_back(ObjectInfo{.digest = std::move(d),
-                             .seq = rec.seq(),
-                             .chunked = rec.chunked(),
-                             .chunk_count = rec.chunk_count(),
-                             .stored_unix_ms = rec.stored_unix_ms(),
-                             .confirmed_unix_ms = rec.confirmed_unix_ms()});
-  }
-  VAULT_RETURN_IF_ERROR(storage::ToStatus(it->status(), "scan objects"));
-  return out;
-}
-
 absl::Status Store::ForEachObjectPage(
     size_t page_size,
     const std::function<absl::Status(std::vector<ObjectInfo>& page)>& page) const {

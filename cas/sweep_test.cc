@@ -129,29 +129,37 @@ TEST_F(SweepTest, TheWritesOfARemovalAreMadeOnlyWithIt) {
   EXPECT_EQ(calls, 1);
 }
 
-TEST_F(SweepTest, ScanObjectsListsEveryObjectInKeyOrderWithItsTimes) {
+TEST_F(SweepTest, ForEachObjectPageListsEveryObjectInKeyOrderWithItsTimes) {
   std::vector<std::string> keys;
   for (int i = 0; i < 7; ++i) {
     PutOk(absl::StrCat("object ", i));
     keys.push_back(Digest::Of(absl::StrCat("object ", i)).Key());
   }
   std::sort(keys.begin(), keys.end());
-  absl::StatusOr<std::vector<ObjectInfo>> first = store_->ScanObjects("", 4);
-  ASSERT_EQ(first.status(), absl::OkStatus());
-  ASSERT_EQ(first->size(), 4u);
-  absl::StatusOr<std::vector<ObjectInfo>> rest =
-      store_->ScanObjects(first->back().digest.Key() + std::string(1, '\0'), 100);
-  ASSERT_EQ(rest.status(), absl::OkStatus());
-  ASSERT_EQ(rest->size(), 3u);
+  std::vector<size_t> pages;
   std::vector<std::string> got;
-  for (const auto* page : {&*first, &*rest}) {
-    for (const ObjectInfo& info : *page) {
-      got.push_back(info.digest.Key());
-      EXPECT_GT(info.stored_unix_ms, 0);
-      EXPECT_EQ(info.confirmed_unix_ms, 0);
-    }
-  }
+  ASSERT_EQ(store_->ForEachObjectPage(4,
+                                      [&](std::vector<ObjectInfo>& page) {
+                                        pages.push_back(page.size());
+                                        for (const ObjectInfo& info : page) {
+                                          got.push_back(info.digest.Key());
+                                          EXPECT_GT(info.stored_unix_ms, 0);
+                                          EXPECT_EQ(info.confirmed_unix_ms, 0);
+                                        }
+                                        return absl::OkStatus();
+                                      }),
+            absl::OkStatus());
+  EXPECT_EQ(pages, (std::vector<size_t>{4, 3}));
   EXPECT_EQ(got, keys);
+  // The page's error ends the walk.
+  int calls = 0;
+  EXPECT_EQ(store_->ForEachObjectPage(2,
+                                      [&](std::vector<ObjectInfo>&) {
+                                        ++calls;
+                                        return absl::CancelledError("stopping");
+                                      }),
+            absl::CancelledError("stopping"));
+  EXPECT_EQ(calls, 1);
 }
 
 TEST_F(SweepTest, ASweepTakesTheChunksOfRemovedObjectsAndNothingElse) {
