@@ -140,7 +140,8 @@ void PrintReport(const vault::v1::CollectReport& r) {
   std::cout << "\n";
   if (r.pack_values_damaged() > 0) {
     std::cout << "damaged:  " << r.pack_values_damaged()
-              << " values failed their hash and kept their pack file: run vaultctl scrub\n";
+              << " values failed their hash and kept their pack file: the scrub "
+                 "(scrub.bytes_per_second, scrub.repair_from) repairs them from a member\n";
   }
   std::cout << "took:     " << r.took_ms() << " ms\n";
   for (const vault::v1::Digest& d : r.listed()) std::cout << "  " << Digest(d) << "\n";
