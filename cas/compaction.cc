@@ -22,7 +22,7 @@ namespace {
 
 // Live values are copied in batches of about this many bytes: one pack sync and one ref move
 // per batch.
-constexpr uint64_t kCopyBatchBytes = 32 << 20;
+constexpr uint64_t kCopyBatchBytes = 4 << 20;
 
 // A value a ref points to: where it is recorded, and where it is.
 struct Located {

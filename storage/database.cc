@@ -9,6 +9,7 @@
 #include "rocksdb/slice_transform.h"
 #include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
+#include "storage/hash_memtable.h"
 
 namespace vault::storage {
 
@@ -80,7 +81,7 @@ absl::StatusOr<std::unique_ptr<Database>> Database::Open(const DatabaseOptions& 
     }
     if (spec.hashed_keys) {
       cf.prefix_extractor.reset(rocksdb::NewCappedPrefixTransform(8));
-      cf.memtable_factory.reset(rocksdb::NewHashSkipListRepFactory(/*bucket_count=*/1 << 20));
+      cf.memtable_factory.reset(NewHashMemTableFactory(/*bucket_count=*/1 << 20));
       any_hashed = true;
     }
     cf.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));

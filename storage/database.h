@@ -36,10 +36,10 @@ struct ColumnFamilySpec {
   bool point_lookups = true;
   // Values are content (often already compressed, always hash-checked): do not compress them.
   bool compress = true;
-  // Keys start with 8 uniformly random bytes (a content hash) and are only ever looked up, never
-  // scanned: the memtable is a hash of small skiplists bucketed on those bytes, so inserts and
-  // lookups cost O(1) instead of a search through one large skiplist. Scans of such a column
-  // family need ReadOptions::total_order_seek.
+  // Keys start with 8 uniformly random bytes (a content hash) and are mostly looked up: the
+  // memtable is a hash of small skiplists bucketed on those bytes, so inserts and lookups cost
+  // O(1) instead of a search through one large skiplist, and scans sort a log of the entries
+  // (storage/hash_memtable.h). Scans of such a column family need ReadOptions::total_order_seek.
   bool hashed_keys = false;
 };
 
