@@ -139,7 +139,9 @@ if [[ $reset == 1 ]]; then
   rm -rf "${dir:?}"/vault-* "$dir/ca" "$dir/vaults" "$dir/base-port" "$dir/demo"
 fi
 # VAULT_QUICKSTART_NO_BUILD=1: use the binaries already in VAULT_BUILD_DIR (the tests do).
-[[ ${VAULT_QUICKSTART_NO_BUILD:-0} == 1 ]] || "$root/deploy/build.sh" >&2
+# Only what the vaults run (the target vault-runtime): the tests and benchmarks are deploy/test.sh's.
+[[ ${VAULT_QUICKSTART_NO_BUILD:-0} == 1 ]] ||
+  VAULT_BUILD_TARGETS=${VAULT_BUILD_TARGETS:-vault-runtime} "$root/deploy/build.sh" >&2
 [[ -x $vaultd && -x $vaultctl ]] || { echo "quickstart: no vaultd/vaultctl in $build" >&2; exit 1; }
 echo "$vaults" > "$dir/vaults"
 echo "$base_port" > "$dir/base-port"
