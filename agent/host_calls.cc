@@ -342,12 +342,21 @@ void AgentRuntime::Impl::AnswerReceive(const std::shared_ptr<LiveAgent>& to,
   const absl::Duration waited = absl::Now() - waiting.started;
   // The receiver first (it waits for this message); its asynchronous audit entry after.
   SendFrame(to, frame);
+  std::vector<std::pair<std::string, std::string>> details = {
+      {"call_id", absl::StrCat(waiting.call_id)},
+      {"duration_us", absl::StrCat(absl::ToInt64Microseconds(waited))},
+      {"in", Sha256Hex(waiting.request_bytes)},
+      {"out", Sha256Hex(out)},
+      {"bytes", absl::StrCat(bytes)}};
+  {
+    absl::MutexLock lock(&to->mu);
+    if (to->empty_receives > 0) {
+      details.emplace_back("empty_receives", absl::StrCat(to->empty_receives));
+      to->empty_receives = 0;
+    }
+  }
   Audit(audit::MakeEntry(to->id, "host.receive", from, vault::v1::AuditEntry::ALLOWED, "",
-                         {{"call_id", absl::StrCat(waiting.call_id)},
-                          {"duration_us", absl::StrCat(absl::ToInt64Microseconds(waited))},
-                          {"in", Sha256Hex(waiting.request_bytes)},
-                          {"out", Sha256Hex(out)},
-                          {"bytes", absl::StrCat(bytes)}}),
+                         std::move(details)),
         /*durable=*/false);
 }
 
@@ -358,16 +367,11 @@ void AgentRuntime::Impl::ExpireReceive(const std::shared_ptr<LiveAgent>& live) {
     if (!live->pending_receive.has_value() || absl::Now() < live->pending_receive->deadline) return;
     waiting = std::move(live->pending_receive);
     live->pending_receive.reset();
+    ++live->empty_receives;  // counted, not an entry of its own (see LiveAgent)
   }
   vault::v1::HostFrame frame;
   frame.mutable_response()->set_call_id(waiting->call_id);
   frame.mutable_response()->mutable_receive()->set_timed_out(true);
-  Audit(audit::MakeEntry(live->id, "host.receive", "", vault::v1::AuditEntry::ALLOWED, "timed out",
-                         {{"call_id", absl::StrCat(waiting->call_id)},
-                          {"duration_us",
-                           absl::StrCat(absl::ToInt64Microseconds(absl::Now() - waiting->started))},
-                          {"in", Sha256Hex(waiting->request_bytes)}}),
-        /*durable=*/false);
   SendFrame(live, frame);
 }
 

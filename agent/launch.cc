@@ -122,8 +122,7 @@ absl::StatusOr<vault::v1::SpawnResponse> AgentRuntime::Impl::Spawn(
                            vault::v1::AuditEntry::DENIED, std::string(s.message()),
                            {{"purpose", spec.purpose()}}),
           /*durable=*/true);
-    return absl::PermissionDeniedError(
-        absl::StrCat("above this principal's ceiling here: ", s.message()));
+    return absl::PermissionDeniedError(CeilingRefusal(chain_grants, *trust));
   }
   uint32_t max_agents = trust->quota().max_agents() != 0 ? trust->quota().max_agents()
                                                          : options_.config.default_max_agents();
@@ -504,6 +503,10 @@ PendingTransition AgentRuntime::Impl::ApplyTransition(
   }
   details.emplace_back("from", StateName(from));
   details.emplace_back("incarnation", absl::StrCat(live.record.incarnation()));
+  if (live.empty_receives > 0) {
+    details.emplace_back("empty_receives", absl::StrCat(live.empty_receives));
+    live.empty_receives = 0;
+  }
   vault::v1::AuditEntry e =
       audit::MakeEntry(deps_.vault_key->public_key().ToText(),
                        action.empty() ? absl::StrCat("agent.", StateName(to)) : action, live.id,

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "capability/grant.h"
 #include "common/status_macros.h"
 
@@ -159,6 +160,34 @@ std::vector<vault::v1::TrustEntry> TrustPolicy::List() const {
   std::sort(stored.begin(), stored.end(), by_principal);
   admins.insert(admins.end(), stored.begin(), stored.end());
   return admins;
+}
+
+std::string CeilingRefusal(const google::protobuf::RepeatedPtrField<vault::v1::Grant>& grants,
+                           const vault::v1::TrustEntry& trust) {
+  std::vector<std::string> above;
+  for (const vault::v1::Grant& g : grants) {
+    google::protobuf::RepeatedPtrField<vault::v1::Grant> one;
+    *one.Add() = g;
+    if (!capability::IsSubset(one, trust.ceiling()).ok()) {
+      above.push_back(capability::GrantToString(g));
+    }
+  }
+  const std::string what = absl::StrCat(above.size() == 1 ? "the grant " : "the grants ",
+                                        absl::StrJoin(above, "; "));
+  if (trust.admin()) {
+    return absl::StrCat(
+        what, " ", above.size() == 1 ? "is" : "are",
+        " above the ceiling of this vault's administrators (agents.admins in its config: the "
+        "preset \"full\": read and write /vault, cas-read, cas-write, send, receive, spawn, "
+        "migrate to the members; no network or hash grants). Spawn it as a key trusted with "
+        "them: vaultctl policy trust KEY --ceiling ...");
+  }
+  const std::string ceiling =
+      trust.preset().empty() ? "its grants" : absl::StrCat("the preset \"", trust.preset(), "\"");
+  return absl::StrCat(what, " ", above.size() == 1 ? "is" : "are", " above the ceiling of ",
+                      trust.principal(), " here (", ceiling,
+                      ", set by vaultctl policy trust; vaultctl policy ls shows it). Widen it: "
+                      "vaultctl policy trust ", trust.principal(), " --ceiling ...");
 }
 
 }  // namespace vault::agent

@@ -72,6 +72,12 @@ class TrustPolicy {
   absl::flat_hash_map<std::string, vault::v1::TrustEntry> admins_ ABSL_GUARDED_BY(mu_);
 };
 
+// Why a spawn whose `grants` go above `trust`'s ceiling is refused: which grants, which ceiling
+// (the administrators' from the config, or the one `vaultctl policy trust` set) and how to widen
+// it.
+std::string CeilingRefusal(const google::protobuf::RepeatedPtrField<vault::v1::Grant>& grants,
+                           const vault::v1::TrustEntry& trust);
+
 }  // namespace vault::agent
 
 #endif  // VAULT_AGENT_POLICY_H_

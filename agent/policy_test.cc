@@ -1,6 +1,7 @@
 #include "agent/policy.h"
 
 #include "agent/agent_store.h"
+#include "absl/strings/str_cat.h"
 #include "capability/grant.h"
 #include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"
@@ -52,6 +53,40 @@ TEST_F(PolicyTest, PresetsHaveExactGrants) {
             (std::vector<std::string>{"read /vault", "cas-read", "receive *"}));
   e.set_preset("everything");
   EXPECT_EQ((*policy)->Trust(e).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(PolicyTest, ACeilingRefusalNamesTheGrantsTheCeilingAndTheFix) {
+  auto db = OpenDb();
+  const std::string admin = Key(9);
+  auto policy = TrustPolicy::Open(db.get(), {.admins = {admin}, .vaults = {"vault-b"}});
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  google::protobuf::RepeatedPtrField<vault::v1::Grant> grants;
+  grants.Add()->set_kind(vault::v1::Grant::CAS_READ);
+  vault::v1::Grant* net = grants.Add();
+  net->set_kind(vault::v1::Grant::NETWORK);
+  net->set_host("example.com");
+  net->set_port(443);
+  std::optional<vault::v1::TrustEntry> admin_entry =
+      (*policy)->Lookup(*capability::PublicKey::FromText(admin));
+  ASSERT_TRUE(admin_entry.has_value());
+  EXPECT_EQ(CeilingRefusal(grants, *admin_entry),
+            "the grant network example.com:443 is above the ceiling of this vault's "
+            "administrators (agents.admins in its config: the preset \"full\": read and write "
+            "/vault, cas-read, cas-write, send, receive, spawn, migrate to the members; no network "
+            "or hash grants). Spawn it as a key trusted with them: vaultctl policy trust KEY "
+            "--ceiling ...");
+  vault::v1::TrustEntry e;
+  e.set_principal(Key(1));
+  e.set_preset("read-only");
+  absl::StatusOr<vault::v1::TrustEntry> stored = (*policy)->Trust(e);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  grants.Add()->set_kind(vault::v1::Grant::CAS_WRITE);
+  EXPECT_EQ(CeilingRefusal(grants, *stored),
+            absl::StrCat("the grants network example.com:443; cas-write are above the ceiling of ",
+                         Key(1),
+                         " here (the preset \"read-only\", set by vaultctl policy trust; vaultctl "
+                         "policy ls shows it). Widen it: vaultctl policy trust ",
+                         Key(1), " --ceiling ..."));
 }
 
 TEST_F(PolicyTest, EntriesSurviveAReopenAndUntrustRemovesThem) {

@@ -125,7 +125,7 @@ if [[ -z $result ]]; then
   echo "demo: the agent completed without a result" >&2
   exit 1
 fi
-ctl "$home" cas get "$result" -o "$demo/report.txt" >/dev/null
+ctl "$home" cas get "$result" --out "$demo/report.txt" >/dev/null
 echo
 echo "demo: home after $(field hop <<<"$status") hops; the report ($result in $home's CAS):"
 sed 's/^/  /' "$demo/report.txt"

@@ -187,7 +187,7 @@ The federation is up. Drive it with vaultctl ($vaultctl), here as vault-a's oper
   vaultctl status                               # this vault: key, listener, objects, members
   vaultctl federation status                    # every member: reachable, lags, agents hosted
   vaultctl cas put README.md                    # prints sha256:<hex>/<size>  README.md
-  vaultctl cas get sha256:<hex>/<size> -o copy  # verified against the digest
+  vaultctl cas get sha256:<hex>/<size> --out copy  # verified against the digest
   vaultctl cas replicate --to vault-b --all     # copy what a member lacks
   vaultctl agent ls                             # the agents here
   vaultctl migrate <agent id> --to vault-b      # hand an agent to a member

@@ -611,6 +611,10 @@ TEST_F(AgentTest, OperatorQueryAndStop) {
   EXPECT_EQ(j.exit_code, kExitOk) << j;
   EXPECT_EQ(Trim(j.out), "{\"type\":\"vault.answer\",\"answer\":\"answer:cba\"}");
   EXPECT_EQ(State(id), "running");
+  // Its two answers are messages it sent, as the two queries were messages it received.
+  const std::string counted = StatusJson(id);
+  EXPECT_EQ(JsonField(counted, "messages_sent"), "2") << counted;
+  EXPECT_EQ(JsonField(counted, "messages_received"), "2") << counted;
 
   RunResult stop = Ctl({"agent", "send", id, "--type", "stop"});
   EXPECT_EQ(stop.exit_code, kExitOk) << stop;
@@ -622,6 +626,61 @@ TEST_F(AgentTest, OperatorQueryAndStop) {
   RunResult late = Ctl({"agent", "query", id, "still there?"});
   EXPECT_NE(late.exit_code, kExitOk) << late;
   EXPECT_THAT(late.err, HasSubstr("has ended"));
+}
+
+// Code the kernel cannot execute (a Python script without its "#!" line) is refused at spawn with
+// what makes it executable.
+TEST_F(AgentTest, CodeWithoutAnInterpreterLineIsRefusedWithTheFix) {
+  ASSERT_NO_FATAL_FAILURE(StartVault("noexec"));
+  if (IsSkipped()) return;
+  ASSERT_TRUE(WriteFile(root() + "/plain.py", "print('no interpreter line')\n").ok());
+  const std::string spec = root() + "/plain.scm";
+  ASSERT_TRUE(WriteFile(spec, "(agent (purpose \"plain\") (code-file \"plain.py\"))\n").ok());
+  RunResult r = Ctl({"agent", "spawn", spec, "--as", admin_key_});
+  EXPECT_NE(r.exit_code, kExitOk) << r;
+  EXPECT_THAT(r.err, HasSubstr("Exec format error: it is neither a program for this machine nor "
+                               "a script whose first line names its interpreter (a Python agent "
+                               "starts with \"#!/usr/bin/env python3\""))
+      << r;
+}
+
+// An idle agent's empty receives are counted, not written one entry each: the receive that gets
+// a message carries how many came before it, and the agent's end how many came after.
+TEST_F(AgentTest, EmptyReceivesAreCountedNotAuditedOneByOne) {
+  ASSERT_NO_FATAL_FAILURE(StartVault("idle"));
+  if (IsSkipped()) return;
+  std::string id = Spawn(Agent("idle", R"(
+for _ in range(20):
+    a.receive(timeout=0)
+for _ in range(3):
+    a.receive(timeout=0.05)
+a.log("polled")
+m = a.receive(timeout=30)
+a.log("got " + m.type)
+for _ in range(5):
+    a.receive(timeout=0)
+a.exit(0)
+)",
+                                 "(receive (from \"*\"))"));
+  ASSERT_FALSE(id.empty());
+  WaitLog(id, "polled");
+  RunResult sent = Ctl({"agent", "send", id, "--type", "wake"});
+  ASSERT_EQ(sent.exit_code, kExitOk) << sent;
+  EXPECT_EQ(JsonField(WaitEnded(id), "state"), "completed");
+  std::string got = WaitAudit("host.receive", "operator", "ALLOWED", id);
+  EXPECT_EQ(JsonField(got, "empty_receives"), "23") << got;
+  RunResult tail = Ctl({"-o", "json", "audit", "tail", "-n", "2000"});
+  ASSERT_EQ(tail.exit_code, kExitOk) << tail;
+  int receives = 0;
+  std::string ended;
+  for (absl::string_view line : absl::StrSplit(tail.out, '\n', absl::SkipEmpty())) {
+    if (JsonField(line, "action") == "host.receive" && JsonField(line, "actor") == id) ++receives;
+    if (JsonField(line, "action") == "agent.completed" && JsonField(line, "subject") == id) {
+      ended = std::string(line);
+    }
+  }
+  EXPECT_EQ(receives, 1) << tail.out;  // 29 receives, one with a message
+  EXPECT_EQ(JsonField(ended, "empty_receives"), "5") << ended;
 }
 
 // ---------------------------------------------------------------------------------------------

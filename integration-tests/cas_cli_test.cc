@@ -69,7 +69,7 @@ TEST_F(CasCliTest, GetReturnsIdenticalBytes) {
   ASSERT_EQ(put_.exit_code, kExitOk) << put_;
   for (size_t i = 0; i < files_.size(); ++i) {
     std::string out = absl::StrCat(root(), "/got-", i);
-    RunResult get = Ctl({"cas", "get", DigestText(files_[i].data), "-o", out});
+    RunResult get = Ctl({"cas", "get", DigestText(files_[i].data), "--out", out});
     ASSERT_EQ(get.exit_code, kExitOk) << get;
     EXPECT_EQ(get.out, "");
     absl::StatusOr<std::string> got = ReadFile(out);
@@ -273,6 +273,12 @@ TEST_F(CasCliTest, PutOfManyFilesStoresAllButTheUnreadableOne) {
     ++present;
   }
   EXPECT_EQ(present, files.size() - 1);
+
+  // A directory named with a trailing "/": its files are "dir/x", not "dir//x".
+  RunResult slash = Ctl({"cas", "put", dir + "/"});
+  EXPECT_EQ(slash.exit_code, want_code) << slash.err;
+  EXPECT_TRUE(slash.out == want_out) << "stdout differs: " << slash.out.substr(0, 200)
+                                     << "\nexpected: " << want_out.substr(0, 200);
   EXPECT_NE(put.out.find(absl::StrCat("{\"file\":\"", bad, "\",\"status\":\"error\"")),
             std::string::npos);
 }

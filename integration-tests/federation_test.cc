@@ -49,7 +49,7 @@ TEST_F(FederationTest, MemberPutsAndGetsOverMutualTls) {
 
   const std::string out = root() + "/back";
   RunResult get =
-      Vaultctl({"--config", a_.config, "--vault", b_.address, "cas", "get", digest, "-o", out});
+      Vaultctl({"--config", a_.config, "--vault", b_.address, "cas", "get", digest, "--out", out});
   ASSERT_EQ(get.exit_code, kExitOk) << get;
   EXPECT_EQ(ReadFile(out).value_or("<unreadable>"), data);
 

@@ -157,7 +157,7 @@ TEST_F(MetricsTest, CountsCasWorkExactly) {
   RunResult stat = Vaultctl({"--vault", vaultd_->socket(), "cas", "stat", DigestText("absent")});
   EXPECT_EQ(stat.exit_code, kExitNotFound) << stat;
   RunResult get = Vaultctl(
-      {"--vault", vaultd_->socket(), "cas", "get", DigestText("absent"), "-o", root() + "/out"});
+      {"--vault", vaultd_->socket(), "cas", "get", DigestText("absent"), "--out", root() + "/out"});
   EXPECT_EQ(get.exit_code, kExitNotFound) << get;
 
   Samples after = Scrape();

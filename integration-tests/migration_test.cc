@@ -281,6 +281,8 @@ TEST_F(MigrationTest, NarrowerPolicyOnTheWayStaysNarrowed) {
 
   RunResult r = Ctl("a", {"-o", "json", "migrate", id, "--to", "b", "--checkpoint-wait", "500"});
   EXPECT_THAT(r.out, HasSubstr("\"grants\":[\"read /vault/pub\",\"migrate a b c\"]"));
+  // What b's ceiling took away is said where the operator sees it.
+  EXPECT_THAT(r.out, HasSubstr("\"narrowed_away\":[\"write /vault/pub\"]"));
   EXPECT_EQ(JsonField(r.out, "checkpointed"), "true") << r.out;
   AgentStatus b = ExpectHop(id, "a", "b", 1, r);
   EXPECT_EQ(Logs("a", id).back(), "asked to checkpoint");
@@ -296,6 +298,7 @@ TEST_F(MigrationTest, NarrowerPolicyOnTheWayStaysNarrowed) {
   // On to c, which would allow writing: the MIGRATE link b signed carries b's narrowed grants.
   r = Ctl("b", {"-o", "json", "migrate", id, "--to", "c", "--checkpoint-wait", "500"});
   EXPECT_THAT(r.out, HasSubstr("\"grants\":[\"read /vault/pub\",\"migrate a b c\"]"));
+  EXPECT_THAT(r.out, HasSubstr("\"narrowed_away\":[]"));
   AgentStatus c = ExpectHop(id, "b", "c", 2, r);
   EXPECT_EQ(c.record().grants_size(), 2);
   for (const vault::v1::Grant& g : c.record().grants()) {

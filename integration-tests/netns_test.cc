@@ -224,7 +224,7 @@ class NetnsFederationTest : public MigrationTest {
   // The object's bytes as `vault` serves them (vaultctl verifies them against the digest).
   std::string Bytes(const std::string& vault, const std::string& digest) {
     const std::string file = absl::StrCat(root(), "/got-", files_++);
-    RunResult r = Ctl(vault, {"cas", "get", digest, "-o", file});
+    RunResult r = Ctl(vault, {"cas", "get", digest, "--out", file});
     if (r.exit_code != kExitOk) return absl::StrCat("<exit ", r.exit_code, ": ", r.err, ">");
     return ReadFile(file).value_or("<unreadable>");
   }

@@ -78,7 +78,7 @@ class ReplicationTest : public VaultTest {
   // The object's bytes as `vault` serves them (verified by vaultctl), or "<missing>".
   std::string Get(const VaultDir& vault, const std::string& digest) {
     const std::string out = absl::StrCat(root(), "/got-", files_++);
-    RunResult r = Vaultctl({"--vault", vault.socket, "cas", "get", digest, "-o", out});
+    RunResult r = Vaultctl({"--vault", vault.socket, "cas", "get", digest, "--out", out});
     if (r.exit_code != kExitOk) return absl::StrCat("<missing: ", r.exit_code, ">");
     return ReadFile(out).value_or("<unreadable>");
   }

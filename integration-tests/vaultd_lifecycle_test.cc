@@ -216,7 +216,7 @@ TEST_F(VaultdLifecycleTest, SigtermExitsCleanlyAndARestartServesTheSameObjects) 
   for (size_t i = 0; i < data.size(); ++i) {
     std::string out = absl::StrCat(root(), "/back", i);
     RunResult get =
-        Vaultctl({"--vault", vault_.socket, "cas", "get", DigestText(data[i]), "-o", out});
+        Vaultctl({"--vault", vault_.socket, "cas", "get", DigestText(data[i]), "--out", out});
     ASSERT_EQ(get.exit_code, kExitOk) << get;
     EXPECT_TRUE(ReadFile(out).value_or("") == data[i]) << i;
   }

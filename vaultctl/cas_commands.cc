@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
@@ -91,12 +92,14 @@ absl::Status CollectDir(const std::string& path, PutPlan* plan) {
   std::sort(entries.begin(), entries.end());
   const int dir = static_cast<int>(plan->dirs.size());
   plan->dirs.push_back(path);
+  // "docs/" names its files "docs/x", not "docs//x".
+  const std::string prefix = absl::EndsWith(path, "/") ? path : absl::StrCat(path, "/");
   for (const auto& [n, type] : entries) {
-    std::string child = absl::StrCat(path, "/", n);
+    std::string child = absl::StrCat(prefix, n);
     switch (type) {
       case DT_REG:
         plan->files.push_back(
-            PutFile{.path = std::move(child), .dir = dir, .name_at = path.size() + 1});
+            PutFile{.path = std::move(child), .dir = dir, .name_at = prefix.size()});
         break;
       case DT_DIR:
         VAULT_RETURN_IF_ERROR(CollectDir(child, plan));
@@ -693,11 +696,12 @@ void AddCasCommands(CLI::App& app, GlobalOptions& g, Command& command) {
 
   auto* get = cas->add_subcommand(
       "get",
-      "Fetch an object, verified against its digest: with -o, the file appears only once "
+      "Fetch an object, verified against its digest: with --out, the file appears only once "
       "verified; to stdout, bytes stream as they come and a mismatch fails at the end (exit 1)");
   static std::string get_digest, get_out;
   get->add_option("DIGEST", get_digest, "sha256:<hex>/<size>")->required();
-  get->add_option("-o,--out", get_out, "Write here (atomically, after verification)");
+  get->add_option("-O,--out", get_out,
+                  "Write to this file (atomically, after verification); -o is the output format");
   get->callback([&] { command = [&g] { return GetCommand(g, get_digest, get_out); }; });
 
   auto* stat = cas->add_subcommand("stat", "Show an object's metadata (exit 3 if not stored)");

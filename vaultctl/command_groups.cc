@@ -38,8 +38,14 @@ void AddGlobalOptions(CLI::App& app, GlobalOptions& g) {
   app.add_option("--timeout", g.timeout_seconds, "Seconds each call may take (streams get more)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("-o,--output", g.output, "Output format")
-      ->check(CLI::IsMember({"text", "json"}))
+  app.add_option("-o,--output", g.output, "Output format: text or json (a file: cas get --out)")
+      ->check(CLI::Validator(
+          [](const std::string& v) -> std::string {
+            if (v == "text" || v == "json") return "";
+            return "-o is the output format, text or json, not \"" + v +
+                   "\" (to write an object to a file: vaultctl cas get DIGEST --out FILE)";
+          },
+          "text|json"))
       ->capture_default_str();
 }
 

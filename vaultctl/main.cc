@@ -6,12 +6,15 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <iostream>
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include "absl/time/time.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
 #include "vaultctl/command_groups.h"
+#include "vaultctl/command_words.h"
 #include "vaultctl/output.h"
 
 int main(int argc, char** argv) {
@@ -44,6 +47,10 @@ int main(int argc, char** argv) {
       argc = i;
       break;
     }
+  }
+  if (std::optional<std::string> unknown = CheckCommandWords(app, argc, argv)) {
+    std::cerr << "vaultctl: " << *unknown << "\n";
+    return kExitUsage;
   }
   try {
     app.parse(argc, argv);

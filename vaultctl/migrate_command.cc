@@ -3,9 +3,11 @@
 // it over; what is printed is the receipt the destination signed.
 // vaultctl agent where ID / agent journey ID: where a mobile agent is now (the vault follows the
 // members' records), and every hop it made as the audit logs witnessed them.
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
@@ -20,6 +22,7 @@
 #include "vault/v1/migration.pb.h"
 #include "vaultctl/client.h"
 #include "vaultctl/commands.h"
+#include "vaultctl/internal/agent_commands.h"
 #include "vaultctl/output.h"
 
 namespace vault::vaultctl {
@@ -40,6 +43,13 @@ int MigrateCommand(const GlobalOptions& g, const MigrateFlags& f) {
   req.set_to_vault(f.to);
   req.set_checkpoint_wait_ms(f.checkpoint_wait_ms);
   req.set_no_checkpoint_request(f.no_checkpoint);
+  // What it holds here, to say what the destination's ceiling takes away (when it can be read).
+  std::vector<std::string> before;
+  if (absl::StatusOr<vault::v1::AgentStatus> here = GetAgent(*conn, f.id); here.ok()) {
+    for (const vault::v1::Grant& gr : here->record().grants()) {
+      before.push_back(capability::GrantToString(gr));
+    }
+  }
   vault::v1::MigrateAgentResponse resp;
   std::unique_ptr<grpc::ClientContext> ctx = conn->Context();
   // The checkpoint wait, the transfer and, when an answer is lost, a few Status calls.
@@ -55,9 +65,17 @@ int MigrateCommand(const GlobalOptions& g, const MigrateFlags& f) {
                                                         : cas::Sha256::Hash(resp.receipt()));
   std::vector<std::string> grants;
   for (const vault::v1::Grant& gr : resp.grants()) grants.push_back(capability::GrantToString(gr));
+  // Grants it held here that it does not hold there (narrowed by the destination's ceiling, or
+  // gone from it).
+  std::vector<std::string> lost;
+  for (const std::string& b : before) {
+    if (std::find(grants.begin(), grants.end(), b) == grants.end()) lost.push_back(b);
+  }
   if (g.json()) {
     Json gj = Json::Array();
     for (const std::string& s2 : grants) gj.Push(s2);
+    Json lj = Json::Array();
+    for (const std::string& s2 : lost) lj.Push(s2);
     std::cout << Json::Object()
                      .Add("agent_id", f.id)
                      .Add("to_vault", resp.to_vault())
@@ -67,6 +85,7 @@ int MigrateCommand(const GlobalOptions& g, const MigrateFlags& f) {
                      .Add("receipt_payload_base64", absl::Base64Escape(receipt.payload()))
                      .Add("receipt_signature_base64", absl::Base64Escape(receipt.signature()))
                      .Add("grants", gj)
+                     .Add("narrowed_away", lj)
                      .ToString()
               << "\n";
   } else {
@@ -76,6 +95,11 @@ int MigrateCommand(const GlobalOptions& g, const MigrateFlags& f) {
               << "\n"
               << "grants there: " << (grants.empty() ? "none" : absl::StrJoin(grants, "; "))
               << "\n";
+    if (!lost.empty()) {
+      std::cout << "narrowed away by " << resp.to_vault() << "'s ceiling: "
+                << absl::StrJoin(lost, "; ") << " (vaultctl --vault <" << resp.to_vault()
+                << "'s socket> policy ls shows it)\n";
+    }
   }
   return kExitOk;
 }

@@ -58,8 +58,14 @@ absl::Status FillCeiling(const std::vector<std::string>& ceiling, TrustEntry* en
       return absl::InvalidArgumentError(absl::StrCat(
           "--ceiling: the preset ", c, " is a whole ceiling: give it alone, or give grants"));
     }
-    VAULT_ASSIGN_OR_RETURN(std::vector<vault::v1::Grant> grants, ParseGrantsFlag(c, "--ceiling"));
-    for (vault::v1::Grant& gr : grants) *entry->add_ceiling() = std::move(gr);
+    absl::StatusOr<std::vector<vault::v1::Grant>> grants = ParseGrantsFlag(c, "--ceiling");
+    if (!grants.ok()) {
+      // A word that is neither a grant nor a preset: name the presets too.
+      return absl::Status(grants.status().code(),
+                          absl::StrCat(grants.status().message(),
+                                       "; or one preset alone: read-only, read-write, full"));
+    }
+    for (vault::v1::Grant& gr : *grants) *entry->add_ceiling() = std::move(gr);
   }
   return capability::ValidateGrants(entry->ceiling());
 }

@@ -155,7 +155,12 @@ void Send(HostCallContext& ctx) {
   if (send.to() == "operator") {
     // Only as the answer to an operator's query addressed to this agent.
     c.status = s.AnswerQuery(send.reply_to(), live->id, send.type(), send.data());
-    if (c.status.ok()) resp.mutable_send()->set_message_id(send.reply_to());
+    if (c.status.ok()) {
+      resp.mutable_send()->set_message_id(send.reply_to());
+      absl::MutexLock lock(&live->mu);  // an answer is a message sent, as the query was received
+      live->record.mutable_counters()->set_messages_sent(live->record.counters().messages_sent() +
+                                                         1);
+    }
     return;
   }
   // An agent here is checked here; one elsewhere by the vault it runs on, which hides it in the
@@ -198,8 +203,14 @@ void Receive(HostCallContext& ctx) {
     ctx.services.HandedLocked(*live, n);
     c.subject = resp.receive().message().from();
     c.bytes = resp.receive().message().data().size();
+    if (live->empty_receives > 0) {
+      c.details.emplace_back("empty_receives", absl::StrCat(live->empty_receives));
+      live->empty_receives = 0;
+    }
   } else if (request.receive().timeout_ms() == 0) {
     resp.mutable_receive()->set_timed_out(true);
+    ++live->empty_receives;  // counted, not an entry of its own (see LiveAgent)
+    c.audited = false;
   } else {
     absl::Time now = absl::Now();
     live->pending_receive = LiveAgent::PendingReceive{

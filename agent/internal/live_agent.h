@@ -105,6 +105,11 @@ struct LiveAgent {
     std::string request_bytes;
   };
   std::optional<PendingReceive> pending_receive ABSL_GUARDED_BY(mu);
+  // Receives that ended with nothing (a poll of an empty mailbox, a wait that timed out) since
+  // the last audit entry that counted them: an idle agent polling all day is not one entry per
+  // poll. The next receive that gets a message and the next state change (exit, termination,
+  // migration...) carry the count as detail "empty_receives".
+  uint64_t empty_receives ABSL_GUARDED_BY(mu) = 0;
   absl::flat_hash_set<std::string> shared ABSL_GUARDED_BY(mu);  // sha256 of objects shared with it
   // sha256 of the snapshots its runner uploaded (state uploads) and the one its log starts from:
   // what its checkpoint and migrate may name, nothing else (not readable, not shareable).

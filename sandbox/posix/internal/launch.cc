@@ -435,6 +435,14 @@ absl::StatusOr<std::unique_ptr<SandboxHandle>> LinuxSandbox::Impl::Spawn(const S
     if (line != "R") {
       int err = 0;
       if (absl::StartsWith(line, "X ") && absl::SimpleAtoi(line.substr(2), &err)) {
+        if (err == ENOEXEC) {
+          // The agent's code, most likely: say what makes a file executable here.
+          return absl::InvalidArgumentError(absl::StrCat(
+              "cannot execute ", spec.program, " in the sandbox: ", strerror(err),
+              ": it is neither a program for this machine nor a script whose first line names "
+              "its interpreter (a Python agent starts with \"#!/usr/bin/env python3\"; Scheme "
+              "and wasm agents need (sandbox scheme) or (sandbox wasm) in their spec)"));
+        }
         return absl::Status(
             err == ENOENT ? absl::StatusCode::kNotFound : absl::ErrnoToStatusCode(err),
             absl::StrCat("cannot execute ", spec.program, " in the sandbox: ", strerror(err)));

@@ -1,5 +1,5 @@
 (agent (purpose "answer questions about itself")
        (instructions "(query ANY-TEXT) -> JSON {question, answered}")
        (code-file "reactive.py")
-       (capabilities (send (agent "*")) (receive (from "*")))
+       (capabilities (send (agent "*")) (receive (from "*")) (migrate (vaults vault-b vault-c)))
        (constraints (max-runtime (* 24 3600))))

@@ -522,6 +522,11 @@ class DigestTest(unittest.TestCase):
         self.assertEqual(vault_agent.parse_grant("migrate:b,a,b"),
                          G(kind=G.MIGRATE, vaults=["a", "b"]))
         self.assertEqual(vault_agent.parse_grant("network:h:*"), G(kind=G.NETWORK, host="h"))
+        # One trailing "/" is dropped, as vaultctl's shorthand does; "//" stays (the vault refuses it).
+        self.assertEqual(vault_agent.parse_grant("read:/vault/pub/"),
+                         G(kind=G.READ, path="/vault/pub"))
+        self.assertEqual(vault_agent.parse_grant("write:/vault//"), G(kind=G.WRITE, path="/vault//"))
+        self.assertEqual(vault_agent.parse_grant("read:/"), G(kind=G.READ, path="/"))
         self.assertEqual(vault_agent.format_grant(G(kind=G.READ, hash=b"\x01" * 32)),
                          "read sha256:" + "01" * 32)
         for bad in ["read", "cas-read:x", "network:h:70000", "migrate:a,,b", "fly:x"]:

@@ -156,6 +156,9 @@ def parse_grant(text):
     "migrate:vault-b,vault-c". The vault validates the scope."""
     kind, sep, arg = text.partition(":")
     if kind in ("read", "write") and arg:
+        # As vaultctl's shorthand: one trailing "/" is dropped ("/vault/pub/" is "/vault/pub").
+        if len(arg) > 1 and arg.endswith("/") and not arg.endswith("//"):
+            arg = arg[:-1]
         return _G(kind=_G.READ if kind == "read" else _G.WRITE, path=arg)
     if kind == "read-hash" and re.fullmatch(r"sha256:[0-9a-f]{64}", arg):
         return _G(kind=_G.READ, hash=bytes.fromhex(arg[7:]))
