@@ -163,8 +163,12 @@ grpc::ServerUnaryReactor* AuditService::GetInclusionProof(
     VAULT_ASSIGN_OR_RETURN(ServedLog log, FindLog(log_, follower_, req->log()));
     VAULT_ASSIGN_OR_RETURN(uint64_t size, ResolveSize(log, req->size(), "size"));
     if (req->index() >= size) {
-      return absl::OutOfRangeError(
-          absl::StrCat("entry ", req->index(), " is not in the tree of size ", size));
+      return absl::OutOfRangeError(absl::StrCat(
+          "entry ", req->index(), " is not in the tree of size ", size,
+          req->size() == 0 ? " (the latest checkpoint's: one covering it is signed within "
+                             "audit.checkpoint_interval_ms, or at once by vaultctl audit "
+                             "checkpoint --issue)"
+                           : ""));
     }
     VAULT_ASSIGN_OR_RETURN(audit::ProofPlan plan, audit::InclusionProofPlan(req->index(), size));
     audit::NodeReader reader = log.store->Reader();
