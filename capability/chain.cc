@@ -173,6 +173,17 @@ absl::StatusOr<VerifiedChain> ChainVerifier::Verify(const vault::v1::Chain& chai
     return Fail(ChainError::kTooLarge, -1,
                 absl::StrCat(n, " links; at most ", ctx.max_links, " are accepted"));
   }
+  // Fields outside the signed payloads are signed by no one and would escape the size budget.
+  if (!chain.GetReflection()->GetUnknownFields(chain).empty()) {
+    return Fail(ChainError::kMalformed, -1,
+                "the chain carries fields this vault does not know (outside any signed payload)");
+  }
+  for (int i = 0; i < n; ++i) {
+    if (HasUnknownFields(chain.links(i))) {
+      return Fail(ChainError::kMalformed, i,
+                  "the link carries fields this vault does not know (outside its signed payload)");
+    }
+  }
   size_t bytes = 0;
   for (const vault::v1::SignedLink& l : chain.links()) {
     bytes += l.payload().size() + l.signature().size();

@@ -641,6 +641,26 @@ TEST_F(ChainTest, WidenedExpiry) {
 
 // --- malformed scopes ----------------------------------------------------------------------------
 
+// Fields outside the signed payloads (in a SignedLink or the Chain) are signed by no one and
+// would not count against the size budget: refused, whatever they hold.
+TEST_F(ChainTest, UnknownFieldsOutsideTheSignedPayloadsAreMalformed) {
+  Chain chain = Build(Payloads(3));
+  ASSERT_TRUE(Verify(chain, Context(b_)).ok());
+  Chain in_link = chain;
+  in_link.mutable_links(1)->GetReflection()->MutableUnknownFields(in_link.mutable_links(1))
+      ->AddLengthDelimited(99, std::string(1 << 20, 'x'));
+  EXPECT_REFUSED(Verify(in_link, Context(b_)), kMalformed, 1, kInvalidArgument);
+  Chain in_chain = chain;
+  in_chain.GetReflection()->MutableUnknownFields(&in_chain)->AddVarint(7, 1);
+  EXPECT_REFUSED(Verify(in_chain, Context(b_)), kMalformed, -1, kInvalidArgument);
+  // The same, arriving as bytes.
+  std::string wire = chain.SerializeAsString();
+  wire += std::string("\xf8\x06\x01", 3);  // field 111, varint 1
+  Chain parsed;
+  ASSERT_TRUE(parsed.ParseFromString(wire));
+  EXPECT_REFUSED(Verify(parsed, Context(b_)), kMalformed, -1, kInvalidArgument);
+}
+
 TEST_F(ChainTest, DotDotPathIsMalformed) {
   EXPECT_REFUSED(
       VerifyEdited(
