@@ -3,6 +3,7 @@
 // side of HostCallServices, and the audit writer of agents' calls.
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -340,6 +341,13 @@ void AgentRuntime::Impl::AnswerReceive(const std::shared_ptr<LiveAgent>& to,
   std::string out;
   resp->SerializeToString(&out);
   const absl::Duration waited = absl::Now() - waiting.started;
+  // The empty receives before this one (taken before the answer: the agent may poll again at
+  // once, and those come after it).
+  uint64_t empty_before = 0;
+  {
+    absl::MutexLock lock(&to->mu);
+    empty_before = std::exchange(to->empty_receives, 0);
+  }
   // The receiver first (it waits for this message); its asynchronous audit entry after.
   SendFrame(to, frame);
   std::vector<std::pair<std::string, std::string>> details = {
@@ -348,13 +356,7 @@ void AgentRuntime::Impl::AnswerReceive(const std::shared_ptr<LiveAgent>& to,
       {"in", Sha256Hex(waiting.request_bytes)},
       {"out", Sha256Hex(out)},
       {"bytes", absl::StrCat(bytes)}};
-  {
-    absl::MutexLock lock(&to->mu);
-    if (to->empty_receives > 0) {
-      details.emplace_back("empty_receives", absl::StrCat(to->empty_receives));
-      to->empty_receives = 0;
-    }
-  }
+  if (empty_before > 0) details.emplace_back("empty_receives", absl::StrCat(empty_before));
   Audit(audit::MakeEntry(to->id, "host.receive", from, vault::v1::AuditEntry::ALLOWED, "",
                          std::move(details)),
         /*durable=*/false);

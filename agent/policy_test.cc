@@ -71,10 +71,9 @@ TEST_F(PolicyTest, ACeilingRefusalNamesTheGrantsTheCeilingAndTheFix) {
   ASSERT_TRUE(admin_entry.has_value());
   EXPECT_EQ(CeilingRefusal(grants, *admin_entry),
             "the grant network example.com:443 is above the ceiling of this vault's "
-            "administrators (agents.admins in its config: the preset \"full\": read and write "
-            "/vault, cas-read, cas-write, send, receive, spawn, migrate to the members; no network "
-            "or hash grants). Spawn it as a key trusted with them: vaultctl policy trust KEY "
-            "--ceiling ...");
+            "administrators (agents.admins in its config: the preset \"full\": read /vault; "
+            "cas-read; receive *; write /vault; cas-write; send *; spawn; migrate vault-b). Spawn "
+            "it as a key trusted with them: vaultctl policy trust KEY --ceiling ...");
   vault::v1::TrustEntry e;
   e.set_principal(Key(1));
   e.set_preset("read-only");
@@ -87,6 +86,19 @@ TEST_F(PolicyTest, ACeilingRefusalNamesTheGrantsTheCeilingAndTheFix) {
                          " here (the preset \"read-only\", set by vaultctl policy trust; vaultctl "
                          "policy ls shows it). Widen it: vaultctl policy trust ",
                          Key(1), " --ceiling ..."));
+  // An administrator added by policy trust has its own ceiling, which can be widened.
+  e.set_principal(Key(2));
+  e.set_admin(true);
+  e.clear_preset();
+  e.add_ceiling()->set_kind(vault::v1::Grant::CAS_READ);
+  stored = (*policy)->Trust(e);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(CeilingRefusal(grants, *stored),
+            absl::StrCat("the grants network example.com:443; cas-write are above the ceiling of ",
+                         Key(2),
+                         " here (the grants cas-read, set by vaultctl policy trust; vaultctl "
+                         "policy ls shows it). Widen it: vaultctl policy trust ",
+                         Key(2), " --ceiling ..."));
 }
 
 TEST_F(PolicyTest, EntriesSurviveAReopenAndUntrustRemovesThem) {

@@ -42,16 +42,14 @@ class ReadmeTourTest(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory(prefix="vault-tour-")
         cls.dir = cls.tmp.name
         cls.env = dict(os.environ, VAULT_BUILD_DIR=BUILD, VAULT_QUICKSTART_NO_BUILD="1")
+        # Stopped and removed whatever happens next (a failed or timed-out up included).
+        cls.addClassCleanup(cls.tmp.cleanup)
+        cls.addClassCleanup(subprocess.run, [QUICKSTART, "down", "--dir", cls.dir], env=cls.env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
         up = subprocess.run([QUICKSTART, "up", "--no-demo", "--dir", cls.dir, "--base-port",
                              str(free_base_port())], env=cls.env, capture_output=True,
                             text=True, timeout=240)
         assert up.returncode == 0, up.stderr
-
-    @classmethod
-    def tearDownClass(cls):
-        subprocess.run([QUICKSTART, "down", "--dir", cls.dir], env=cls.env,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
-        cls.tmp.cleanup()
 
     def run_line(self, argv, env):
         return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,

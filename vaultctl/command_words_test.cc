@@ -59,6 +59,35 @@ TEST(CommandWordsTest, KnownCommandsAndTheirArgumentsPass) {
   EXPECT_EQ(Check({"audit", "proof", "--help"}), std::nullopt);
 }
 
+// -o is the output format everywhere: a file name given to it is refused with where files go.
+TEST(CommandWordsTest, DashOIsTheOutputFormatNotAFile) {
+  std::vector<const char*> words = {"vaultctl", "cas", "get", "sha256:x/1", "-o", "copy"};
+  CLI::App app{"vaultctl", "vaultctl"};
+  app.fallthrough();  // as main.cc: global options may follow the command
+  GlobalOptions global;
+  Command command;
+  AddGlobalOptions(app, global);
+  AddCommandGroups(app, global, command, static_cast<int>(words.size()), words.data());
+  try {
+    app.parse(static_cast<int>(words.size()), words.data());
+    ADD_FAILURE() << "-o copy was accepted";
+  } catch (const CLI::ValidationError& e) {
+    EXPECT_THAT(std::string(e.what()),
+                HasSubstr("-o is the output format, text or json, not \"copy\" (to write an "
+                          "object to a file: vaultctl cas get DIGEST --out FILE)"));
+  }
+  std::vector<const char*> ok = {"vaultctl", "cas", "get", "sha256:x/1", "-O", "copy", "-o",
+                                 "json"};
+  CLI::App app2{"vaultctl", "vaultctl"};
+  app2.fallthrough();
+  GlobalOptions global2;
+  Command command2;
+  AddGlobalOptions(app2, global2);
+  AddCommandGroups(app2, global2, command2, static_cast<int>(ok.size()), ok.data());
+  EXPECT_NO_THROW(app2.parse(static_cast<int>(ok.size()), ok.data()));
+  EXPECT_EQ(global2.output, "json");
+}
+
 TEST(CommandWordsTest, Nearest) {
   const std::vector<std::string> words = {"ls", "put", "get", "status", "replicate"};
   EXPECT_EQ(Nearest("lss", words), "ls");

@@ -45,7 +45,9 @@ int MigrateCommand(const GlobalOptions& g, const MigrateFlags& f) {
   req.set_no_checkpoint_request(f.no_checkpoint);
   // What it holds here, to say what the destination's ceiling takes away (when it can be read).
   std::vector<std::string> before;
+  bool before_known = false;
   if (absl::StatusOr<vault::v1::AgentStatus> here = GetAgent(*conn, f.id); here.ok()) {
+    before_known = true;
     for (const vault::v1::Grant& gr : here->record().grants()) {
       before.push_back(capability::GrantToString(gr));
     }
@@ -76,18 +78,18 @@ int MigrateCommand(const GlobalOptions& g, const MigrateFlags& f) {
     for (const std::string& s2 : grants) gj.Push(s2);
     Json lj = Json::Array();
     for (const std::string& s2 : lost) lj.Push(s2);
-    std::cout << Json::Object()
-                     .Add("agent_id", f.id)
-                     .Add("to_vault", resp.to_vault())
-                     .Add("hop", resp.hop())
-                     .Add("checkpointed", resp.checkpointed())
-                     .Add("receipt_sha256", receipt_hash)
-                     .Add("receipt_payload_base64", absl::Base64Escape(receipt.payload()))
-                     .Add("receipt_signature_base64", absl::Base64Escape(receipt.signature()))
-                     .Add("grants", gj)
-                     .Add("narrowed_away", lj)
-                     .ToString()
-              << "\n";
+    Json out = Json::Object();
+    out.Add("agent_id", f.id)
+        .Add("to_vault", resp.to_vault())
+        .Add("hop", resp.hop())
+        .Add("checkpointed", resp.checkpointed())
+        .Add("receipt_sha256", receipt_hash)
+        .Add("receipt_payload_base64", absl::Base64Escape(receipt.payload()))
+        .Add("receipt_signature_base64", absl::Base64Escape(receipt.signature()))
+        .Add("grants", gj);
+    // Absent when what it held here could not be read (not "nothing was lost").
+    if (before_known) out.Add("narrowed_away", lj);
+    std::cout << out.ToString() << "\n";
   } else {
     std::cout << f.id << " now runs on " << resp.to_vault() << " (hop " << resp.hop() << ")\n"
               << "receipt sha256:" << receipt_hash << " signed by " << resp.to_vault() << "\n"
