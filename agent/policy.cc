@@ -172,24 +172,26 @@ std::string CeilingRefusal(const google::protobuf::RepeatedPtrField<vault::v1::G
       above.push_back(capability::GrantToString(g));
     }
   }
-  const std::string what = absl::StrCat(above.size() == 1 ? "the grant " : "the grants ",
-                                        absl::StrJoin(above, "; "));
+  const std::string what =
+      absl::StrCat(above.size() == 1 ? "the grant " : "the grants ", absl::StrJoin(above, "; "));
   std::vector<std::string> held;
   for (const vault::v1::Grant& g : trust.ceiling()) held.push_back(capability::GrantToString(g));
   if (trust.admin() && trust.added_unix_ms() == 0) {  // from the config, not policy trust
     return absl::StrCat(
         what, " ", above.size() == 1 ? "is" : "are",
         " above the ceiling of this vault's administrators (agents.admins in its config: the "
-        "preset \"full\": ", absl::StrJoin(held, "; "),
+        "preset \"full\": ",
+        absl::StrJoin(held, "; "),
         "). Spawn it as a key trusted with them: vaultctl policy trust KEY --ceiling ...");
   }
-  const std::string ceiling =
-      trust.preset().empty() ? absl::StrCat("the grants ", absl::StrJoin(held, "; "))
-                             : absl::StrCat("the preset \"", trust.preset(), "\"");
+  const std::string ceiling = trust.preset().empty()
+                                  ? absl::StrCat("the grants ", absl::StrJoin(held, "; "))
+                                  : absl::StrCat("the preset \"", trust.preset(), "\"");
   return absl::StrCat(what, " ", above.size() == 1 ? "is" : "are", " above the ceiling of ",
                       trust.principal(), " here (", ceiling,
                       ", set by vaultctl policy trust; vaultctl policy ls shows it). Widen it: "
-                      "vaultctl policy trust ", trust.principal(), " --ceiling ...");
+                      "vaultctl policy trust ",
+                      trust.principal(), " --ceiling ...");
 }
 
 }  // namespace vault::agent

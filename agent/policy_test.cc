@@ -1,7 +1,7 @@
 #include "agent/policy.h"
 
-#include "agent/agent_store.h"
 #include "absl/strings/str_cat.h"
+#include "agent/agent_store.h"
 #include "capability/grant.h"
 #include "common/testing/temp_dir.h"
 #include "gmock/gmock.h"

@@ -647,7 +647,9 @@ TEST_F(ChainTest, UnknownFieldsOutsideTheSignedPayloadsAreMalformed) {
   Chain chain = Build(Payloads(3));
   ASSERT_TRUE(Verify(chain, Context(b_)).ok());
   Chain in_link = chain;
-  in_link.mutable_links(1)->GetReflection()->MutableUnknownFields(in_link.mutable_links(1))
+  in_link.mutable_links(1)
+      ->GetReflection()
+      ->MutableUnknownFields(in_link.mutable_links(1))
       ->AddLengthDelimited(99, std::string(1 << 20, 'x'));
   EXPECT_REFUSED(Verify(in_link, Context(b_)), kMalformed, 1, kInvalidArgument);
   Chain in_chain = chain;

@@ -661,7 +661,7 @@ for _ in range(5):
     a.receive(timeout=0)
 a.exit(0)
 )",
-                                 "(receive (from \"*\"))"));
+                               "(receive (from \"*\"))"));
   ASSERT_FALSE(id.empty());
   WaitLog(id, "polled");
   RunResult sent = Ctl({"agent", "send", id, "--type", "wake"});

@@ -103,7 +103,10 @@ class SortedIterator final : public MemTableRep::Iterator {
  public:
   SortedIterator(std::shared_ptr<const Entries> entries, const MemTableRep::KeyComparator& compare,
                  bool in_arena)
-      : entries_(std::move(entries)), compare_(compare), in_arena_(in_arena), pos_(entries_->size()) {}
+      : entries_(std::move(entries)),
+        compare_(compare),
+        in_arena_(in_arena),
+        pos_(entries_->size()) {}
   SortedIterator(const SortedIterator&) = delete;
   SortedIterator& operator=(const SortedIterator&) = delete;
 
@@ -121,18 +124,16 @@ class SortedIterator final : public MemTableRep::Iterator {
   void Prev() override { pos_ = pos_ == 0 ? entries_->size() : pos_ - 1; }
   void Seek(const Slice& internal_key, const char* memtable_key) override {
     pos_ = static_cast<size_t>(
-        std::partition_point(entries_->begin(), entries_->end(),
-                             [&](const char* e) {
-                               return Compare(e, internal_key, memtable_key) < 0;
-                             }) -
+        std::partition_point(
+            entries_->begin(), entries_->end(),
+            [&](const char* e) { return Compare(e, internal_key, memtable_key) < 0; }) -
         entries_->begin());
   }
   void SeekForPrev(const Slice& internal_key, const char* memtable_key) override {
     const size_t after = static_cast<size_t>(
-        std::partition_point(entries_->begin(), entries_->end(),
-                             [&](const char* e) {
-                               return Compare(e, internal_key, memtable_key) <= 0;
-                             }) -
+        std::partition_point(
+            entries_->begin(), entries_->end(),
+            [&](const char* e) { return Compare(e, internal_key, memtable_key) <= 0; }) -
         entries_->begin());
     pos_ = after == 0 ? entries_->size() : after - 1;
   }

@@ -17,10 +17,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/testing/temp_dir.h"
 #include "gtest/gtest.h"
-#include "rocksdb/iterator.h"
-#include "rocksdb/options.h"
 #include "rocksdb/comparator.h"
 #include "rocksdb/db.h"
+#include "rocksdb/iterator.h"
+#include "rocksdb/options.h"
 #include "rocksdb/slice_transform.h"
 #include "rocksdb/snapshot.h"
 #include "storage/database.h"
@@ -33,9 +33,9 @@ using Model = std::map<std::string, std::string>;  // std::string orders bytes a
 class HashMemTableTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto db = Database::Open(
-        {.path = tmp_.path() + "/db", .sync_writes = false, .block_cache_mb = 8},
-        {{.name = "hashed", .hashed_keys = true}});
+    auto db =
+        Database::Open({.path = tmp_.path() + "/db", .sync_writes = false, .block_cache_mb = 8},
+                       {{.name = "hashed", .hashed_keys = true}});
     ASSERT_TRUE(db.ok()) << db.status();
     db_ = *std::move(db);
     cf_ = db_->Handle("hashed");
@@ -44,7 +44,7 @@ class HashMemTableTest : public ::testing::Test {
   rocksdb::DB* raw() const { return db_->db(); }
 
   std::vector<std::pair<std::string, std::string>> Scan(const rocksdb::Snapshot* snapshot,
-                                                         bool backward) const {
+                                                        bool backward) const {
     rocksdb::ReadOptions ro;
     ro.total_order_seek = true;
     ro.snapshot = snapshot;
@@ -123,7 +123,8 @@ std::vector<std::string> KeyPool(std::mt19937_64& rng) {
     for (char& c : k) c = static_cast<char>(rng());
     keys.push_back(k);
   }
-  for (const char* k : {"a", "ab", "abc", "b", "\x7f", "\x80", "\xff", "\xff\xff"}) keys.push_back(k);
+  for (const char* k : {"a", "ab", "abc", "b", "\x7f", "\x80", "\xff", "\xff\xff"})
+    keys.push_back(k);
   keys.push_back(std::string("ab\0", 3));
   keys.push_back(std::string("ab\0\0\0\0\0\0", 8));
   keys.push_back(std::string("ab\0\0\0\0\0\0\0", 9));

@@ -76,8 +76,8 @@ TEST(CommandWordsTest, DashOIsTheOutputFormatNotAFile) {
                 HasSubstr("-o is the output format, text or json, not \"copy\" (to write an "
                           "object to a file: vaultctl cas get DIGEST --out FILE)"));
   }
-  std::vector<const char*> ok = {"vaultctl", "cas", "get", "sha256:x/1", "-O", "copy", "-o",
-                                 "json"};
+  std::vector<const char*> ok = {"vaultctl", "cas",  "get", "sha256:x/1",
+                                 "-O",       "copy", "-o",  "json"};
   CLI::App app2{"vaultctl", "vaultctl"};
   app2.fallthrough();
   GlobalOptions global2;
@@ -92,8 +92,8 @@ TEST(CommandWordsTest, Nearest) {
   const std::vector<std::string> words = {"ls", "put", "get", "status", "replicate"};
   EXPECT_EQ(Nearest("lss", words), "ls");
   EXPECT_EQ(Nearest("pt", words), "put");
-  EXPECT_EQ(Nearest("satuts", words), "status");  // two edits
-  EXPECT_EQ(Nearest("stauts", words), "status");  // a swap is one
+  EXPECT_EQ(Nearest("satuts", words), "status");   // two edits
+  EXPECT_EQ(Nearest("stauts", words), "status");   // a swap is one
   EXPECT_EQ(Nearest("repl", words), "replicate");  // a prefix
   EXPECT_EQ(Nearest("inspect", words), "");
   EXPECT_EQ(Nearest("xyz", words), "");

@@ -98,9 +98,9 @@ int MigrateCommand(const GlobalOptions& g, const MigrateFlags& f) {
               << "grants there: " << (grants.empty() ? "none" : absl::StrJoin(grants, "; "))
               << "\n";
     if (!lost.empty()) {
-      std::cout << "narrowed away by " << resp.to_vault() << "'s ceiling: "
-                << absl::StrJoin(lost, "; ") << " (vaultctl --vault <" << resp.to_vault()
-                << "'s socket> policy ls shows it)\n";
+      std::cout << "narrowed away by " << resp.to_vault()
+                << "'s ceiling: " << absl::StrJoin(lost, "; ") << " (vaultctl --vault <"
+                << resp.to_vault() << "'s socket> policy ls shows it)\n";
     }
   }
   return kExitOk;
