@@ -189,7 +189,10 @@ The federation is up. Drive it with vaultctl ($vaultctl), here as vault-a's oper
   vaultctl cas put README.md                    # prints sha256:<hex>/<size>  README.md
   vaultctl cas get sha256:<hex>/<size> --out copy  # verified against the digest
   vaultctl cas replicate --to vault-b --all     # copy what a member lacks
+  vaultctl agent spawn sdk/python/examples/reactive.scm --as $a/admin.key   # prints <agent id>
   vaultctl agent ls                             # the agents here
+  vaultctl --vault $dir/vault-b/data/vault.sock policy trust $a/admin.key --ceiling read-write
+                                                # vault-b runs vault-a's administrator's agents
   vaultctl migrate <agent id> --to vault-b      # hand an agent to a member
   vaultctl agent where <agent id>               # where it runs now, asked of the federation
   vaultctl audit verify --all                   # this vault's log and every mirrored log

@@ -4,8 +4,9 @@ read from README.md and run against a quickstart federation (deploy/quickstart.s
 in a temporary directory on free ports). Placeholders are filled from what earlier commands
 printed (the digest `cas put` gave, the agent id `agent spawn` gave, a fresh principal); paths
 under run/quickstart point to the test's directory and files the tour writes go there too. Every
-command must exit 0, and the ones whose outcome the README states are checked for it. So the
-README cannot drift from the code without this test failing.
+command must exit 0, and the ones whose outcome the README states are checked for it. The
+instructions `deploy/quickstart.sh up` prints are run the same way. So neither can drift from
+the code without this test failing.
 
 Run by ctest (label integration) with VAULT_BUILD_DIR set to the build.
 """
@@ -54,6 +55,46 @@ class ReadmeTourTest(unittest.TestCase):
     def run_line(self, argv, env):
         return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
                               timeout=120)
+
+    def test_the_quickstart_instructions_run_as_printed(self):
+        # up again (safe: nothing is recreated) prints the instructions.
+        up = subprocess.run([QUICKSTART, "up", "--no-demo", "--dir", self.dir], env=self.env,
+                            capture_output=True, text=True, timeout=240)
+        self.assertEqual(up.returncode, 0, up.stderr)
+        text = up.stdout[up.stdout.index("The federation is up."):]
+        text = text[:text.index("Every command has")]
+        env = dict(self.env)
+        filled = {}
+        lines = [l.split("  #")[0].strip() for l in text.splitlines()[1:]]
+        lines = [l for l in lines if l and not l.startswith("#")]
+        self.assertTrue(lines[0].startswith("export VAULT_ADDR="), lines)
+        env["VAULT_ADDR"] = shlex.split(lines[0][len("export VAULT_ADDR="):])[0]
+        status = subprocess.run([VAULTCTL, "-o", "json", "status"], env=env,
+                                capture_output=True, text=True, timeout=60)
+        if not json.loads(status.stdout)["agents_enabled"]:
+            self.skipTest("agents are disabled on this machine")
+        for line in lines[1:]:
+            argv = shlex.split(line)
+            self.assertEqual(argv[0], "vaultctl", line)
+            argv[0] = VAULTCTL
+            joined = " ".join(argv[1:])
+            if "<agent id>" in line:
+                argv = [filled["agent"] if w == "<agent" else w for w in argv if w != "id>"]
+            argv = [filled.get("digest", w) if w == "sha256:<hex>/<size>" else w for w in argv]
+            argv = [os.path.join(self.dir, "copy-printed") if w == "copy" else w for w in argv]
+            r = self.run_line(argv, env)
+            self.assertEqual(r.returncode, 0, f"printed line failed: {line}\n$ {shlex.join(argv)}"
+                             f"\nstdout: {r.stdout[-2000:]}\nstderr: {r.stderr[-2000:]}")
+            if joined.startswith("cas put README.md"):
+                filled["digest"] = r.stdout.split()[0]
+            elif joined.startswith("agent spawn"):
+                filled["agent"] = r.stdout.strip()
+            elif joined.startswith("migrate"):
+                self.assertIn("now runs on vault-b", r.stdout)
+            elif joined.startswith("agent where"):
+                self.assertIn("running on vault-b", r.stdout)
+        self.assertIn("agent", filled)
+        self.assertIn("digest", filled)
 
     def test_the_tour_runs_as_written(self):
         lines = tour_lines()
